@@ -1,6 +1,22 @@
 package geminiguard
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/genai"
+)
 
 // Class names what a failure was. The zero value ClassNone means "no error".
 type Class int
@@ -27,7 +43,42 @@ const (
 	ClassEmpty                        // quiet 200: no candidates / no parts / OTHER / MALFORMED_FUNCTION_CALL
 	ClassCircuitOpen                  // refused locally: the breaker is open or the model is cooling down
 	ClassLocalRateLimit               // refused locally: the token bucket cannot grant in time
+
+	numClasses // keep last
 )
+
+var classNames = [numClasses]string{
+	ClassNone:            "none",
+	ClassUnknown:         "unknown",
+	ClassCanceled:        "canceled",
+	ClassRateLimit:       "rate_limit",
+	ClassDailyQuota:      "daily_quota",
+	ClassNoQuota:         "no_quota",
+	ClassSpendCap:        "spend_cap",
+	ClassOverloaded:      "overloaded",
+	ClassServerError:     "server_error",
+	ClassTimeout:         "timeout",
+	ClassNetwork:         "network",
+	ClassStreamCut:       "stream_cut",
+	ClassBadRequest:      "bad_request",
+	ClassAuth:            "auth",
+	ClassServiceDisabled: "service_disabled",
+	ClassLocation:        "location",
+	ClassNotFound:        "not_found",
+	ClassBlocked:         "blocked",
+	ClassEmpty:           "empty",
+	ClassCircuitOpen:     "circuit_open",
+	ClassLocalRateLimit:  "local_rate_limit",
+}
+
+// String returns the class's snake_case name ("rate_limit", "daily_quota",
+// ...), suitable as a metric label, or "Class(n)" for an undeclared value.
+func (c Class) String() string {
+	if c >= 0 && c < numClasses {
+		return classNames[c]
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
 
 // Scope says how far a failure reaches.
 type Scope int
@@ -43,17 +94,49 @@ const (
 	ScopeProject
 )
 
+// String returns "request", "model" or "project", or "Scope(n)" for an
+// undeclared value.
+func (s Scope) String() string {
+	switch s {
+	case ScopeRequest:
+		return "request"
+	case ScopeModel:
+		return "model"
+	case ScopeProject:
+		return "project"
+	}
+	return "Scope(" + strconv.Itoa(int(s)) + ")"
+}
+
 // CoolDown says how long a model (or the project) should be left alone after a
 // failure, instead of counting it as a breaker failure.
 type CoolDown int
 
 const (
-	CoolDownNone         CoolDown = iota // no cool-down
-	CoolDownRetryAfter                   // for Verdict.RetryAfter (per-minute 429)
-	CoolDownUntilMidnight                // until the next midnight America/Los_Angeles (daily quota)
-	CoolDownUntilRecheck                 // until CheckCascade sees the model again (404, limit 0)
-	CoolDownProject                      // the whole client, until CheckCascade succeeds or OpenFor passes
+	CoolDownNone          CoolDown = iota // no cool-down
+	CoolDownRetryAfter                    // for Verdict.RetryAfter (per-minute 429)
+	CoolDownUntilMidnight                 // until the next midnight America/Los_Angeles (daily quota)
+	CoolDownUntilRecheck                  // until CheckCascade sees the model again (404, limit 0)
+	CoolDownProject                       // the whole client, until CheckCascade succeeds or OpenFor passes
 )
+
+// String returns "none", "retry_after", "until_midnight", "until_recheck" or
+// "project", or "CoolDown(n)" for an undeclared value.
+func (d CoolDown) String() string {
+	switch d {
+	case CoolDownNone:
+		return "none"
+	case CoolDownRetryAfter:
+		return "retry_after"
+	case CoolDownUntilMidnight:
+		return "until_midnight"
+	case CoolDownUntilRecheck:
+		return "until_recheck"
+	case CoolDownProject:
+		return "project"
+	}
+	return "CoolDown(" + strconv.Itoa(int(d)) + ")"
+}
 
 // Verdict is Classify's reading of an error. The zero value is the verdict of
 // a nil error.
@@ -68,10 +151,704 @@ type Verdict struct {
 	QuotaID    string        // the quotaId that decided a quota verdict, "" when none
 }
 
+// attemptTimeoutError marks the failure of an attempt whose own timeout fired
+// while the caller's context was still live. Classify reads it as
+// ClassTimeout (retryable, counted) where a bare context.DeadlineExceeded
+// means the caller's deadline (ClassCanceled); an APIError inside it (the
+// server answered as the timer fired) is classified as that APIError. The
+// Client wraps an attempt's error in it whenever the attempt's context is done
+// and the caller's is not. It unwraps to the error.
+type attemptTimeoutError struct{ err error }
+
+func (e *attemptTimeoutError) Error() string {
+	return fmt.Sprintf("geminiguard: attempt timed out: %v", e.err)
+}
+
+// Unwrap returns the attempt's error.
+func (e *attemptTimeoutError) Unwrap() error { return e.err }
+
 // Classify reads err and says what it was, whether retrying the same model can
 // help, and how far the failure reaches. It is pure, safe for concurrent use,
 // and never panics; Classify(nil) is the zero Verdict. On an error returned by a
 // Client method it gives the verdict of the failure that decided the outcome.
-func Classify(err error) Verdict {
-	panic("TODO: classify helper")
+//
+// It reads, in this order: a *CascadeError (the verdict of its last failed
+// attempt), a *ModelError (its Verdict), a wait that would have overrun the
+// deadline (the failure it would have retried), context errors, our typed
+// errors (*ResponseError, *StreamError), genai.APIError (value or pointer),
+// our sentinels, then transport errors. context.Canceled is ClassCanceled; so
+// is context.DeadlineExceeded (the caller's deadline, or the SDK's
+// HTTPOptions.Timeout, which looks the same), except inside an
+// attemptTimeoutError or from an http.Client's own Timeout ("Client.Timeout
+// exceeded"), which are ClassTimeout. Within an APIError it reads structure
+// first (code, status, details such as QuotaFailure, RetryInfo and
+// ErrorInfo, an error object inside a JSON Message) and the message text only
+// where the API sends nothing else (spend caps, "limit: 0", "Please retry in
+// 36.4s", region blocks). A RetryInfo delay is truncated to whole seconds by
+// the API while the message states it exactly, so RetryAfter is the larger of
+// the two. A 499 CANCELLED answer is server_error: the server gave up, as our
+// own cancellation never reads a response. An error whose own methods panic
+// is ClassUnknown.
+//
+// The base verdict of each class (a few cases narrow it, as noted):
+//
+//	class             retryable  scope    cool-down       counts
+//	unknown           yes        model    -               yes
+//	canceled          no         request  -               no
+//	rate_limit        yes        model    retry_after     no
+//	daily_quota       no         model    until_midnight  no
+//	no_quota          no         model    until_recheck   no
+//	spend_cap         no         project  project         no
+//	overloaded        yes        model    -               yes
+//	server_error      yes        model    -               yes
+//	timeout           yes        model    -               yes
+//	network           yes        model    -               yes
+//	stream_cut        yes        model    -               yes
+//	bad_request       no         request  -               no
+//	auth              no         project  project         no   (a 403 without a key- or project-wide sign: model, until_recheck)
+//	service_disabled  no         project  project         no
+//	location          no         project  project         no
+//	not_found         no         model    until_recheck   no
+//	blocked           no         request  -               no
+//	empty             yes        model    -               no   (MAX_TOKENS, LANGUAGE: not retryable, request)
+//	circuit_open      no         model    -               no   (the whole project cooling down: project)
+//	local_rate_limit  no         model    -               no
+func Classify(err error) (v Verdict) {
+	if err == nil {
+		return Verdict{}
+	}
+	defer func() {
+		if recover() != nil {
+			v = base(ClassUnknown)
+		}
+	}()
+	return classify(err)
+}
+
+// base returns the verdict every error of class c starts from.
+func base(c Class) Verdict {
+	v := Verdict{Class: c}
+	switch c {
+	case ClassUnknown, ClassOverloaded, ClassServerError, ClassTimeout, ClassNetwork, ClassStreamCut:
+		v.Retryable, v.Scope, v.Counts = true, ScopeModel, true
+	case ClassRateLimit:
+		v.Retryable, v.Scope, v.CoolDown = true, ScopeModel, CoolDownRetryAfter
+	case ClassDailyQuota:
+		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilMidnight
+	case ClassNoQuota, ClassNotFound:
+		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilRecheck
+	case ClassSpendCap, ClassAuth, ClassServiceDisabled, ClassLocation:
+		v.Scope, v.CoolDown = ScopeProject, CoolDownProject
+	case ClassEmpty:
+		v.Retryable, v.Scope = true, ScopeModel
+	case ClassCircuitOpen, ClassLocalRateLimit:
+		v.Scope = ScopeModel
+	}
+	return v
+}
+
+// classify is Classify without the panic guard.
+func classify(err error) Verdict {
+	var ce *CascadeError
+	if errors.As(err, &ce) && ce != nil {
+		if last := ce.last(); last != nil {
+			return classify(last)
+		}
+	}
+	var me *ModelError
+	if errors.As(err, &me) && me != nil {
+		if me.Verdict.Class != ClassNone {
+			return me.Verdict
+		}
+		if me.Err != nil {
+			return classify(me.Err)
+		}
+	}
+	var we *waitError
+	if errors.As(err, &we) && we != nil && we.Err != nil {
+		return classify(we.Err)
+	}
+
+	if errors.Is(err, context.Canceled) {
+		return base(ClassCanceled)
+	}
+	var ate *attemptTimeoutError
+	if errors.As(err, &ate) && ate != nil {
+		if _, answered := asAPIError(ate.err); !answered {
+			return base(ClassTimeout)
+		}
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		if strings.Contains(err.Error(), "Client.Timeout exceeded") {
+			// The http.Client's own Timeout, not the caller's deadline.
+			return base(ClassTimeout)
+		}
+		return base(ClassCanceled)
+	}
+
+	var re *ResponseError
+	if errors.As(err, &re) && re != nil {
+		return quietVerdict(re.Kind, re.Reason)
+	}
+	var se *StreamError
+	if errors.As(err, &se) && se != nil {
+		if ae, ok := asAPIError(se.Err); ok {
+			return apiVerdict(ae)
+		}
+		return base(ClassStreamCut)
+	}
+	if ae, ok := asAPIError(err); ok {
+		return apiVerdict(ae)
+	}
+
+	var cool *CoolingError
+	if errors.As(err, &cool) && cool != nil {
+		v := base(ClassCircuitOpen)
+		if cool.Model == "" {
+			v.Scope = ScopeProject
+		}
+		return v
+	}
+	switch {
+	case errors.Is(err, ErrCircuitOpen):
+		return base(ClassCircuitOpen)
+	case errors.Is(err, ErrRateLimited):
+		return base(ClassLocalRateLimit)
+	case errors.Is(err, ErrQuotaExhausted):
+		return base(ClassDailyQuota)
+	case errors.Is(err, ErrBlocked), errors.Is(err, ErrEmptyResponse):
+		return quietVerdict(err, "")
+	case errors.Is(err, ErrStreamInterrupted):
+		return base(ClassStreamCut)
+	}
+	return transportVerdict(err)
+}
+
+// asAPIError finds a genai.APIError in err's chain: the value the SDK
+// returns, or a non-nil pointer to one.
+func asAPIError(err error) (genai.APIError, bool) {
+	var ae genai.APIError
+	if errors.As(err, &ae) {
+		return ae, true
+	}
+	var p *genai.APIError
+	if errors.As(err, &p) && p != nil {
+		return *p, true
+	}
+	return genai.APIError{}, false
+}
+
+// quietVerdict classifies a quiet 200 of the given kind (a *ResponseError's
+// Kind, or an error matching it) and reason.
+func quietVerdict(kind error, reason string) Verdict {
+	if errors.Is(kind, ErrBlocked) {
+		return base(ClassBlocked)
+	}
+	v := base(ClassEmpty)
+	switch reason {
+	case string(genai.FinishReasonMaxTokens), string(genai.FinishReasonLanguage):
+		// The caller's maxOutputTokens (or thinking budget) or the prompt's
+		// language is the problem: the same request fails again anywhere.
+		v.Retryable, v.Scope = false, ScopeRequest
+	}
+	return v
+}
+
+// transportVerdict classifies what is neither an API answer nor one of ours:
+// errors of the HTTP round trip, of reading the body, and anything else.
+func transportVerdict(err error) Verdict {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue != nil {
+		// The SDK's doRequest wraps the http.Client error: no response yet.
+		if ue.Timeout() {
+			return base(ClassTimeout)
+		}
+		return base(ClassNetwork)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return base(ClassTimeout)
+	}
+	text := err.Error()
+	switch {
+	case strings.Contains(text, "deserializeUnaryResponse: error unmarshalling response"):
+		// A 200 whose body is not JSON: the server's fault, retry.
+		return base(ClassServerError)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), cutText.MatchString(text):
+		// Outside a *url.Error the SDK only returns errors of reading a body
+		// that had started: the answer was cut.
+		return base(ClassStreamCut)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, io.EOF):
+		return base(ClassNetwork)
+	}
+	return base(ClassUnknown)
+}
+
+// cutText matches the texts of transport errors that end a response that had
+// started: an HTTP/2 stream reset (net/http's unexported http2StreamError),
+// a GOAWAY or lost connection, a TCP reset, and the SDK's own stream parse
+// errors ("iterateResponseStream: error unmarshalling data ...",
+// "iterateResponseStream: invalid stream chunk: ...").
+var cutText = regexp.MustCompile(`stream error: stream ID \d+|http2: server sent GOAWAY|http2: client connection lost|connection reset by peer|iterateResponseStream: `)
+
+// ---- genai.APIError ----
+
+// fault is an APIError normalised: the error object inside a JSON Message
+// unwrapped, the code filled in from the status when the body had none.
+type fault struct {
+	code    int
+	status  string // canonical google.rpc code name ("RESOURCE_EXHAUSTED"), "" when none was sent
+	message string
+	details []map[string]any
+}
+
+// maxNesting bounds how many error objects nested in messages are unwrapped
+// (proxies wrap the API's body in their own).
+const maxNesting = 3
+
+// readFault normalises ae.
+func readFault(ae genai.APIError) fault {
+	f := fault{code: ae.Code, message: ae.Message, details: ae.Details}
+	var lineCode int
+	f.status, lineCode = splitStatus(ae.Status)
+	if f.code == 0 {
+		f.code = lineCode
+	}
+	for range maxNesting {
+		in, ok := innerFault(f.message)
+		if !ok {
+			break
+		}
+		if in.code != 0 {
+			f.code = in.code
+		}
+		if in.status != "" {
+			f.status = in.status
+		}
+		if len(in.details) > 0 {
+			f.details = in.details
+		}
+		f.message = in.message
+	}
+	if f.code == 0 {
+		f.code = statusCodes[f.status]
+	}
+	return f
+}
+
+// statusCodes maps google.rpc code names to the HTTP codes the API pairs
+// them with.
+var statusCodes = map[string]int{
+	"INVALID_ARGUMENT":    400,
+	"FAILED_PRECONDITION": 400,
+	"OUT_OF_RANGE":        400,
+	"UNAUTHENTICATED":     401,
+	"PERMISSION_DENIED":   403,
+	"NOT_FOUND":           404,
+	"ALREADY_EXISTS":      409,
+	"ABORTED":             409,
+	"RESOURCE_EXHAUSTED":  429,
+	"CANCELLED":           499,
+	"UNKNOWN":             500,
+	"INTERNAL":            500,
+	"DATA_LOSS":           500,
+	"UNIMPLEMENTED":       501,
+	"UNAVAILABLE":         503,
+	"DEADLINE_EXCEEDED":   504,
+}
+
+// codeName matches a google.rpc code name; anything else in Status is an HTTP
+// status line such as "503 Service Unavailable".
+var codeName = regexp.MustCompile(`^[A-Z][A-Z_]*$`)
+
+// splitStatus reads an APIError Status: a code name, or an HTTP status line
+// whose leading number it returns.
+func splitStatus(s string) (name string, code int) {
+	s = strings.TrimSpace(s)
+	if codeName.MatchString(s) {
+		return s, 0
+	}
+	digits := s
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		digits = s[:i]
+	}
+	if n, err := strconv.Atoi(digits); err == nil && n >= 100 && n <= 599 {
+		return "", n
+	}
+	return "", 0
+}
+
+// innerFault reads a Message that is itself an error body: {"error":{...}}
+// or a JSON array of them (what a non-SSE stream sends), as the SDK puts
+// bodies it could not read as one error object into Message.
+func innerFault(msg string) (fault, bool) {
+	msg = strings.TrimSpace(msg)
+	if msg == "" || (msg[0] != '{' && msg[0] != '[') {
+		return fault{}, false
+	}
+	var body any
+	if json.Unmarshal([]byte(msg), &body) != nil {
+		return fault{}, false
+	}
+	candidates := []any{body}
+	if arr, ok := body.([]any); ok {
+		candidates = arr
+	}
+	for _, c := range candidates {
+		obj, _ := c.(map[string]any)
+		e, ok := obj["error"].(map[string]any)
+		if !ok {
+			continue
+		}
+		f := fault{message: str(e["message"])}
+		f.status, _ = splitStatus(str(e["status"]))
+		f.code, _ = number(e["code"])
+		for _, d := range list(e["details"]) {
+			if m, ok := d.(map[string]any); ok {
+				f.details = append(f.details, m)
+			}
+		}
+		return f, true
+	}
+	return fault{}, false
+}
+
+// apiVerdict classifies an API error.
+func apiVerdict(ae genai.APIError) Verdict {
+	f := readFault(ae)
+	v := f.verdict()
+	v.RetryAfter = f.retryAfter()
+	return v
+}
+
+// verdict classifies f by code, then by details and text within a code.
+func (f fault) verdict() Verdict {
+	switch c := f.code; {
+	case c == 429:
+		return f.quotaVerdict()
+	case c == 400:
+		switch {
+		case f.keyProblem():
+			return base(ClassAuth)
+		case locationText.MatchString(f.message):
+			return base(ClassLocation)
+		}
+		return base(ClassBadRequest)
+	case c == 401:
+		return base(ClassAuth)
+	case c == 403:
+		switch {
+		case f.reason() == "SERVICE_DISABLED" || serviceDisabledText.MatchString(f.message):
+			return base(ClassServiceDisabled)
+		case f.keyProblem():
+			return base(ClassAuth)
+		}
+		// "The caller does not have permission" also answers a key that may
+		// not use this one model (a preview) while the others answer.
+		v := base(ClassAuth)
+		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilRecheck
+		return v
+	case c == 404:
+		return base(ClassNotFound)
+	case c == 408:
+		return base(ClassTimeout)
+	case c == 409, c == 499:
+		// ABORTED: a conflict worth retrying. CANCELLED as an answer: the
+		// server gave up (our own cancellation never reads a response).
+		return base(ClassServerError)
+	case c == 503:
+		if deadlineText.MatchString(f.message) {
+			return base(ClassTimeout)
+		}
+		return base(ClassOverloaded)
+	case c == 504:
+		return base(ClassTimeout)
+	case c >= 500 && c <= 599:
+		return base(ClassServerError)
+	case c >= 400 && c <= 499:
+		return base(ClassBadRequest)
+	}
+	return base(ClassUnknown)
+}
+
+var (
+	// locationText: 400 FAILED_PRECONDITION "User location is not supported
+	// for the API use." (also "... without a billing account linked.").
+	locationText = regexp.MustCompile(`(?i)user location is not supported|not available in your country`)
+	// serviceDisabledText: "Generative Language API has not been used in
+	// project N before or it is disabled."
+	serviceDisabledText = regexp.MustCompile(`(?i)has not been used in project .* or it is disabled`)
+	// keyText: messages that condemn the key or the project behind it.
+	keyText = regexp.MustCompile(`(?i)api key not valid|api key not found|api key expired|reported as leaked|unregistered callers|has been suspended`)
+	// deadlineText: 503 UNAVAILABLE "Deadline expired before operation could
+	// complete."
+	deadlineText = regexp.MustCompile(`(?i)deadline expired`)
+	// spendText: 429s of a spend or prepay cap, which carry no details:
+	// "Your project has exceeded its monthly spending cap.", "Your billing
+	// account has exceeded its monthly spending cap.", "Your prepayment
+	// credits are depleted."
+	spendText = regexp.MustCompile(`(?i)spending cap|spend cap|credits are depleted`)
+	// retryText: "Please retry in 36.429760048s.", "retry in 1m30s".
+	retryText = regexp.MustCompile(`(?i)retry in ((?:\d+(?:\.\d+)?(?:ns|us|µs|ms|h|m|s))+)`)
+	// quotaLine: "* Quota exceeded for metric: M, limit: N, model: X".
+	quotaLine = regexp.MustCompile(`Quota exceeded for metric: ([^,\s]+), limit: (\d+)`)
+)
+
+// keyReasons are the ErrorInfo reasons that condemn the key or the project
+// behind it, for every model.
+var keyReasons = map[string]bool{
+	"API_KEY_INVALID":               true,
+	"API_KEY_EXPIRED":               true,
+	"API_KEY_SERVICE_BLOCKED":       true,
+	"API_KEY_HTTP_REFERRER_BLOCKED": true,
+	"API_KEY_IP_ADDRESS_BLOCKED":    true,
+	"API_KEY_ANDROID_APP_BLOCKED":   true,
+	"API_KEY_IOS_APP_BLOCKED":       true,
+	"CONSUMER_SUSPENDED":            true,
+	"CONSUMER_INVALID":              true,
+	"BILLING_DISABLED":              true,
+}
+
+// keyProblem reports an error about the key or the project behind it.
+func (f fault) keyProblem() bool {
+	return keyReasons[f.reason()] || keyText.MatchString(f.message)
+}
+
+// reason returns the first ErrorInfo reason, "" when there is none.
+func (f fault) reason() string {
+	for _, d := range f.details {
+		if detailType(d) == "google.rpc.ErrorInfo" {
+			return str(d["reason"])
+		}
+	}
+	return ""
+}
+
+// quota is one quota a 429 says was exceeded.
+type quota struct {
+	id     string // quotaId, or ErrorInfo quota_limit
+	metric string // quotaMetric, or ErrorInfo quota_metric
+	limit  int
+	known  bool // the limit was stated
+}
+
+// quotaVerdict classifies a 429: which quota, and whether waiting helps.
+func (f fault) quotaVerdict() Verdict {
+	qs := f.quotas()
+	if len(qs) == 0 && spendText.MatchString(f.message) {
+		return base(ClassSpendCap)
+	}
+	pick := func(c Class, q quota) Verdict {
+		v := base(c)
+		v.QuotaID, v.QuotaLimit = q.id, q.limit
+		return v
+	}
+	for _, q := range qs {
+		if q.known && q.limit == 0 {
+			return pick(ClassNoQuota, q)
+		}
+	}
+	for _, q := range qs {
+		if strings.Contains(strings.ToLower(q.id), "perday") {
+			return pick(ClassDailyQuota, q)
+		}
+	}
+	if len(qs) > 0 {
+		return pick(ClassRateLimit, qs[0])
+	}
+	return base(ClassRateLimit)
+}
+
+// quotas lists the quotas f says were exceeded: QuotaFailure violations and
+// ErrorInfo RATE_LIMIT_EXCEEDED metadata, with limits the structure leaves
+// out taken from the message's "Quota exceeded for metric: M, limit: N"
+// lines (the only quotas when there is no structure).
+func (f fault) quotas() []quota {
+	var qs []quota
+	for _, d := range f.details {
+		switch detailType(d) {
+		case "google.rpc.QuotaFailure":
+			for _, x := range list(d["violations"]) {
+				q := quota{id: field(x, "quotaId"), metric: field(x, "quotaMetric")}
+				q.limit, q.known = number(value(x, "quotaValue"))
+				qs = append(qs, q)
+			}
+		case "google.rpc.ErrorInfo":
+			if str(d["reason"]) != "RATE_LIMIT_EXCEEDED" {
+				continue
+			}
+			md := d["metadata"]
+			q := quota{id: field(md, "quota_limit"), metric: field(md, "quota_metric")}
+			q.limit, q.known = number(value(md, "quota_limit_value"))
+			qs = append(qs, q)
+		}
+	}
+	lines := quotaLine.FindAllStringSubmatch(f.message, -1)
+	if len(qs) == 0 {
+		for _, l := range lines {
+			n, ok := number(l[2])
+			qs = append(qs, quota{metric: l[1], limit: n, known: ok})
+		}
+		return qs
+	}
+	for i := range qs {
+		for _, l := range lines {
+			if qs[i].known || l[1] != qs[i].metric {
+				continue
+			}
+			qs[i].limit, qs[i].known = number(l[2])
+		}
+	}
+	return qs
+}
+
+// retryAfter returns the delay the server stated: the larger of RetryInfo's
+// retryDelay (whole seconds) and the message's "Please retry in 36.4s".
+func (f fault) retryAfter() time.Duration {
+	var d time.Duration
+	for _, det := range f.details {
+		if detailType(det) != "google.rpc.RetryInfo" {
+			continue
+		}
+		if x, err := time.ParseDuration(str(det["retryDelay"])); err == nil && x > 0 {
+			d = x
+			break
+		}
+	}
+	if m := retryText.FindStringSubmatch(f.message); m != nil {
+		if x, err := time.ParseDuration(m[1]); err == nil && x > d {
+			d = x
+		}
+	}
+	return d
+}
+
+// ---- loosely typed JSON ----
+
+// detailType returns a detail's "@type" without its URL prefix, e.g.
+// "google.rpc.QuotaFailure".
+func detailType(d map[string]any) string {
+	t := str(d["@type"])
+	return t[strings.LastIndexByte(t, '/')+1:]
+}
+
+// str returns v when it is a string, "" otherwise.
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// list returns v's elements when it is a JSON array.
+func list(v any) []any {
+	switch l := v.(type) {
+	case []any:
+		return l
+	case []map[string]any:
+		out := make([]any, len(l))
+		for i, m := range l {
+			out[i] = m
+		}
+		return out
+	}
+	return nil
+}
+
+// value returns obj[key] for a JSON object (decoded, or built in Go with
+// string values).
+func value(obj any, key string) any {
+	switch m := obj.(type) {
+	case map[string]any:
+		return m[key]
+	case map[string]string:
+		if s, ok := m[key]; ok {
+			return s
+		}
+	}
+	return nil
+}
+
+// field returns obj[key] when it is a string.
+func field(obj any, key string) string { return str(value(obj, key)) }
+
+// number reads a non-negative integer sent as a JSON number or a decimal
+// string ("10", "250000").
+func number(v any) (int, bool) {
+	switch n := v.(type) {
+	case float64:
+		if n >= 0 && n <= math.MaxInt32 && n == math.Trunc(n) {
+			return int(n), true
+		}
+	case string:
+		if i, err := strconv.Atoi(strings.TrimSpace(n)); err == nil && i >= 0 {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// ---- quiet 200s ----
+
+// responseError reads a complete GenerateContent response (not an
+// intermediate stream chunk, which may rightly carry nothing) and returns a
+// *ResponseError when it holds no usable answer, nil when it does. It reads
+// the first candidate, as resp.Text() does:
+//
+//   - promptFeedback.blockReason set: ErrBlocked with that reason;
+//   - no response, no candidates: ErrEmptyResponse "NO_CANDIDATES";
+//   - finishReason SAFETY, PROHIBITED_CONTENT, BLOCKLIST, SPII, RECITATION,
+//     IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT or IMAGE_RECITATION: ErrBlocked
+//     with that reason, whatever partial content survived;
+//   - MALFORMED_FUNCTION_CALL or UNEXPECTED_TOOL_CALL: ErrEmptyResponse with
+//     that reason, even with parts (the API itself condemns the call);
+//   - no answer part (non-thought text, a function call, inline or file
+//     data, executable code or its result): ErrEmptyResponse with the
+//     finishReason (OTHER, MAX_TOKENS, LANGUAGE, TOO_MANY_TOOL_CALLS, ...),
+//     or "NO_PARTS" when it is STOP or unset;
+//   - anything else, MAX_TOKENS with text included, is an answer: nil.
+func responseError(model string, resp *genai.GenerateContentResponse) error {
+	fail := func(kind error, reason string) error {
+		return &ResponseError{Kind: kind, Model: model, Reason: reason, Response: resp}
+	}
+	if resp != nil && resp.PromptFeedback != nil && resp.PromptFeedback.BlockReason != "" {
+		return fail(ErrBlocked, string(resp.PromptFeedback.BlockReason))
+	}
+	if resp == nil || len(resp.Candidates) == 0 || resp.Candidates[0] == nil {
+		return fail(ErrEmptyResponse, "NO_CANDIDATES")
+	}
+	c := resp.Candidates[0]
+	reason := string(c.FinishReason)
+	switch c.FinishReason {
+	case genai.FinishReasonSafety, genai.FinishReasonProhibitedContent, genai.FinishReasonBlocklist,
+		genai.FinishReasonSPII, genai.FinishReasonRecitation, genai.FinishReasonImageSafety,
+		genai.FinishReasonImageProhibitedContent, genai.FinishReasonImageRecitation:
+		return fail(ErrBlocked, reason)
+	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
+		return fail(ErrEmptyResponse, reason)
+	}
+	if hasAnswer(c.Content) {
+		return nil
+	}
+	switch c.FinishReason {
+	case "", genai.FinishReasonStop, genai.FinishReasonUnspecified:
+		reason = "NO_PARTS"
+	}
+	return fail(ErrEmptyResponse, reason)
+}
+
+// hasAnswer reports whether content holds a part the caller can use:
+// non-thought text, a function call, inline or file data, executable code or
+// its result.
+func hasAnswer(content *genai.Content) bool {
+	if content == nil {
+		return false
+	}
+	for _, p := range content.Parts {
+		switch {
+		case p == nil:
+		case p.Text != "" && !p.Thought,
+			p.FunctionCall != nil, p.InlineData != nil, p.FileData != nil,
+			p.ExecutableCode != nil, p.CodeExecutionResult != nil:
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -134,3 +135,94 @@ func (e *CascadeError) last() error {
 	}
 	return nil
 }
+
+// ModelError is the failure of one model within a call: the error the API or
+// the transport returned (or why no request was sent), with its Verdict.
+// It matches ErrRateLimited for per-minute quotas and local token waits,
+// ErrQuotaExhausted for daily, zero and spend quotas, ErrCircuitOpen for
+// models refused by their breaker or cool-down, and unwraps to the cause
+// (errors.As(err, &genai.APIError{}) works). Returned as a pointer.
+type ModelError struct {
+	Model   string
+	Verdict Verdict
+	Err     error
+}
+
+func (e *ModelError) Error() string {
+	inner := e.Err.Error()
+	if strings.Contains(inner, e.Model) { // our own errors name the model already
+		return inner
+	}
+	return fmt.Sprintf("geminiguard: model %s: %s: %s", e.Model, e.Verdict.Class, strings.TrimPrefix(inner, "geminiguard: "))
+}
+
+// Unwrap returns the cause.
+func (e *ModelError) Unwrap() error { return e.Err }
+
+// Is maps the verdict's class to the package's sentinels.
+func (e *ModelError) Is(target error) bool {
+	switch target {
+	case ErrRateLimited:
+		return e.Verdict.Class == ClassRateLimit || e.Verdict.Class == ClassLocalRateLimit
+	case ErrQuotaExhausted:
+		return e.Verdict.Class.quota()
+	case ErrCircuitOpen:
+		return e.Verdict.Class == ClassCircuitOpen
+	}
+	return false
+}
+
+// quota reports the classes that a short wait will not cure.
+func (c Class) quota() bool {
+	return c == ClassDailyQuota || c == ClassNoQuota || c == ClassSpendCap
+}
+
+// CoolingError says why no request was sent to a model: it is cooling down
+// after a quota answer or a 404 (or the whole project is, after a
+// project-scoped failure), until Until. It matches ErrCircuitOpen, and
+// ErrQuotaExhausted or ErrRateLimited after quota answers. Returned as a
+// pointer.
+type CoolingError struct {
+	Model  string    // "" when the whole project is cooling down
+	Until  time.Time // zero-padded far future for retired models: until CheckCascade sees them
+	Reason Class     // the class of the failure that started the cool-down
+}
+
+func (e *CoolingError) Error() string {
+	who := "project"
+	if e.Model != "" {
+		who = "model " + e.Model
+	}
+	if e.Reason == ClassNotFound || e.Until.Year() > 9000 {
+		return fmt.Sprintf("geminiguard: %s cooling down after %s until CheckCascade sees it again", who, e.Reason)
+	}
+	return fmt.Sprintf("geminiguard: %s cooling down after %s until %s", who, e.Reason, e.Until.UTC().Format(time.RFC3339))
+}
+
+// Is reports ErrCircuitOpen, and ErrQuotaExhausted / ErrRateLimited by reason.
+func (e *CoolingError) Is(target error) bool {
+	switch target {
+	case ErrCircuitOpen:
+		return true
+	case ErrQuotaExhausted:
+		return e.Reason.quota()
+	case ErrRateLimited:
+		return e.Reason == ClassRateLimit
+	}
+	return false
+}
+
+// waitError marks a failure whose retry was not attempted because the wait
+// would have overrun the call's deadline. It matches
+// context.DeadlineExceeded and unwraps to the failure.
+type waitError struct {
+	Err  error
+	Wait time.Duration
+}
+
+func (e *waitError) Error() string {
+	return fmt.Sprintf("%v (a retry after %v would overrun the call's deadline)", e.Err, e.Wait)
+}
+
+func (e *waitError) Is(target error) bool { return target == context.DeadlineExceeded }
+func (e *waitError) Unwrap() error        { return e.Err }

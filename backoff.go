@@ -1,0 +1,325 @@
+package geminiguard
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Jitter selects how backoff delays are randomised. The zero value
+// JitterDefault means JitterFull.
+type Jitter int
+
+const (
+	// JitterDefault is the zero value: JitterFull.
+	JitterDefault Jitter = iota
+	// JitterFull waits U(0, min(MaxDelay, BaseDelay·2^(n−1))) before retry n.
+	// It spends the least upstream work of the four (AWS Architecture Blog,
+	// "Exponential Backoff And Jitter", Marc Brooker, 2015).
+	JitterFull
+	// JitterEqual waits v/2 + U(0, v/2) with v = min(MaxDelay, BaseDelay·2^(n−1)):
+	// never less than half the exponential delay.
+	JitterEqual
+	// JitterDecorrelated waits min(MaxDelay, U(BaseDelay, 3·previous delay)):
+	// each delay grows from the previous one rather than from the attempt number.
+	JitterDecorrelated
+	// JitterNone waits min(MaxDelay, BaseDelay·2^(n−1)) exactly. Clients that
+	// failed together retry together: use it only in tests.
+	JitterNone
+)
+
+// String returns "default", "full", "equal", "decorrelated" or "none".
+func (j Jitter) String() string {
+	switch j {
+	case JitterDefault:
+		return "default"
+	case JitterFull:
+		return "full"
+	case JitterEqual:
+		return "equal"
+	case JitterDecorrelated:
+		return "decorrelated"
+	case JitterNone:
+		return "none"
+	}
+	return fmt.Sprintf("Jitter(%d)", int(j))
+}
+
+// Defaults of RetryPolicy; each field's comment says why.
+const (
+	defaultMaxAttempts        = 3
+	defaultBaseDelay          = 500 * time.Millisecond
+	defaultMaxDelay           = 8 * time.Second
+	defaultMaxRetryAfter      = 60 * time.Second
+	defaultBudgetRatio        = 0.1
+	defaultBudgetMinPerSecond = 1.0
+	maxBudgetRatio            = 1000 // Finagle's and tower's upper bound of percentCanRetry
+)
+
+// RetryPolicy says when a Client retries the same model after a retryable
+// failure, how long it waits, and how many retries the whole Client may send.
+// Whether a failure is retryable at all is the classifier's verdict.
+//
+// A zero field takes its default; a negative or contradictory value makes New
+// fail with an error that names the field. RetryPolicy is a plain value, safe
+// to copy and to share between goroutines.
+type RetryPolicy struct {
+	// MaxAttempts is the number of attempts per model within one call, the
+	// first included; 1 never retries. Default: 3 (Google SRE book, "Handling
+	// Overload": "up to three attempts").
+	MaxAttempts int
+
+	// BaseDelay is the backoff before the first retry, doubled for each later
+	// one (before jitter). Default: 500ms.
+	BaseDelay time.Duration
+
+	// MaxDelay caps one backoff wait. Default: 8s, or BaseDelay when that is
+	// longer. A backoff that would overrun the call's deadline is not slept:
+	// the next model is tried instead.
+	MaxDelay time.Duration
+
+	// MaxRetryAfter is the longest server-stated delay (RetryInfo.retryDelay,
+	// "Please retry in 22.5s") the Client waits to retry the same model; a
+	// longer one moves to the next model at once. Server-stated delays replace
+	// backoff: retrying earlier only earns another 429. Default: 60s, the
+	// length of the per-minute quota window, so any per-minute 429 (reported
+	// delays run from seconds to 59s) is honoured when no other model can
+	// answer, while the call deadline still bounds the wait; with a model left
+	// in the cascade, a per-minute 429 moves on without waiting. Set 1ns to
+	// never wait on a server-stated delay.
+	MaxRetryAfter time.Duration
+
+	// Jitter randomises backoff delays. Default: JitterFull.
+	Jitter Jitter
+
+	// BudgetRatio bounds the retries of the whole Client: over the last 10s,
+	// retries may not exceed this fraction of first attempts (plus the
+	// BudgetMinPerSecond floor), so an outage cannot multiply upstream load.
+	// It must be at most 1000. Default: 0.1 (Google SRE book, "Handling
+	// Overload": retry only while retries are below 10% of requests, which
+	// caps growth at 1.1×).
+	BudgetRatio float64
+
+	// BudgetMinPerSecond is a rate of retries the budget always allows on top
+	// of BudgetRatio, so a Client with little traffic can still retry.
+	// Default: 1 per second: Finagle's RetryBudget mechanism (a floor of
+	// minRetriesPerSec), at a tenth of its 10/s default, because a Gemini
+	// model's quota is often 10 to 2,000 requests per minute, not per second.
+	BudgetMinPerSecond float64
+}
+
+// withDefaults returns p with every zero field set to its default. Negative
+// and invalid values are kept for validate to report.
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = defaultMaxAttempts
+	}
+	if p.BaseDelay == 0 {
+		p.BaseDelay = defaultBaseDelay
+	}
+	if p.MaxDelay == 0 {
+		p.MaxDelay = max(defaultMaxDelay, p.BaseDelay)
+	}
+	if p.MaxRetryAfter == 0 {
+		p.MaxRetryAfter = defaultMaxRetryAfter
+	}
+	if p.Jitter == JitterDefault {
+		p.Jitter = JitterFull
+	}
+	if p.BudgetRatio == 0 {
+		p.BudgetRatio = defaultBudgetRatio
+	}
+	if p.BudgetMinPerSecond == 0 {
+		p.BudgetMinPerSecond = defaultBudgetMinPerSecond
+	}
+	return p
+}
+
+// validate reports every problem of p (after its defaults) at once, each
+// naming the field and what to do, joined with errors.Join; nil when none.
+func (p RetryPolicy) validate() error {
+	p = p.withDefaults()
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("geminiguard: RetryPolicy."+format, args...))
+	}
+	if p.MaxAttempts < 0 {
+		add("MaxAttempts (%d) is negative: use 1 to never retry, or 0 for the default (%d)", p.MaxAttempts, defaultMaxAttempts)
+	}
+	if p.BaseDelay < 0 {
+		add("BaseDelay (%v) is negative: use a positive delay, or 0 for the default (%v)", p.BaseDelay, defaultBaseDelay)
+	}
+	if p.MaxDelay < 0 {
+		add("MaxDelay (%v) is negative: use a positive delay, or 0 for the default (%v)", p.MaxDelay, defaultMaxDelay)
+	}
+	if p.BaseDelay > 0 && p.MaxDelay > 0 && p.MaxDelay < p.BaseDelay {
+		add("MaxDelay (%v) is below BaseDelay (%v): raise MaxDelay or lower BaseDelay", p.MaxDelay, p.BaseDelay)
+	}
+	if p.MaxRetryAfter < 0 {
+		add("MaxRetryAfter (%v) is negative: use 0 for the default (%v), or 1ns to never wait on a server-stated delay", p.MaxRetryAfter, defaultMaxRetryAfter)
+	}
+	if p.Jitter < JitterFull || p.Jitter > JitterNone {
+		add("Jitter (%v) is not a known Jitter: use JitterFull, JitterEqual, JitterDecorrelated or JitterNone", p.Jitter)
+	}
+	if !(p.BudgetRatio > 0 && p.BudgetRatio <= maxBudgetRatio) {
+		add("BudgetRatio (%v) must be in (0, %d]: 0.1 lets retries add at most 10%% to first attempts", p.BudgetRatio, maxBudgetRatio)
+	}
+	if !(p.BudgetMinPerSecond > 0 && !math.IsInf(p.BudgetMinPerSecond, 1)) {
+		add("BudgetMinPerSecond (%v) must be a positive number of retries per second, or 0 for the default (%v)", p.BudgetMinPerSecond, defaultBudgetMinPerSecond)
+	}
+	return errors.Join(errs...)
+}
+
+// retryDelay decides the wait before retrying the same model after a
+// retryable failure on attempt number attempt (1 for the wait before the
+// second attempt). A server-stated delay (serverDelay > 0) is used as it is,
+// or, when it exceeds MaxRetryAfter, refused: ok is false and the caller moves
+// to the next model now. Without one it is backoffDelay with p's jitter; prev
+// is the previous wait (for JitterDecorrelated) and r a uniform draw in [0, 1).
+// p must have its defaults applied. Pure: safe for concurrent use.
+func (p RetryPolicy) retryDelay(serverDelay, prev time.Duration, attempt int, r float64) (d time.Duration, ok bool) {
+	if serverDelay > 0 {
+		if serverDelay > p.MaxRetryAfter {
+			return 0, false
+		}
+		return serverDelay, true
+	}
+	return backoffDelay(p.Jitter, p.BaseDelay, p.MaxDelay, prev, attempt, r), true
+}
+
+// backoffDelay returns the backoff before retry number attempt (1 for the
+// delay before the second attempt; values below 1 count as 1), never more
+// than maxDelay. prev is the previous delay (JitterDecorrelated only; below base it
+// counts as base) and r a uniform draw in [0, 1). With v = min(maxDelay,
+// base·2^(attempt−1)):
+//
+//	JitterFull (and JitterDefault)  U(0, v)
+//	JitterEqual                     v/2 + U(0, v/2)
+//	JitterDecorrelated              min(maxDelay, U(base, 3·prev))
+//	JitterNone                      v
+//
+// The formulas are those of Marc Brooker's "Exponential Backoff And Jitter"
+// (AWS Architecture Blog, 2015). Large attempts and delays saturate at maxDelay
+// instead of overflowing. Pure: safe for concurrent use.
+func backoffDelay(j Jitter, base, maxDelay, prev time.Duration, attempt int, r float64) time.Duration {
+	if j == JitterDecorrelated {
+		prev = max(prev, base)
+		hi := time.Duration(math.MaxInt64)
+		if prev <= math.MaxInt64/3 {
+			hi = 3 * prev
+		}
+		return min(maxDelay, base+scale(hi-base, r))
+	}
+	v := maxDelay
+	attempt = max(attempt, 1)
+	if shift := attempt - 1; shift < 63 && base <= maxDelay>>shift {
+		v = base << shift
+	}
+	switch j {
+	case JitterEqual:
+		return v - v/2 + scale(v/2, r)
+	case JitterNone:
+		return v
+	}
+	return scale(v, r)
+}
+
+// scale returns d·r for r in [0, 1), rounded down.
+func scale(d time.Duration, r float64) time.Duration {
+	return time.Duration(float64(d) * r)
+}
+
+// budgetSlots is the number of slots the retry budget's ttl is divided into,
+// as in Finagle's and tower's windowed token bucket.
+const budgetSlots = 10
+
+// budgetScale turns fractional credit into integers: 1 retry = budgetScale.
+const budgetScale = 1_000_000
+
+// retryBudget bounds the retries of a whole Client in the manner of Finagle's
+// RetryBudget (https://finagle.github.io/blog/2016/02/08/retry-budgets): each
+// first attempt deposits ratio credit, each retry withdraws 1, and a floor of
+// minPerSecond·ttl retries per ttl is always allowed. Deposits and withdrawals
+// expire after ttl (kept in budgetSlots slots of ttl/budgetSlots, so an entry
+// counts for between 0.9·ttl and ttl). Over any ttl, retries ≤ ratio·first
+// attempts + minPerSecond·ttl.
+//
+// Time is an argument. A retryBudget is safe for concurrent use; each call is
+// O(1) and allocates nothing. Use newRetryBudget: the zero value allows no
+// retries.
+type retryBudget struct {
+	deposits int64         // credit of one first attempt, in budgetScale units
+	reserve  int64         // the floor: minPerSecond·ttl retries, in budgetScale units
+	width    time.Duration // length of one slot
+
+	mu    sync.Mutex         // guards the fields below
+	epoch time.Time          // first time seen; slot numbers count from it
+	head  int64              // number of the newest slot
+	slots [budgetSlots]int64 // credit per slot, indexed by slot number mod budgetSlots
+	sum   int64              // sum of slots
+}
+
+// newRetryBudget returns a budget that allows, over any ttl, ratio retries per
+// first attempt plus minPerSecond retries per second. ratio and minPerSecond
+// must be finite and non-negative, and ttl at least budgetSlots nanoseconds
+// (Finagle allows 1s to 60s); RetryPolicy.validate checks the first two.
+func newRetryBudget(ratio, minPerSecond float64, ttl time.Duration) *retryBudget {
+	return &retryBudget{
+		deposits: saturate(ratio * budgetScale),
+		reserve:  saturate(minPerSecond * ttl.Seconds() * budgetScale),
+		width:    ttl / budgetSlots,
+	}
+}
+
+// saturate rounds f to an int64 credit no larger than a quarter of the int64
+// range, so sums of several cannot overflow.
+func saturate(f float64) int64 {
+	const limit = math.MaxInt64 / 4
+	if f >= limit {
+		return limit
+	}
+	return int64(math.Round(f))
+}
+
+// deposit records a first attempt made at now.
+func (b *retryBudget) deposit(now time.Time) {
+	b.mu.Lock()
+	i := b.advance(now)
+	b.slots[i] += b.deposits
+	b.sum += b.deposits
+	b.mu.Unlock()
+}
+
+// withdraw reports whether a retry may be sent at now, and if so records it.
+func (b *retryBudget) withdraw(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := b.advance(now)
+	if b.sum+b.reserve < budgetScale {
+		return false
+	}
+	b.slots[i] -= budgetScale
+	b.sum -= budgetScale
+	return true
+}
+
+// advance expires the slots older than ttl at now and returns the index of
+// the slot now falls in. A now before the newest slot (a caller that read its
+// clock before another) counts in the newest slot. b.mu must be held.
+func (b *retryBudget) advance(now time.Time) int {
+	if b.epoch.IsZero() {
+		b.epoch = now
+	}
+	n := int64(now.Sub(b.epoch) / b.width)
+	if n > b.head {
+		for s := max(b.head+1, n-budgetSlots+1); s <= n; s++ {
+			i := s % budgetSlots
+			b.sum -= b.slots[i]
+			b.slots[i] = 0
+		}
+		b.head = n
+	}
+	return int(b.head % budgetSlots)
+}

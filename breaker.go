@@ -1,0 +1,562 @@
+package geminiguard
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/geminiguard/geminiguard/internal/pacific"
+)
+
+// State is the state of a model's circuit breaker. The zero value is
+// StateClosed.
+type State int
+
+const (
+	// StateClosed: requests flow; counted failures are tallied.
+	StateClosed State = iota
+	// StateOpen: requests are refused with ErrCircuitOpen until OpenFor has
+	// passed since the breaker opened.
+	StateOpen
+	// StateHalfOpen: up to HalfOpenProbes trial requests are let through; their
+	// successes close the breaker, a failure opens it again.
+	StateHalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s State) String() string {
+	switch s {
+	case StateClosed:
+		return "closed"
+	case StateOpen:
+		return "open"
+	case StateHalfOpen:
+		return "half-open"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Breaker defaults. OpenFor sits between the 5s of Polly and Hystrix and the
+// 60s of resilience4j, gobreaker and failsafe-go: Gemini overload waves last
+// tens of seconds, and while the primary is open its traffic goes to a weaker
+// model, so the breaker looks again (with one request) twice a minute.
+const (
+	DefaultFailureThreshold   = 5                // consecutive counted failures that open the breaker
+	DefaultOpenFor            = 30 * time.Second // time open before half-open
+	DefaultHalfOpenProbes     = 1                // probes in flight in half-open, and successes that close it
+	DefaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
+	DefaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
+)
+
+// windowBuckets is the number of slices the failure-rate window is kept in:
+// it slides in steps of Window/windowBuckets (Hystrix: 10 buckets).
+const windowBuckets = 10
+
+// BreakerSettings configures the per-model circuit breakers (one per model
+// and endpoint). Only failures that say the model is unwell count (5xx,
+// timeouts, network errors: Verdict.Counts); quota answers cool the model
+// down instead, and caller cancellations and request errors count for
+// nothing. A zero field means its default; a negative or contradictory value
+// is an error from New. The zero value is the default configuration. It is a
+// plain value: the Client keeps its own copy.
+type BreakerSettings struct {
+	// FailureThreshold is the number of consecutive counted failures that
+	// opens a closed breaker; a success resets the count. The 5th failure in
+	// a row trips, where gobreaker's default trips on the 6th. At the 37% 503
+	// rate reported for Gemini, five independent failures in a row are rare
+	// (0.37^5 < 1%): a brownout that still serves most calls does not trip,
+	// a burst or an outage does.
+	// Default: DefaultFailureThreshold (5).
+	FailureThreshold int
+	// OpenFor is how long an open breaker refuses requests before it lets
+	// probes through (half-open). It is counted again from each reopening.
+	// Default: DefaultOpenFor (30s).
+	OpenFor time.Duration
+	// HalfOpenProbes is both the number of probes a half-open breaker lets
+	// through at a time and the number of probe successes that close it. One
+	// probe is what Polly, Hystrix and gobreaker admit (resilience4j: 10): a
+	// model that just came back gets one request, not the flood.
+	// Default: DefaultHalfOpenProbes (1).
+	HalfOpenProbes int
+	// FailureRate, when above 0, also opens a closed breaker when the counted
+	// failures reach this fraction of the calls that completed within the last
+	// Window (successes and counted failures; ignored outcomes are left out),
+	// once there were at least MinRequests of them. It must be in [0, 1].
+	// Default: 0 (off: consecutive failures only).
+	FailureRate float64
+	// Window is the span the failure rate is measured over, in steps of a
+	// tenth of it. At least 1s; only with FailureRate.
+	// Default: DefaultBreakerWindow (60s) when FailureRate is set.
+	Window time.Duration
+	// MinRequests is the number of calls within Window below which the
+	// failure rate is not judged. Only with FailureRate.
+	// Default: DefaultBreakerMinRequests (10) when FailureRate is set.
+	MinRequests int
+}
+
+// withDefaults returns s with every zero field set to its default. Negative
+// and other invalid values are kept, for validate to report.
+func (s BreakerSettings) withDefaults() BreakerSettings {
+	if s.FailureThreshold == 0 {
+		s.FailureThreshold = DefaultFailureThreshold
+	}
+	if s.OpenFor == 0 {
+		s.OpenFor = DefaultOpenFor
+	}
+	if s.HalfOpenProbes == 0 {
+		s.HalfOpenProbes = DefaultHalfOpenProbes
+	}
+	if s.FailureRate > 0 {
+		if s.Window == 0 {
+			s.Window = DefaultBreakerWindow
+		}
+		if s.MinRequests == 0 {
+			s.MinRequests = DefaultBreakerMinRequests
+		}
+	}
+	return s
+}
+
+// validate reports every invalid field of s (errors.Join), each naming the
+// field and what to do; nil when s is valid. It accepts s before or after
+// withDefaults.
+func (s BreakerSettings) validate() error {
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("geminiguard: BreakerSettings."+format, args...))
+	}
+	if s.FailureThreshold < 0 {
+		add("FailureThreshold is %d: use a positive count, or 0 for the default (%d)", s.FailureThreshold, DefaultFailureThreshold)
+	}
+	if s.OpenFor < 0 {
+		add("OpenFor is %v: use a positive duration, or 0 for the default (%v)", s.OpenFor, DefaultOpenFor)
+	}
+	if s.HalfOpenProbes < 0 {
+		add("HalfOpenProbes is %d: use a positive count, or 0 for the default (%d)", s.HalfOpenProbes, DefaultHalfOpenProbes)
+	}
+	if !(s.FailureRate >= 0 && s.FailureRate <= 1) {
+		add("FailureRate is %v: use a fraction in (0, 1], e.g. 0.5, or 0 to turn the rule off", s.FailureRate)
+	}
+	switch {
+	case s.Window < 0:
+		add("Window is %v: use a duration of at least 1s, or 0 for the default (%v)", s.Window, DefaultBreakerWindow)
+	case s.Window > 0 && s.Window < time.Second:
+		add("Window is %v: use a duration of at least 1s (a Gemini call takes about that long), or 0 for the default (%v)", s.Window, DefaultBreakerWindow)
+	case s.Window > 0 && s.FailureRate == 0:
+		add("Window is %v but FailureRate is 0: set FailureRate to use the failure-rate rule, or leave Window 0", s.Window)
+	}
+	switch {
+	case s.MinRequests < 0:
+		add("MinRequests is %d: use a positive count, or 0 for the default (%d)", s.MinRequests, DefaultBreakerMinRequests)
+	case s.MinRequests > 0 && s.FailureRate == 0:
+		add("MinRequests is %d but FailureRate is 0: set FailureRate to use the failure-rate rule, or leave MinRequests 0", s.MinRequests)
+	}
+	return errors.Join(errs...)
+}
+
+// openError is the error allow returns when it refuses a request. It matches
+// ErrCircuitOpen. Until is when the breaker turns half-open; it is zero when
+// the breaker is already half-open and every probe slot is taken (the end
+// then depends on the probes). Values are never modified once made, so one
+// value is shared by every refusal of one opening.
+type openError struct {
+	Until time.Time
+}
+
+func (e *openError) Error() string {
+	if e.Until.IsZero() {
+		return "geminiguard: circuit half-open: probes in flight"
+	}
+	return "geminiguard: circuit open until " + e.Until.UTC().Format(time.RFC3339)
+}
+
+// Is reports ErrCircuitOpen.
+func (e *openError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// errProbesBusy refuses a request while the breaker is half-open and every
+// probe slot is taken.
+var errProbesBusy = &openError{}
+
+// permit is allow's grant of one request; hand it back to done. The zero
+// permit is stale: done ignores it.
+type permit struct {
+	gen   uint64 // breaker generation when granted
+	probe bool   // granted in half-open: it holds a probe slot
+}
+
+// outcome is what a permitted request said about the model's health. The
+// zero value is outcomeIgnore.
+type outcome int
+
+const (
+	outcomeIgnore  outcome = iota // says nothing about the model: the permit is released, nothing is counted
+	outcomeSuccess                // the model answered
+	outcomeFailure                // a counted failure: the model is unwell
+)
+
+// outcomeOf maps a request's error and its verdict to an outcome: a nil error
+// is a success, an error whose verdict Counts is a failure, and anything else
+// (caller cancellation, request errors, quota answers) is ignored.
+func outcomeOf(err error, v Verdict) outcome {
+	switch {
+	case err == nil:
+		return outcomeSuccess
+	case v.Counts:
+		return outcomeFailure
+	}
+	return outcomeIgnore
+}
+
+// transition reports a change of a breaker's state, made At the time passed
+// to the call that made it. Each change is returned by exactly one call.
+type transition struct {
+	From, To State
+	At       time.Time
+}
+
+// breakerStats is a breaker's state as read at one time.
+type breakerStats struct {
+	State               State
+	ConsecutiveFailures int       // counted failures in a row while closed
+	OpenUntil           time.Time // when an open breaker turns half-open; zero unless State is StateOpen
+	ProbesInFlight      int       // half-open probes granted and not yet done
+	WindowCalls         int       // successes and counted failures within Window (failure-rate rule only)
+	WindowFailures      int       // counted failures within Window (failure-rate rule only)
+	Trips               int       // times the breaker opened since it was made
+}
+
+// breaker is the circuit breaker of one model and endpoint: a state machine
+// over the times passed in, with a generation that changes on every state
+// change so that outcomes of requests granted before the change are
+// dropped (the two-step allow/done of sony/gobreaker). It is safe for
+// concurrent use; it starts no goroutine, reads no clock and calls no user
+// code: changes are returned as transitions for the caller to report after
+// the call. Create it with newBreaker; the zero value is not usable.
+type breaker struct {
+	s BreakerSettings // with defaults; read-only
+
+	// cur is gen<<2 | state, stored under mu on every change, so that allow
+	// grants closed-state permits without taking mu.
+	cur atomic.Uint64
+
+	mu          sync.Mutex // guards the fields below (and writes to cur)
+	consecutive int        // counted failures in a row, closed
+	openUntil   time.Time  // end of the open period, open
+	refusal     *openError // what allow returns while open: {openUntil}
+	probes      int        // probes in flight, half-open
+	successes   int        // probe successes, half-open
+	trips       int        // times opened
+	window      rateWindow // completed calls, closed, when FailureRate > 0
+}
+
+// newBreaker returns a closed breaker. s must pass validate; zero fields take
+// their defaults.
+func newBreaker(s BreakerSettings) *breaker {
+	b := &breaker{s: s.withDefaults()}
+	b.window.span = b.s.Window / windowBuckets
+	b.cur.Store(1<<2 | uint64(StateClosed)) // generation 1: the zero permit is stale
+	return b
+}
+
+// allow asks to send one request at now. It returns a permit to hand back to
+// done, or an error that matches ErrCircuitOpen (an *openError, shared and
+// not to be modified) and no permit.
+//
+// Closed, it grants at once, without taking the lock or allocating. Open, it
+// refuses until OpenFor has passed since the breaker opened; the first call
+// at or after that moves the breaker to half-open, returns that transition
+// and grants the first probe. Half-open, it grants a probe while fewer than
+// HalfOpenProbes are in flight and refuses otherwise. The transition is nil
+// unless this call changed the state.
+func (b *breaker) allow(now time.Time) (permit, *transition, error) {
+	if c := b.cur.Load(); State(c&3) == StateClosed {
+		return permit{gen: c >> 2}, nil, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tr *transition
+	gen, st := b.load()
+	switch st {
+	case StateClosed: // closed since the load above
+		return permit{gen: gen}, nil, nil
+	case StateOpen:
+		if now.Before(b.openUntil) {
+			return permit{}, nil, b.refusal
+		}
+		tr = b.setState(StateHalfOpen, now)
+		gen, _ = b.load()
+	}
+	if b.probes >= b.s.HalfOpenProbes {
+		return permit{}, nil, errProbesBusy
+	}
+	b.probes++
+	return permit{gen: gen, probe: true}, tr, nil
+}
+
+// done reports the outcome at now of a request that allow permitted, and
+// returns the transition it caused, nil when none. Each permit must be
+// handed back exactly once, with outcomeIgnore when the request said nothing
+// about the model (the caller gave up, the stream was abandoned): a probe
+// permit never handed back holds its slot for good, and a half-open breaker
+// whose slots are all held refuses every request. A permit from an older
+// generation (the state changed since allow granted it) changes nothing.
+//
+// Closed: a success resets the consecutive failures; a failure that makes
+// FailureThreshold in a row, or brings the failure rate over Window to
+// FailureRate, opens the breaker for OpenFor. Half-open: the probe's slot is
+// freed; HalfOpenProbes successes close the breaker (every count starts
+// again); a failure opens it for a fresh OpenFor. outcomeIgnore only frees
+// the slot.
+func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if gen, _ := b.load(); p.gen != gen {
+		return nil
+	}
+	if p.probe {
+		b.probes--
+		switch o {
+		case outcomeSuccess:
+			if b.successes++; b.successes >= b.s.HalfOpenProbes {
+				return b.setState(StateClosed, now)
+			}
+		case outcomeFailure:
+			return b.setState(StateOpen, now)
+		}
+		return nil
+	}
+	switch o {
+	case outcomeSuccess:
+		b.consecutive = 0
+		if b.s.FailureRate > 0 {
+			b.window.record(now, false)
+		}
+	case outcomeFailure:
+		b.consecutive++
+		if b.consecutive >= b.s.FailureThreshold {
+			return b.setState(StateOpen, now)
+		}
+		if b.s.FailureRate > 0 {
+			b.window.record(now, true)
+			calls, failures := b.window.totals(now)
+			if calls >= b.s.MinRequests && float64(failures) >= b.s.FailureRate*float64(calls) {
+				return b.setState(StateOpen, now)
+			}
+		}
+	}
+	return nil
+}
+
+// state returns the state at now without changing anything: an open breaker
+// whose OpenFor has passed reads as half-open, which is what the next allow
+// will make it (and report). Safe for concurrent use.
+func (b *breaker) state(now time.Time) State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stateAt(now)
+}
+
+// snapshot returns the breaker's counters at now, read as state does,
+// without changing anything.
+func (b *breaker) snapshot(now time.Time) breakerStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := breakerStats{
+		State:               b.stateAt(now),
+		ConsecutiveFailures: b.consecutive,
+		ProbesInFlight:      b.probes,
+		Trips:               b.trips,
+	}
+	if st.State == StateOpen {
+		st.OpenUntil = b.openUntil
+	}
+	if b.s.FailureRate > 0 {
+		st.WindowCalls, st.WindowFailures = b.window.totals(now)
+	}
+	return st
+}
+
+// load returns the generation and the state. Callers hold mu.
+func (b *breaker) load() (uint64, State) {
+	c := b.cur.Load()
+	return c >> 2, State(c & 3)
+}
+
+// stateAt is state's reading; callers hold mu.
+func (b *breaker) stateAt(now time.Time) State {
+	_, st := b.load()
+	if st == StateOpen && !now.Before(b.openUntil) {
+		return StateHalfOpen
+	}
+	return st
+}
+
+// setState moves the breaker to a different state at now, starts a new
+// generation with fresh counts, and returns the transition. Callers hold mu.
+func (b *breaker) setState(to State, now time.Time) *transition {
+	gen, from := b.load()
+	b.cur.Store((gen+1)<<2 | uint64(to))
+	b.consecutive, b.probes, b.successes = 0, 0, 0
+	b.window.reset()
+	b.openUntil, b.refusal = time.Time{}, nil
+	if to == StateOpen {
+		b.trips++
+		b.openUntil = now.Add(b.s.OpenFor)
+		b.refusal = &openError{Until: b.openUntil}
+	}
+	return &transition{From: from, To: to, At: now}
+}
+
+// rateWindow counts the calls completed over the last windowBuckets spans in
+// a fixed ring, so recording never allocates. A bucket is identified by its
+// epoch: the number of spans since origin, the first time recorded.
+type rateWindow struct {
+	span    time.Duration // Window / windowBuckets
+	origin  time.Time     // zero until the first record
+	head    int64         // newest epoch recorded
+	buckets [windowBuckets]rateBucket
+}
+
+type rateBucket struct {
+	epoch           int64
+	calls, failures int
+}
+
+// record counts one completed call at now. A now older than the newest
+// record (callers read the clock before taking the lock, so records can
+// arrive slightly out of order) counts in the newest bucket.
+func (w *rateWindow) record(now time.Time, failed bool) {
+	if w.origin.IsZero() {
+		w.origin = now
+	}
+	e := w.epoch(now)
+	w.head = e
+	bk := &w.buckets[e%windowBuckets]
+	if bk.epoch != e {
+		*bk = rateBucket{epoch: e}
+	}
+	bk.calls++
+	if failed {
+		bk.failures++
+	}
+}
+
+// totals returns the calls and failures recorded within the window that ends
+// at now.
+func (w *rateWindow) totals(now time.Time) (calls, failures int) {
+	if w.origin.IsZero() {
+		return 0, 0
+	}
+	e := w.epoch(now)
+	for _, bk := range w.buckets {
+		if bk.epoch > e-windowBuckets {
+			calls += bk.calls
+			failures += bk.failures
+		}
+	}
+	return calls, failures
+}
+
+// epoch returns the bucket epoch of now, never older than head.
+func (w *rateWindow) epoch(now time.Time) int64 {
+	return max(int64(now.Sub(w.origin)/w.span), w.head)
+}
+
+// reset forgets every call.
+func (w *rateWindow) reset() {
+	*w = rateWindow{span: w.span}
+}
+
+// retryAfterCoolDown is how long a per-minute quota answer without a
+// server-stated delay keeps a model out of rotation. Gemini's stated delays
+// are mostly 20–60s ("22s", "45.8s", "53s") and a per-minute window is at
+// most a minute away, so a shorter pause would mostly earn another 429.
+const retryAfterCoolDown = 30 * time.Second
+
+// coolDownForever ends a cool-down that lasts for the process lifetime
+// (CoolDownUntilRecheck): only clear ends it.
+var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
+
+// coolDown holds a model (or the whole project) out of rotation until a
+// time, after a quota answer, without counting breaker failures. It is safe
+// for concurrent use; the zero value is not cooling. The check is one atomic
+// load and one comparison. It must not be copied after first use.
+type coolDown struct {
+	cur atomic.Pointer[coolDownState] // nil: never set, or cleared
+}
+
+// coolDownState is one cool-down; values are never modified once stored.
+type coolDownState struct {
+	until  time.Time
+	reason Class
+}
+
+// set makes the cool-down last until the later of its current end and until,
+// with reason as the cause when until is the later. It reports whether the
+// end moved later, which is also the case when the current cool-down had
+// already ended (a new end computed from the present is later): the caller
+// reports the cool-down once. An until no later than the current end (or the
+// zero time) changes nothing and returns false.
+func (c *coolDown) set(until time.Time, reason Class) (extended bool) {
+	var next *coolDownState
+	for {
+		old := c.cur.Load()
+		var end time.Time
+		if old != nil {
+			end = old.until
+		}
+		if !until.After(end) {
+			return false
+		}
+		if next == nil {
+			next = &coolDownState{until: until, reason: reason}
+		}
+		if c.cur.CompareAndSwap(old, next) {
+			return true
+		}
+	}
+}
+
+// until reports whether the cool-down is on at now (now is before its end),
+// and if so its end and its reason.
+func (c *coolDown) until(now time.Time) (time.Time, Class, bool) {
+	s := c.cur.Load()
+	if s == nil || !now.Before(s.until) {
+		return time.Time{}, ClassNone, false
+	}
+	return s.until, s.reason, true
+}
+
+// clear ends the cool-down at once (CheckCascade saw the model again).
+func (c *coolDown) clear() {
+	c.cur.Store(nil)
+}
+
+// coolDownUntil returns the end of the cool-down that v asks for at now:
+//   - CoolDownRetryAfter: now + v.RetryAfter, or now +
+//     retryAfterCoolDown when the server stated no delay;
+//   - CoolDownUntilMidnight: the next midnight America/Los_Angeles, when
+//     daily quotas reset;
+//   - CoolDownUntilRecheck: a time no process reaches (year 9999): the
+//     process lifetime, unless clear ends it when CheckCascade sees the
+//     model again;
+//   - CoolDownProject: now + projectCoolDown;
+//   - CoolDownNone (and any other value): the zero time, no cool-down.
+func coolDownUntil(v Verdict, now time.Time, projectCoolDown time.Duration) time.Time {
+	switch v.CoolDown {
+	case CoolDownRetryAfter:
+		if v.RetryAfter > 0 {
+			return now.Add(v.RetryAfter)
+		}
+		return now.Add(retryAfterCoolDown)
+	case CoolDownUntilMidnight:
+		return pacific.NextMidnight(now)
+	case CoolDownUntilRecheck:
+		return coolDownForever
+	case CoolDownProject:
+		return now.Add(projectCoolDown)
+	}
+	return time.Time{}
+}

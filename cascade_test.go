@@ -1,0 +1,220 @@
+package geminiguard_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+func TestDailyQuotaExhaustedPrimaryIsLeftAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(
+			fakegemini.Model{Name: pro, Latency: 2 * time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.DailyQuota}, P: 1}}},
+			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
+		)
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+
+		for i := range 25 {
+			start := time.Now()
+			resp, err, rec := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, flash, rec.Model)
+			assert.Equal(t, srv.FullText(flash), resp.Text())
+			if i > 0 {
+				assert.Equal(t, 800*time.Millisecond, time.Since(start), "call %d costs the secondary's own latency", i)
+			}
+		}
+		assert.Equal(t, 1, srv.Total(pro), "the exhausted primary hears one request, not 25")
+		assert.Equal(t, 25, srv.Total(flash))
+		st := c.Stats()
+		assert.Equal(t, geminiguard.ClassDailyQuota, st.Models[0].CoolDownReason)
+		assert.False(t, st.Models[0].CoolDownUntil.IsZero())
+	})
+}
+
+func TestBreakerOpensProbesAndCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(
+			fakegemini.Model{Name: pro, Latency: time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}},
+			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
+		)
+		var mu sync.Mutex
+		var changes []string
+		hooks := geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			changes = append(changes, e.Model+":"+e.To.String())
+		}}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: 30 * time.Second, HalfOpenProbes: 1}))
+
+		for range 3 { // each call: one failed request to pro, then flash answers
+			_, err, rec := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, flash, rec.Model)
+		}
+		require.Equal(t, 3, srv.Total(pro))
+		assert.Equal(t, geminiguard.StateOpen, c.Stats().Models[0].State)
+
+		for range 10 { // open: pro hears nothing, flash answers with no added delay
+			start := time.Now()
+			_, err, rec := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, flash, rec.Model)
+			assert.Equal(t, 800*time.Millisecond, time.Since(start))
+		}
+		assert.Equal(t, 3, srv.Total(pro))
+
+		time.Sleep(30 * time.Second)
+		srv.SetModel(fakegemini.Model{Name: pro, Latency: time.Second}) // pro recovers
+		var wg sync.WaitGroup
+		for range 5 { // half-open: one probe among five concurrent calls
+			wg.Go(func() {
+				_, err, _ := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 4, srv.Total(pro), "exactly one probe request")
+		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State, "the probe's success closed the breaker")
+		mu.Lock()
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes)
+		mu.Unlock()
+	})
+}
+
+func TestLimitsKeepUnderTheServerQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(
+			fakegemini.Model{Name: pro, Latency: time.Second, Quota: fakegemini.Quota{RPM: 60}},
+			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
+		)
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 60}))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				_, err, _ := ask(ctx, c, "")
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+
+		reqs := srv.Requests(pro)
+		for i := range reqs {
+			n := 0
+			for j := i; j < len(reqs) && reqs[j].At.Sub(reqs[i].At) < time.Minute; j++ {
+				n++
+			}
+			require.LessOrEqual(t, n, 48, "requests to %s in the minute from %v", pro, reqs[i].At)
+		}
+		assert.Zero(t, c.Stats().Models[0].Failures[geminiguard.ClassRateLimit], "the fake never answered 429")
+		assert.Positive(t, len(reqs))
+	})
+}
+
+func TestSpendCapStopsEverything(t *testing.T) {
+	for _, withFallback := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no fallback", true: "fallback"}[withFallback], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := fakegemini.New(
+					fakegemini.Model{Name: pro, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.SpendCap}, P: 1}}},
+					fakegemini.Model{Name: flash},
+				)
+				opts := []geminiguard.Option{geminiguard.WithCascade(pro, flash)}
+				if withFallback {
+					opts = append(opts, geminiguard.WithFallback(geminiguard.TextFallback("We are busy, try later.")))
+				}
+				c := newClient(t, srv, nil, opts...)
+
+				for range 5 {
+					resp, err, rec := ask(t.Context(), c, "")
+					if withFallback {
+						require.NoError(t, err)
+						assert.True(t, rec.Fallback)
+						assert.Equal(t, "We are busy, try later.", resp.Text())
+						assert.Equal(t, geminiguard.FallbackModelVersion, resp.ModelVersion)
+					} else {
+						assert.ErrorIs(t, err, geminiguard.ErrQuotaExhausted)
+						assert.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+					}
+				}
+				assert.Equal(t, 1, srv.Total(pro), "one request in total")
+				assert.Zero(t, srv.Total(flash), "no other model is called under a spent project")
+				if withFallback {
+					st := c.Stats()
+					assert.Equal(t, 1.0, st.FallbackRate)
+					assert.Equal(t, int64(5), st.Fallbacks)
+				}
+			})
+		})
+	}
+}
+
+func TestRetiredPrimary(t *testing.T) {
+	t.Run("startup check names it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			srv := fakegemini.New(fakegemini.Model{Name: "gemini-1.5-pro", Unlisted: true}, fakegemini.Model{Name: flash})
+			_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+				geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade("gemini-1.5-pro", flash))
+			require.ErrorIs(t, err, geminiguard.ErrModelNotFound)
+			assert.Contains(t, err.Error(), "gemini-1.5-pro")
+			assert.NotContains(t, err.Error(), flash+",")
+			assert.Zero(t, srv.Total("gemini-1.5-pro"))
+		})
+	})
+	t.Run("check off: one 404, then never again", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			srv := fakegemini.New(fakegemini.Model{Name: "gemini-1.5-pro", Unlisted: true}, fakegemini.Model{Name: flash})
+			c := newClient(t, srv, nil, geminiguard.WithCascade("gemini-1.5-pro", flash), geminiguard.WithStartupCheck(false))
+			for range 10 {
+				_, err, rec := ask(t.Context(), c, "")
+				require.NoError(t, err)
+				assert.Equal(t, flash, rec.Model)
+			}
+			assert.Equal(t, 1, srv.Total("gemini-1.5-pro"))
+			assert.Equal(t, geminiguard.ClassNotFound, c.Stats().Models[0].CoolDownReason)
+		})
+	})
+}
+
+func TestFallbackAndStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}
+		srv := fakegemini.New(fakegemini.Model{Name: pro, Faults: down}, fakegemini.Model{Name: flash, Faults: down})
+		var fallbacks int
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2}),
+			geminiguard.WithHooks(geminiguard.Hooks{OnFallback: func(geminiguard.FallbackEvent) { fallbacks++ }}),
+			geminiguard.WithFallback(func(_ context.Context, req geminiguard.FallbackRequest) (*genai.GenerateContentResponse, error) {
+				return geminiguard.TextFallback("cached answer")(t.Context(), req)
+			}))
+
+		for range 4 {
+			resp, err, rec := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.True(t, rec.Fallback)
+			assert.Equal(t, "cached answer", resp.Text())
+		}
+		st := c.Stats()
+		assert.Equal(t, 4, fallbacks)
+		assert.Equal(t, 1.0, st.FallbackRate)
+		assert.Equal(t, geminiguard.StateOpen, st.Models[0].State)
+		assert.Equal(t, geminiguard.StateOpen, st.Models[1].State)
+		assert.Equal(t, 2, srv.Total(pro), "two failures opened the breaker; then no more requests")
+		assert.Equal(t, int64(2), st.Models[0].Failures[geminiguard.ClassOverloaded])
+	})
+}

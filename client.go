@@ -1,0 +1,565 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// modelsAPI is the part of *genai.Models the Client calls. Both the SDK's
+// Models and test doubles of it satisfy it.
+type modelsAPI interface {
+	GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error)
+	GenerateContentStream(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error]
+	List(ctx context.Context, config *genai.ListModelsConfig) (genai.Page[genai.Model], error)
+	CountTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.CountTokensConfig) (*genai.CountTokensResponse, error)
+	EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error)
+}
+
+// Client calls Gemini through the chain limiter → breaker → retry → cascade.
+// It is safe for concurrent use by many goroutines; create one per process
+// (or per API key) and share it: the limiter, breakers and retry budget only
+// protect what goes through the same Client. The zero value is not usable:
+// create it with New.
+type Client struct {
+	api      modelsAPI
+	cfg      config
+	cascade  []string // configured models, primary first
+	budget   *retryBudget
+	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
+	stats    clientStats
+	mu       sync.RWMutex           // guards models
+	models   map[string]*modelState // per model name (without "models/")
+	randMu   sync.Mutex             // guards rng
+	rng      *rand.Rand             // jitter draws; nil: math/rand/v2's global source
+	shutdown map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
+}
+
+// New builds a Client. Options are applied in order (the last one wins), then
+// validated together: every problem is reported in one error (errors.Join)
+// that says what to fix. Unless WithStartupCheck(false), New runs
+// CheckCascade and fails when a cascade model does not exist; that error
+// matches ErrModelNotFound. New never panics and never logs the API key.
+func New(ctx context.Context, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("geminiguard: nil Option passed to New")
+		}
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	api := cfg.api
+	if api == nil {
+		gc := cfg.genaiClient
+		if gc == nil {
+			var err error
+			gc, err = newGenAIClient(ctx, &cfg)
+			if err != nil {
+				return nil, err
+			}
+		}
+		api = gc.Models
+	}
+	c := &Client{
+		api:      api,
+		cfg:      cfg,
+		cascade:  cfg.cascade,
+		budget:   newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
+		models:   make(map[string]*modelState, len(cfg.cascade)),
+		shutdown: mergeShutdowns(cfg.shutdowns),
+		rng:      cfg.rng,
+	}
+	c.stats.init()
+	for _, name := range cfg.cascade {
+		c.models[name] = c.newModelState(name)
+	}
+	if cfg.startupCheck {
+		report, err := c.CheckCascade(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.logReport(report)
+	}
+	return c, nil
+}
+
+// newGenAIClient builds the SDK client from the options, with the SDK's own
+// retry off (ours runs instead) and nothing taken from the environment that
+// the options set explicitly. Its errors never carry the API key: some of the
+// SDK's NewClient errors print the whole ClientConfig, so they are replaced.
+func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
+	cc := &genai.ClientConfig{
+		APIKey:     cfg.apiKey,
+		Backend:    genai.BackendGeminiAPI,
+		HTTPClient: cfg.httpClient,
+	}
+	cc.HTTPOptions.BaseURL = cfg.baseURL
+	gc, err := genai.NewClient(ctx, cc)
+	if err != nil {
+		msg := err.Error()
+		if cfg.apiKey != "" {
+			msg = strings.ReplaceAll(msg, cfg.apiKey, "[redacted]")
+		}
+		if i := strings.Index(msg, "ClientConfig"); i >= 0 {
+			msg = strings.TrimRight(msg[:i], " .:")
+		}
+		return nil, fmt.Errorf("geminiguard: creating the genai client: %s (set an API key with WithAPIKey or the GEMINI_API_KEY environment variable)", msg)
+	}
+	return gc, nil
+}
+
+// model returns the state of a model, creating it for a model outside the
+// cascade on first use.
+func (c *Client) model(name string) *modelState {
+	c.mu.RLock()
+	m := c.models[name]
+	c.mu.RUnlock()
+	if m != nil {
+		return m
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m = c.models[name]; m == nil {
+		m = c.newModelState(name)
+		c.models[name] = m
+	}
+	return m
+}
+
+// draw returns a uniform random number in [0, 1) for jitter.
+func (c *Client) draw() float64 {
+	if c.rng == nil {
+		return rand.Float64()
+	}
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
+	return c.rng.Float64()
+}
+
+// GenerateContent sends one request through the chain and returns the first
+// good answer: from the requested model, from the next model of the cascade,
+// or from the Fallback. model "" means the cascade's primary; a model outside
+// the cascade is tried first and the cascade follows. The caller's config is
+// never mutated.
+//
+// Errors: a *ResponseError (ErrBlocked, ErrEmptyResponse) or the API's error
+// for request-scoped failures, returned at once; a *CascadeError
+// (ErrAllModelsFailed, unwrapping to every attempt's error) when every model
+// failed or was skipped and no Fallback answered; the context's error when
+// the caller cancelled. Classify(err) gives the verdict of the failure that
+// decided the outcome; WithCallRecord gives the attempts.
+func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
+	call := c.newCall(ctx, model, contents, config)
+	return call.run(ctx, c.generateOnce)
+}
+
+// generateOnce is one unary upstream request to m.
+func (c *Client) generateOnce(ctx context.Context, call *call, m *modelState) (*genai.GenerateContentResponse, error) {
+	resp, err := c.api.GenerateContent(ctx, m.name, call.contents, call.config)
+	if err != nil {
+		return nil, err
+	}
+	if rerr := responseError(m.name, resp); rerr != nil {
+		return resp, rerr
+	}
+	return resp, nil
+}
+
+// noRetry turns the SDK's own retry off for one call: ours runs instead, and
+// attempts must not multiply behind the limiter's back.
+var noRetry = &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)}
+
+// callConfig returns the config to send: a shallow copy of the caller's with
+// the SDK's automatic continuation and retry off. The caller's value is never
+// modified.
+func callConfig(user *genai.GenerateContentConfig) *genai.GenerateContentConfig {
+	var cfg genai.GenerateContentConfig
+	if user != nil {
+		cfg = *user
+	}
+	cfg.AutomaticContinuation = genai.Ptr(false)
+	if cfg.HTTPOptions == nil {
+		cfg.HTTPOptions = noRetryOptions
+	} else {
+		opts := *cfg.HTTPOptions
+		opts.RetryOptions = noRetry
+		cfg.HTTPOptions = &opts
+	}
+	return &cfg
+}
+
+// noRetryOptions is the per-call HTTPOptions used when the caller set none.
+// The SDK only reads it.
+var noRetryOptions = &genai.HTTPOptions{RetryOptions: noRetry}
+
+// logReport logs what CheckCascade found that deserves attention.
+func (c *Client) logReport(r *CascadeReport) {
+	if c.cfg.logger == nil || r == nil {
+		return
+	}
+	for _, w := range r.Warnings {
+		c.cfg.logger.Warn("geminiguard: cascade check", slog.String("warning", w))
+	}
+}
+
+// endpoint separates breakers of one model: generation and embedding fail
+// independently.
+type endpoint int
+
+const (
+	endpointGenerate endpoint = iota
+	endpointEmbed
+	numEndpoints
+)
+
+func (e endpoint) String() string {
+	if e == endpointEmbed {
+		return "embed"
+	}
+	return "generate"
+}
+
+// modelState is everything the chain keeps per model. Its fields are set
+// once by newModelState; the layers inside are safe for concurrent use.
+type modelState struct {
+	name     string
+	breakers [numEndpoints]*breaker
+	cool     coolDown
+	lim      *limiter
+	counters modelCounters
+}
+
+func (c *Client) newModelState(name string) *modelState {
+	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom)}
+	for e := range m.breakers {
+		m.breakers[e] = newBreaker(c.cfg.breaker)
+	}
+	return m
+}
+
+// sendFunc makes one upstream request to a model.
+type sendFunc func(ctx context.Context, call *call, m *modelState) (*genai.GenerateContentResponse, error)
+
+// call is the state of one Client call across its attempts and models.
+type call struct {
+	c        *Client
+	first    string
+	contents []*genai.Content
+	config   *genai.GenerateContentConfig // what is sent: the caller's, with SDK retry and continuation off
+	user     *genai.GenerateContentConfig // the caller's, untouched
+	endpoint endpoint
+	deadline time.Time
+	tokens   int // input token estimate; -1 until computed
+	start    time.Time
+	attempts []Attempt
+	rec      *CallRecord
+
+	parent    context.Context // the caller's context, which an open stream lives on
+	streaming bool            // a stream: the permit is held until it ends
+	held      heldPermit      // the answering model's permit, for streams
+	session   *streamSession  // the open stream of the answering attempt
+}
+
+// heldPermit is a breaker permit whose outcome is still to be reported.
+type heldPermit struct {
+	m        *modelState
+	br       *breaker
+	p        permit
+	endpoint endpoint
+}
+
+// settle reports the outcome of a permitted request to the model's breaker
+// and counters, and fires the state-change hook after the breaker's lock is
+// released.
+func (c *Client) settle(h heldPermit, now time.Time, err error, v Verdict) {
+	c.stateChanged(h.m.name, h.endpoint, h.br.done(h.p, now, outcomeOf(err, v)))
+	h.m.count(err, v)
+}
+
+func (c *Client) newCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *call {
+	deadline, _ := ctx.Deadline()
+	return &call{
+		c:        c,
+		first:    strings.TrimPrefix(model, "models/"),
+		contents: contents,
+		config:   callConfig(config),
+		user:     config,
+		deadline: deadline,
+		tokens:   -1,
+		start:    time.Now(),
+		rec:      callRecordFrom(ctx),
+	}
+}
+
+// step is what an attempt's outcome asks the call to do next.
+type step int
+
+const (
+	stepRetry   step = iota // same model again after a delay
+	stepNext                // next model of the cascade
+	stepStop                // return this error now (request scope, caller cancelled)
+	stepProject             // skip the rest of the cascade: the project is down
+)
+
+// run sends the call through the chain: for each model of the cascade, in
+// order, the limiter, the breaker and classifier-driven retries; then the
+// Fallback; else a *CascadeError.
+func (call *call) run(ctx context.Context, send sendFunc) (*genai.GenerateContentResponse, error) {
+	c := call.c
+	if !call.streaming { // a stream counts once, however many times it opens
+		c.stats.calls.Add(1)
+	}
+	if err := c.projectCooling(time.Now()); err != nil {
+		call.skip(call.firstModel(), err, 0)
+		return call.finish(ctx, nil, nil)
+	}
+	for name := range c.order(call.first) {
+		resp, err, next := call.tryModel(ctx, c.model(name), send)
+		switch {
+		case err == nil:
+			return call.finish(ctx, resp, nil)
+		case next == stepStop:
+			return call.finish(ctx, nil, err)
+		case next == stepProject:
+			return call.finish(ctx, nil, nil)
+		}
+	}
+	return call.finish(ctx, nil, nil)
+}
+
+func (call *call) firstModel() string {
+	if call.first != "" {
+		return call.first
+	}
+	return call.c.cascade[0]
+}
+
+// tryModel runs the attempts on one model. It returns the answer, or the
+// decisive error and whether to move to the next model or stop.
+func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*genai.GenerateContentResponse, error, step) {
+	c := call.c
+	var delay, prev time.Duration // wait before this attempt; previous backoff
+	for n := 1; ; n++ {
+		now := time.Now()
+		if err := m.cooling(now); err != nil {
+			call.skip(m.name, err, delay)
+			return nil, err, stepNext
+		}
+		br := m.breakers[call.endpoint]
+		if br.state(now) == StateOpen {
+			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
+			call.skip(m.name, err, delay)
+			return nil, err, stepNext
+		}
+		g, wait, err := m.lim.reserve(now, call.inputTokens(ctx, m), call.deadline)
+		if err != nil {
+			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
+			call.skip(m.name, err, delay)
+			return nil, err, stepNext
+		}
+		if wait > 0 && c.hasNext(call.first, m.name) {
+			// Out of tokens for now, and another model can answer at once:
+			// skip this one rather than queue behind its quota.
+			g.cancel(now)
+			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
+			call.skip(m.name, err, delay)
+			return nil, err, stepNext
+		}
+		if wait > 0 {
+			if err := sleep(ctx, wait); err != nil {
+				g.cancel(time.Now())
+				return nil, call.fail(m.name, err, delay+wait, 0), stepStop
+			}
+			delay += wait
+		}
+		p, tr, err := br.allow(time.Now())
+		c.stateChanged(m.name, call.endpoint, tr)
+		if err != nil {
+			g.cancel(time.Now())
+			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
+			call.skip(m.name, err, delay)
+			return nil, err, stepNext
+		}
+		if n == 1 {
+			c.budget.deposit(time.Now())
+		}
+		resp, err, v, elapsed := call.attempt(ctx, m, send)
+		end := time.Now()
+		if err == nil && call.streaming {
+			// A stream's outcome is known when it ends: hold the permit.
+			call.held = heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}
+		} else {
+			c.settle(heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}, end, err, v)
+		}
+		if err == nil {
+			if u := resp.UsageMetadata; u != nil && call.tokens >= 0 {
+				m.lim.reconcile(end, call.tokens, int(u.PromptTokenCount))
+			}
+			call.answered(m.name, delay, elapsed)
+			return resp, nil, 0
+		}
+		err = call.fail(m.name, &ModelError{Model: m.name, Verdict: v, Err: err}, delay, elapsed)
+		c.applyVerdict(m, v, end)
+		next := call.nextStep(m, v, n)
+		if next != stepRetry {
+			return nil, err, next
+		}
+		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, c.draw())
+		if !ok {
+			return nil, err, stepNext
+		}
+		if !call.deadline.IsZero() && !end.Add(d).Before(call.deadline) {
+			// Sleeping would overrun the call's deadline: do not sleep.
+			me := err.(*ModelError)
+			me.Err = &waitError{Err: me.Err, Wait: d}
+			return nil, err, stepNext
+		}
+		if !c.budget.withdraw(end) {
+			return nil, err, stepNext
+		}
+		m.counters.retries.Add(1)
+		c.retrying(RetryEvent{Model: m.name, Attempt: n, Err: err, Verdict: v, Delay: d})
+		if err := sleep(ctx, d); err != nil {
+			return nil, call.fail(m.name, err, d, 0), stepStop
+		}
+		delay, prev = d, d
+	}
+}
+
+// nextStep decides what a failed attempt with verdict v asks for.
+func (call *call) nextStep(m *modelState, v Verdict, n int) step {
+	switch {
+	case v.Class == ClassCanceled, v.Scope == ScopeRequest:
+		return stepStop
+	case v.Scope == ScopeProject:
+		return stepProject
+	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts:
+		return stepNext
+	case v.CoolDown != CoolDownNone && call.c.hasNext(call.first, m.name):
+		// The model is cooling down for a stated time: another model answers
+		// sooner than waiting for this one.
+		return stepNext
+	}
+	return stepRetry
+}
+
+// attempt makes one upstream request under the attempt timeout and
+// classifies its outcome.
+func (call *call) attempt(ctx context.Context, m *modelState, send sendFunc) (*genai.GenerateContentResponse, error, Verdict, time.Duration) {
+	actx, cancel := context.WithTimeout(ctx, call.c.cfg.attemptTimeout)
+	defer cancel()
+	m.counters.requests.Add(1)
+	start := time.Now()
+	resp, err := send(actx, call, m)
+	elapsed := time.Since(start)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		err = &attemptTimeoutError{err: err}
+	}
+	if err != nil {
+		return nil, err, Classify(err), elapsed
+	}
+	return resp, nil, Verdict{}, elapsed
+}
+
+// inputTokens returns the call's input token estimate for models that limit
+// tokens, computing it once.
+func (call *call) inputTokens(ctx context.Context, m *modelState) int {
+	if !m.lim.limitsTokens() {
+		return 0
+	}
+	if call.tokens < 0 {
+		call.tokens = estimateTokens(call.contents, call.user)
+		if call.c.cfg.exactTokens {
+			if r, err := call.c.api.CountTokens(ctx, m.name, call.contents, nil); err == nil {
+				call.tokens = int(r.TotalTokens)
+			}
+		}
+	}
+	return call.tokens
+}
+
+// skip records a model that was not sent a request.
+func (call *call) skip(model string, err error, delay time.Duration) {
+	call.attempts = append(call.attempts, Attempt{Model: model, Err: err, Delay: delay, Skipped: true})
+	call.c.model(model).counters.skipped.Add(1)
+}
+
+// fail records a failed attempt and returns its error.
+func (call *call) fail(model string, err error, delay, elapsed time.Duration) error {
+	if _, ok := err.(*ModelError); !ok {
+		err = &ModelError{Model: model, Verdict: Classify(err), Err: err}
+	}
+	call.attempts = append(call.attempts, Attempt{Model: model, Err: err, Delay: delay, Elapsed: elapsed})
+	return err
+}
+
+// answered records the attempt that answered.
+func (call *call) answered(model string, delay, elapsed time.Duration) {
+	call.attempts = append(call.attempts, Attempt{Model: model, Delay: delay, Elapsed: elapsed})
+}
+
+// finish ends the call: the answer, a request-scoped error, or, when every
+// model failed, the Fallback or a *CascadeError. It fills the CallRecord and
+// the client's statistics.
+func (call *call) finish(ctx context.Context, resp *genai.GenerateContentResponse, stopErr error) (*genai.GenerateContentResponse, error) {
+	c := call.c
+	err := stopErr
+	fallback := false
+	if resp == nil && err == nil {
+		cerr := &CascadeError{Attempts: call.attempts}
+		err = cerr
+		if c.cfg.fallback != nil && ctx.Err() == nil {
+			fresp, ferr := c.cfg.fallback(ctx, FallbackRequest{Model: call.firstModel(), Contents: call.contents, Config: call.user, Err: cerr})
+			if ferr == nil && fresp != nil {
+				if fresp.ModelVersion == "" {
+					fresp.ModelVersion = FallbackModelVersion
+				}
+				resp, err, fallback = fresp, nil, true
+				c.fellBack(FallbackEvent{Model: call.firstModel(), Err: cerr})
+			}
+		}
+	}
+	if call.streaming { // the stream records its call when it ends
+		if err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+	latency := time.Since(call.start)
+	c.stats.record(err == nil, fallback, latency)
+	if call.rec != nil {
+		*call.rec = CallRecord{Attempts: call.attempts, Fallback: fallback, Latency: latency}
+		if err == nil && !fallback {
+			call.rec.Model = call.attempts[len(call.attempts)-1].Model
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// sleep waits d or until ctx is done, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,228 @@
+package geminiguard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+func TestRetryOverloadedThenSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond,
+			Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 4 * time.Second, Jitter: geminiguard.JitterFull}))
+
+		start := time.Now()
+		resp, err, rec := ask(t.Context(), c, "")
+		elapsed := time.Since(start)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), resp.Text())
+		assert.Equal(t, 3, srv.Hits(flash, fakegemini.VerbGenerate))
+		require.Len(t, rec.Attempts, 3)
+		assert.Equal(t, flash, rec.Model)
+		// Full jitter: the first wait is in [0, 1s), the second in [0, 2s).
+		waits := rec.Attempts[1].Delay + rec.Attempts[2].Delay
+		assert.Less(t, rec.Attempts[1].Delay, time.Second)
+		assert.Less(t, rec.Attempts[2].Delay, 2*time.Second)
+		assert.Equal(t, 800*time.Millisecond+waits, elapsed, "the 503s come at once: the answer's 800ms plus the two waits, nothing else")
+	})
+}
+
+func TestRetryInfoIsHonoured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second,
+			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 7 * time.Second}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+
+		start := time.Now()
+		_, err, rec := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, 7*time.Second+time.Second, time.Since(start), "exactly the 7s the server asked for, then the 1s answer")
+		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 7*time.Second, rec.Attempts[1].Delay)
+	})
+}
+
+func TestRetryInfoLongerThanMaxRetryAfterReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second,
+			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 90 * time.Second}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxRetryAfter: 60 * time.Second}))
+
+		start := time.Now()
+		_, err, _ := ask(t.Context(), c, "")
+
+		require.Error(t, err)
+		assert.Zero(t, time.Since(start), "no sleep at all after the 429")
+		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.ErrorIs(t, err, geminiguard.ErrRateLimited)
+		assert.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+		v := geminiguard.Classify(err)
+		assert.Equal(t, geminiguard.ClassRateLimit, v.Class)
+		assert.Equal(t, 90*time.Second, v.RetryAfter)
+	})
+}
+
+func TestFailuresThatRetryingCannotFix(t *testing.T) {
+	cases := []struct {
+		fault    fakegemini.Fault
+		class    geminiguard.Class
+		sentinel error // nil: none of ours
+		scope    geminiguard.Scope
+	}{
+		{fakegemini.DailyQuota, geminiguard.ClassDailyQuota, geminiguard.ErrQuotaExhausted, geminiguard.ScopeModel},
+		{fakegemini.LimitZero, geminiguard.ClassNoQuota, geminiguard.ErrQuotaExhausted, geminiguard.ScopeModel},
+		{fakegemini.SpendCap, geminiguard.ClassSpendCap, geminiguard.ErrQuotaExhausted, geminiguard.ScopeProject},
+		{fakegemini.InvalidArgument, geminiguard.ClassBadRequest, nil, geminiguard.ScopeRequest},
+		{fakegemini.APIKeyInvalid, geminiguard.ClassAuth, nil, geminiguard.ScopeProject},
+		{fakegemini.LeakedKey, geminiguard.ClassAuth, nil, geminiguard.ScopeProject},
+		{fakegemini.ServiceDisabled, geminiguard.ClassServiceDisabled, nil, geminiguard.ScopeProject},
+		{fakegemini.NotFound, geminiguard.ClassNotFound, nil, geminiguard.ScopeModel},
+	}
+	for _, tc := range cases {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second, Script: []fakegemini.Step{{Fault: tc.fault}}})
+				c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+
+				start := time.Now()
+				resp, err, rec := ask(t.Context(), c, "")
+
+				require.Error(t, err)
+				assert.Nil(t, resp)
+				assert.Zero(t, time.Since(start), "no wait of any kind")
+				assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate), "exactly one upstream request")
+				require.Len(t, rec.Attempts, 1)
+				v := geminiguard.Classify(err)
+				assert.Equal(t, tc.class, v.Class)
+				assert.Equal(t, tc.scope, v.Scope)
+				assert.False(t, v.Retryable)
+				if tc.sentinel != nil {
+					assert.ErrorIs(t, err, tc.sentinel)
+				}
+				var apiErr genai.APIError
+				assert.True(t, errors.As(err, &apiErr), "the API's error stays reachable")
+				requireNoKey(t, err.Error())
+			})
+		})
+	}
+}
+
+func TestDeadlineShorterThanRetryInfo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 100 * time.Millisecond,
+			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 30 * time.Second}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+
+		start := time.Now()
+		_, err, _ := ask(ctx, c, "")
+
+		assert.Zero(t, time.Since(start), "the 30s wait is not slept")
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorIs(t, err, geminiguard.ErrRateLimited)
+		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+	})
+}
+
+func TestCancelDuringBackoffReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 100 * time.Millisecond,
+			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 20 * time.Second}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(3*time.Second, cancel)
+
+		start := time.Now()
+		_, err, _ := ask(ctx, c, "")
+
+		assert.Equal(t, 3*time.Second, time.Since(start), "returns the moment the caller cancels")
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, geminiguard.ClassCanceled, geminiguard.Classify(err).Class)
+		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+	})
+}
+
+func TestQuietSuccessesAreTypedErrors(t *testing.T) {
+	cases := []struct {
+		fault  fakegemini.Fault
+		kind   error
+		reason string
+		hits   int // SAFETY is final; empty answers are worth a retry
+	}{
+		{fakegemini.PromptBlocked, geminiguard.ErrBlocked, "SAFETY", 1},
+		{fakegemini.FinishSafety, geminiguard.ErrBlocked, "SAFETY", 1},
+		{fakegemini.FinishRecitation, geminiguard.ErrBlocked, "RECITATION", 1},
+		{fakegemini.FinishOther, geminiguard.ErrEmptyResponse, "OTHER", 3},
+		{fakegemini.FinishMalformedFunctionCall, geminiguard.ErrEmptyResponse, "MALFORMED_FUNCTION_CALL", 3},
+		{fakegemini.MaxTokensEmpty, geminiguard.ErrEmptyResponse, "MAX_TOKENS", 1},
+		{fakegemini.StopNoParts, geminiguard.ErrEmptyResponse, "NO_PARTS", 3},
+		{fakegemini.NoCandidates, geminiguard.ErrEmptyResponse, "NO_CANDIDATES", 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				step := fakegemini.Step{Fault: tc.fault}
+				srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{step, step, step}})
+				logs := &logBuffer{}
+				c := newClient(t, srv, logs, geminiguard.WithCascade(flash))
+
+				_, err, _ := ask(t.Context(), c, "")
+
+				require.ErrorIs(t, err, tc.kind)
+				var rerr *geminiguard.ResponseError
+				require.ErrorAs(t, err, &rerr)
+				assert.Equal(t, tc.reason, rerr.Reason)
+				assert.NotNil(t, rerr.Response, "the response is kept for inspection")
+				assert.Equal(t, tc.hits, srv.Hits(flash, fakegemini.VerbGenerate))
+				requireNoKey(t, err.Error())
+				requireNoKey(t, logs.String())
+			})
+		})
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	_, err := geminiguard.New(t.Context(),
+		geminiguard.WithAPIKey(fakegemini.Key),
+		geminiguard.WithStartupCheck(false),
+		geminiguard.WithCascade(),
+		geminiguard.WithHeadroom(1.5),
+		geminiguard.WithTimeouts(time.Minute, 30*time.Second),
+		geminiguard.WithLimits(flash, geminiguard.Limits{RPM: -1}),
+		geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: -2}),
+		geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: -1}),
+	)
+	require.Error(t, err)
+	for _, want := range []string{"WithCascade", "WithHeadroom", "WithTimeouts", "RPM", "MaxAttempts", "FailureThreshold"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	requireNoKey(t, err.Error())
+}
+
+func TestCallerConfigIsNotMutated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+		cfg := &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](0.2)}
+		want := *cfg
+
+		_, err := c.GenerateContent(t.Context(), "", genai.Text("hi"), cfg)
+
+		require.NoError(t, err)
+		assert.Equal(t, want, *cfg)
+	})
+}

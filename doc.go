@@ -1,0 +1,60 @@
+// Package geminiguard calls the Gemini API in place of the official Go SDK
+// (google.golang.org/genai), through one chain of defences, so that a 429, a
+// 503, an exhausted daily quota, a retired model, an empty 200 or a stream
+// that dies halfway reaches the caller as a good answer from another model, a
+// clear typed error, or a deliberate fallback — never as silence.
+//
+// # The chain
+//
+// Every upstream attempt of a call passes, in this order:
+//
+//		answer = cascade( for each model: retry( breaker( limiter( request ))) ) else Fallback
+//
+//	  - limiter: per-model token buckets for RPM, TPM and RPD at a headroom of
+//	    the configured limits (WithLimits, WithHeadroom). A wait that would
+//	    overrun the call's deadline is not waited: the model is skipped.
+//	    A server 429 drains the bucket and teaches it the stated limit.
+//	  - breaker: per model and endpoint, closed → open after consecutive
+//	    failures that say the model is unwell (5xx, timeouts, network, cut
+//	    streams) → half-open after OpenFor → closed after probe successes
+//	    (WithBreaker). Quota answers do not count: they cool the model down —
+//	    until RetryInfo's delay for a per-minute 429, until midnight
+//	    America/Los_Angeles for a daily one, until CheckCascade sees it again
+//	    for a 404 or a zero limit. Project-wide failures (spend cap, invalid or
+//	    leaked key, API disabled) cool the whole Client down.
+//	  - retry: Classify decides for each failure whether the same model may
+//	    help after a delay (the server's RetryInfo when stated, else jittered
+//	    backoff), within MaxAttempts, the call's deadline and a client-wide
+//	    retry budget (WithRetry).
+//	  - cascade: the models of WithCascade in order, skipping open, cooling
+//	    and out-of-token models; then WithFallback; else a *CascadeError.
+//
+// New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
+// model the API does not list and warns about announced shutdowns.
+//
+// # Errors
+//
+// Classify(err) reads any error (the SDK's genai.APIError, transport errors,
+// and this package's) into a Verdict: its Class, whether a retry can help,
+// its Scope (request, model or project) and the server-stated delay. Errors
+// returned by the Client match the sentinels ErrRateLimited,
+// ErrQuotaExhausted, ErrCircuitOpen, ErrAllModelsFailed, ErrBlocked,
+// ErrEmptyResponse and ErrStreamInterrupted with errors.Is, and carry details
+// in *CascadeError, *ModelError, *ResponseError, *StreamError and
+// *CoolingError. Quiet failures of the API — a blocked prompt, a SAFETY or
+// RECITATION finish, a 200 without candidates or parts — are errors here.
+// WithCallRecord reports every attempt of a call: model, error and wait.
+//
+// # Streaming
+//
+// GenerateContentStream keeps the SDK's iter.Seq2 shape. The whole chain
+// applies until the first chunk; first-chunk and idle deadlines turn stalls
+// into failures; a stream cut after its first chunk ends with a *StreamError
+// holding the text so far, or is resumed (WithStreamResume).
+//
+// # Testing
+//
+// The package is tested with the real SDK against an in-process fake of the
+// Gemini API that speaks its wire protocol, its error bodies and its quotas,
+// under testing/synctest, so outage scenarios run in fake time.
+package geminiguard

@@ -1,0 +1,276 @@
+package fakegemini
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// Key is the only API key the fake accepts (header x-goog-api-key, or the
+// key query parameter). Any other key, or none, is answered with the real
+// 400 API_KEY_INVALID body, so a real key that leaks into a test fails loudly.
+const Key = "fake-test-key"
+
+// BaseURL is the base URL to give the SDK with the in-memory transport. The
+// host never resolves: only Transport can reach it.
+const BaseURL = "http://fakegemini.invalid"
+
+// Verb is an API method of a model, as it appears after the colon in the
+// URL path; VerbGet and VerbList are the two GET methods. The zero value is
+// no verb.
+type Verb string
+
+// The verbs the fake serves.
+const (
+	VerbGenerate    Verb = "generateContent"
+	VerbStream      Verb = "streamGenerateContent"
+	VerbCountTokens Verb = "countTokens"
+	VerbEmbed       Verb = "batchEmbedContents"
+	VerbGet         Verb = "get"
+	VerbList        Verb = "list"
+)
+
+// Server is an in-process Gemini API. It implements http.Handler for
+// httptest.Server and offers an in-memory Transport for testing/synctest.
+// A Server is safe for concurrent use. Create it with New; the zero value is
+// not usable.
+type Server struct {
+	mu       sync.Mutex // guards models, order, hits, requests
+	models   map[string]*modelState
+	order    []string // model names in the order they were first added
+	hits     map[hitKey]int
+	requests map[string][]Request
+
+	responses atomic.Uint64 // numbers responseId values
+}
+
+type hitKey struct {
+	model string
+	verb  Verb
+}
+
+// New returns a Server that serves models. A later model with the same Name
+// replaces an earlier one.
+func New(models ...Model) *Server {
+	s := &Server{
+		models:   make(map[string]*modelState),
+		hits:     make(map[hitKey]int),
+		requests: make(map[string][]Request),
+	}
+	for _, m := range models {
+		s.SetModel(m)
+	}
+	return s
+}
+
+// SetModel adds m, or replaces the model of the same name. A replaced model
+// starts afresh (script position, fault draws, request index, quota usage);
+// hit counters and request logs are kept.
+func (s *Server) SetModel(m Model) {
+	st := newModelState(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.models[m.Name]; !ok {
+		s.order = append(s.order, m.Name)
+	}
+	s.models[m.Name] = st
+}
+
+// Script replaces the fixed script of model and rewinds it to its first
+// step. It panics if the server has no such model.
+func (s *Server) Script(model string, steps ...Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.models[model]
+	if !ok {
+		panic(fmt.Sprintf("fakegemini: Script for unknown model %q", model))
+	}
+	st.m.Script, st.pos = slices.Clone(steps), 0
+}
+
+// Hits returns how many requests for model and verb the server received,
+// rejected ones included (bad key, unknown model, quota). List requests are
+// counted under the model "".
+func (s *Server) Hits(model string, verb Verb) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hits[hitKey{model, verb}]
+}
+
+// Total returns the generate plus stream hits of model.
+func (s *Server) Total(model string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hits[hitKey{model, VerbGenerate}] + s.hits[hitKey{model, VerbStream}]
+}
+
+// Requests returns a copy of every generate and stream request received for
+// model, rejected ones included, in arrival order.
+func (s *Server) Requests(model string) []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests[model])
+}
+
+// FullText returns the answer text model gives for a normal success (its
+// Text, or the default), or "" if the server has no such model.
+func (s *Server) FullText(model string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.models[model]; ok {
+		return st.m.Text
+	}
+	return ""
+}
+
+// Reset zeroes the hit counters and request logs, rewinds every script and
+// fault draw, and forgets all emulated quota usage. Models stay.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.hits)
+	clear(s.requests)
+	for _, st := range s.models {
+		st.rewind()
+	}
+}
+
+// ClientConfig returns a config for genai.NewClient that reaches s through
+// its in-memory transport, with Key, the Gemini API backend and BaseURL set
+// explicitly so that nothing is read from the environment.
+func (s *Server) ClientConfig() *genai.ClientConfig {
+	return &genai.ClientConfig{
+		APIKey:      Key,
+		Backend:     genai.BackendGeminiAPI,
+		HTTPClient:  s.HTTPClient(),
+		HTTPOptions: genai.HTTPOptions{BaseURL: BaseURL},
+	}
+}
+
+// HTTPClient returns an http.Client that reaches s through Transport.
+func (s *Server) HTTPClient() *http.Client {
+	return &http.Client{Transport: s.Transport()}
+}
+
+// ServeHTTP serves the Gemini API routes under /v1beta/models: GET list
+// (paged), GET {model}, POST {model}:generateContent,
+// {model}:streamGenerateContent?alt=sse, {model}:countTokens and
+// {model}:batchEmbedContents. Anything else is a 404.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, ok := parseRoute(r)
+	if !ok {
+		writeError(w, methodNotFound())
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client is gone
+	}
+	req := Request{Verb: rt.verb, Body: body, Header: r.Header.Clone(), At: time.Now()}
+	var gen generateRequest
+	isGen := rt.verb == VerbGenerate || rt.verb == VerbStream
+	if isGen && json.Unmarshal(body, &gen) == nil {
+		req.Contents = gen.Contents
+	}
+	s.record(rt, req, isGen)
+
+	switch {
+	case !authorized(r):
+		writeError(w, apiKeyInvalid())
+	case rt.verb == VerbList:
+		s.list(w, r)
+	case !s.listed(rt.model):
+		writeError(w, notFound(rt.model))
+	case rt.verb == VerbGet:
+		s.get(w, rt.model)
+	case rt.verb == VerbCountTokens:
+		countTokens(w, body)
+	case rt.verb == VerbEmbed:
+		embed(w, body)
+	case rt.verb == VerbStream && r.URL.Query().Get("alt") != "sse":
+		writeError(w, invalidArgument("fakegemini serves streamGenerateContent with alt=sse only."))
+	case len(req.Contents) == 0:
+		writeError(w, invalidArgument(invalidArgumentMessage))
+	default:
+		s.generate(w, r, rt, req, gen.ContinuationToken)
+	}
+}
+
+// route is what a request path names.
+type route struct {
+	model string // "" for list
+	verb  Verb
+}
+
+func parseRoute(r *http.Request) (route, bool) {
+	const prefix = "/v1beta/models"
+	if r.URL.Path == prefix {
+		return route{verb: VerbList}, r.Method == http.MethodGet
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, prefix+"/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return route{}, false
+	}
+	model, verb, hasVerb := strings.Cut(rest, ":")
+	if !hasVerb {
+		return route{model, VerbGet}, r.Method == http.MethodGet
+	}
+	switch v := Verb(verb); v {
+	case VerbGenerate, VerbStream, VerbCountTokens, VerbEmbed:
+		return route{model, v}, r.Method == http.MethodPost
+	}
+	return route{}, false
+}
+
+// record counts a hit and, for generate and stream, logs the request.
+func (s *Server) record(rt route, req Request, isGen bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hits[hitKey{rt.model, rt.verb}]++
+	if isGen {
+		s.requests[rt.model] = append(s.requests[rt.model], req)
+	}
+}
+
+func authorized(r *http.Request) bool {
+	key := r.Header.Get("X-Goog-Api-Key")
+	if key == "" {
+		key = r.URL.Query().Get("key")
+	}
+	return key == Key
+}
+
+// listed reports whether the server has model and it is not Unlisted.
+func (s *Server) listed(model string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.models[model]
+	return ok && !st.m.Unlisted
+}
+
+// writeJSON writes v as a JSON body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("fakegemini: marshal response: " + err.Error())
+	}
+	writeBody(w, status, "application/json; charset=UTF-8", b)
+}
+
+func writeBody(w http.ResponseWriter, status int, contentType string, b []byte) {
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	_, _ = w.Write(b) // a write error means the client is gone
+}
+
+func writeError(w http.ResponseWriter, e apiError) {
+	writeBody(w, e.Code, "application/json; charset=UTF-8", e.body())
+}

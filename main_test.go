@@ -1,0 +1,83 @@
+package geminiguard_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+func TestMain(m *testing.M) {
+	// The SDK reads these; a developer's real key must never reach the fake.
+	for _, v := range []string{"GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_ENTERPRISE", "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION", "GOOGLE_CLOUD_REGION"} {
+		os.Unsetenv(v)
+	}
+	log.SetOutput(io.Discard) // the SDK logs every stream cut with log.Printf
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
+
+const (
+	pro   = "gemini-3.1-pro"
+	flash = "gemini-3.5-flash"
+	lite  = "gemini-2.5-flash-lite"
+)
+
+// logBuffer collects the Client's log lines for assertions.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// newClient builds a Client on the fake's in-memory transport (usable inside
+// synctest bubbles), logging at Debug into logs when given.
+func newClient(t *testing.T, srv *fakegemini.Server, logs *logBuffer, opts ...geminiguard.Option) *geminiguard.Client {
+	t.Helper()
+	base := []geminiguard.Option{
+		geminiguard.WithAPIKey(fakegemini.Key),
+		geminiguard.WithBaseURL(fakegemini.BaseURL),
+		geminiguard.WithHTTPClient(srv.HTTPClient()),
+	}
+	if logs != nil {
+		base = append(base, geminiguard.WithLogger(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	c, err := geminiguard.New(t.Context(), append(base, opts...)...)
+	require.NoError(t, err)
+	return c
+}
+
+// ask sends one prompt and returns the answer, the error and the call record.
+func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.GenerateContentResponse, error, geminiguard.CallRecord) {
+	var rec geminiguard.CallRecord
+	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), model, genai.Text("Say hi"), nil)
+	return resp, err, rec
+}
+
+// requireNoKey fails when the fake API key appears in s.
+func requireNoKey(t *testing.T, s string) {
+	t.Helper()
+	require.False(t, strings.Contains(s, fakegemini.Key), "the API key leaked into: %s", s)
+}

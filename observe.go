@@ -1,0 +1,261 @@
+package geminiguard
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Hooks are called synchronously, outside every lock of the Client, from the
+// goroutine of the call that caused the event. They must be quick and safe
+// for concurrent use. A nil field is skipped.
+type Hooks struct {
+	OnRetry       func(RetryEvent)       // before sleeping for a retry of the same model
+	OnStateChange func(StateChangeEvent) // a breaker changed state
+	OnCoolDown    func(CoolDownEvent)    // a model or the project started (or extended) a cool-down
+	OnFallback    func(FallbackEvent)    // the Fallback answered a call
+}
+
+// RetryEvent: the call will retry Model after Delay.
+type RetryEvent struct {
+	Model   string
+	Attempt int   // the attempt that failed, 1 for the first
+	Err     error // its error
+	Verdict Verdict
+	Delay   time.Duration
+}
+
+// StateChangeEvent: a breaker of Model (for Endpoint "generate" or "embed")
+// went From → To At.
+type StateChangeEvent struct {
+	Model    string
+	Endpoint string
+	From, To State
+	At       time.Time
+}
+
+// CoolDownEvent: Model ("" for the whole project) is left alone until Until
+// because of a Reason-class failure.
+type CoolDownEvent struct {
+	Model  string
+	Until  time.Time
+	Reason Class
+}
+
+// FallbackEvent: every model failed for a call whose first choice was Model,
+// and the Fallback answered.
+type FallbackEvent struct {
+	Model string
+	Err   *CascadeError
+}
+
+// CallRecord describes one call: the model that answered, every attempt with
+// its error and the wait before it, and whether the Fallback answered.
+type CallRecord struct {
+	Model    string        // model that answered; "" when the call failed or the Fallback answered
+	Attempts []Attempt     // in order, skipped models included
+	Fallback bool          // the Fallback answered
+	Resumes  int           // streams: times the stream was cut and resumed (WithStreamResume)
+	Latency  time.Duration // whole call, waits included
+}
+
+type callRecordKey struct{}
+
+// WithCallRecord returns a context that makes the Client method called with
+// it fill rec when the call returns. Use one record per call; rec must not be
+// read before the call returns.
+func WithCallRecord(ctx context.Context, rec *CallRecord) context.Context {
+	return context.WithValue(ctx, callRecordKey{}, rec)
+}
+
+func callRecordFrom(ctx context.Context) *CallRecord {
+	rec, _ := ctx.Value(callRecordKey{}).(*CallRecord)
+	return rec
+}
+
+// Stats is a snapshot of the Client's counters, taken by Client.Stats.
+type Stats struct {
+	Calls        int64   // calls made through the Client
+	Successes    int64   // calls answered by a model
+	Fallbacks    int64   // calls answered by the Fallback
+	SuccessRate  float64 // (Successes + Fallbacks) / Calls; 0 with no calls
+	FallbackRate float64 // Fallbacks / Calls
+	// Latency percentiles of the last latencyWindow calls (failed ones included).
+	LatencyP50, LatencyP95, LatencyP99 time.Duration
+	ProjectCoolDownUntil               time.Time    // zero when the project is not cooling down
+	Models                             []ModelStats // cascade models first, in order, then others by first use
+}
+
+// ModelStats are one model's counters.
+type ModelStats struct {
+	Model          string
+	State          State           // generation breaker
+	EmbedState     State           // embedding breaker
+	Requests       int64           // upstream requests sent
+	Successes      int64           // requests answered
+	Failures       map[Class]int64 // failed requests by class
+	Retries        int64           // retries of this model
+	Skipped        int64           // times the model was skipped (open, cooling, out of tokens)
+	CoolDownUntil  time.Time       // zero when not cooling down
+	CoolDownReason Class
+	TokensUsed     int64 // input tokens granted by the limiter (0 without a token limit)
+}
+
+// modelCounters are one model's atomic counters.
+type modelCounters struct {
+	requests, successes, retries, skipped atomic.Int64
+	failures                              [numClasses]atomic.Int64
+}
+
+// count records the outcome of one upstream request.
+func (m *modelState) count(err error, v Verdict) {
+	if err == nil {
+		m.counters.successes.Add(1)
+		return
+	}
+	if int(v.Class) < len(m.counters.failures) {
+		m.counters.failures[v.Class].Add(1)
+	}
+}
+
+// latencyWindow is how many recent call latencies Stats' percentiles cover.
+const latencyWindow = 4096
+
+// clientStats are the Client's call counters and its latency window.
+type clientStats struct {
+	calls, successes, fallbacks atomic.Int64
+	mu                          sync.Mutex // guards latencies and next
+	latencies                   []time.Duration
+	next                        int
+}
+
+func (s *clientStats) init() { s.latencies = make([]time.Duration, 0, 64) }
+
+func (s *clientStats) record(ok, fallback bool, latency time.Duration) {
+	switch {
+	case fallback:
+		s.fallbacks.Add(1)
+	case ok:
+		s.successes.Add(1)
+	}
+	s.mu.Lock()
+	if len(s.latencies) < latencyWindow {
+		s.latencies = append(s.latencies, latency)
+	} else {
+		s.latencies[s.next] = latency
+		s.next = (s.next + 1) % latencyWindow
+	}
+	s.mu.Unlock()
+}
+
+// Stats returns a snapshot of the Client's counters. Safe for concurrent use;
+// it copies the latency window, so call it for dashboards, not per request.
+func (c *Client) Stats() Stats {
+	now := time.Now()
+	st := Stats{Calls: c.stats.calls.Load(), Successes: c.stats.successes.Load(), Fallbacks: c.stats.fallbacks.Load()}
+	if st.Calls > 0 {
+		st.SuccessRate = float64(st.Successes+st.Fallbacks) / float64(st.Calls)
+		st.FallbackRate = float64(st.Fallbacks) / float64(st.Calls)
+	}
+	c.stats.mu.Lock()
+	lat := slices.Clone(c.stats.latencies)
+	c.stats.mu.Unlock()
+	slices.Sort(lat)
+	st.LatencyP50, st.LatencyP95, st.LatencyP99 = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99)
+	if until, _, ok := c.project.until(now); ok {
+		st.ProjectCoolDownUntil = until
+	}
+	c.mu.RLock()
+	names := make([]string, 0, len(c.models))
+	for name := range c.models {
+		if !slices.Contains(c.cascade, name) {
+			names = append(names, name)
+		}
+	}
+	c.mu.RUnlock()
+	slices.Sort(names)
+	for _, name := range append(slices.Clone(c.cascade), names...) {
+		st.Models = append(st.Models, c.model(name).stats(now))
+	}
+	return st
+}
+
+func (m *modelState) stats(now time.Time) ModelStats {
+	ms := ModelStats{
+		Model:      m.name,
+		State:      m.breakers[endpointGenerate].state(now),
+		EmbedState: m.breakers[endpointEmbed].state(now),
+		Requests:   m.counters.requests.Load(),
+		Successes:  m.counters.successes.Load(),
+		Retries:    m.counters.retries.Load(),
+		Skipped:    m.counters.skipped.Load(),
+		Failures:   make(map[Class]int64),
+		TokensUsed: m.lim.snapshot().TokensUsed,
+	}
+	for cl := range m.counters.failures {
+		if n := m.counters.failures[cl].Load(); n > 0 {
+			ms.Failures[Class(cl)] = n
+		}
+	}
+	if until, reason, ok := m.cool.until(now); ok {
+		ms.CoolDownUntil, ms.CoolDownReason = until, reason
+	}
+	return ms
+}
+
+// percentile of sorted durations, nearest rank; 0 when empty.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// stateChanged reports a breaker transition to the hook and the log.
+func (c *Client) stateChanged(model string, e endpoint, tr *transition) {
+	if tr == nil {
+		return
+	}
+	if c.cfg.logger != nil {
+		c.cfg.logger.Info("geminiguard: breaker state changed", slog.String("model", model), slog.String("endpoint", e.String()),
+			slog.String("from", tr.From.String()), slog.String("to", tr.To.String()))
+	}
+	if h := c.cfg.hooks.OnStateChange; h != nil {
+		h(StateChangeEvent{Model: model, Endpoint: e.String(), From: tr.From, To: tr.To, At: tr.At})
+	}
+}
+
+// cooledDown reports a new or extended cool-down to the hook and the log.
+func (c *Client) cooledDown(ev CoolDownEvent) {
+	if c.cfg.logger != nil {
+		c.cfg.logger.Info("geminiguard: cooling down", slog.String("model", ev.Model), slog.Time("until", ev.Until), slog.String("reason", ev.Reason.String()))
+	}
+	if h := c.cfg.hooks.OnCoolDown; h != nil {
+		h(ev)
+	}
+}
+
+// retrying reports a retry to the hook and the log.
+func (c *Client) retrying(ev RetryEvent) {
+	if c.cfg.logger != nil {
+		c.cfg.logger.Debug("geminiguard: retrying", slog.String("model", ev.Model), slog.Int("attempt", ev.Attempt),
+			slog.String("class", ev.Verdict.Class.String()), slog.Duration("delay", ev.Delay))
+	}
+	if h := c.cfg.hooks.OnRetry; h != nil {
+		h(ev)
+	}
+}
+
+// fellBack reports a fallback answer to the hook and the log.
+func (c *Client) fellBack(ev FallbackEvent) {
+	if c.cfg.logger != nil {
+		c.cfg.logger.Info("geminiguard: fallback answered", slog.String("model", ev.Model))
+	}
+	if h := c.cfg.hooks.OnFallback; h != nil {
+		h(ev)
+	}
+}

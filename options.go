@@ -1,0 +1,302 @@
+package geminiguard
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// Option configures a Client. Options are values: build them once and reuse
+// them freely. The last option of a kind wins.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is everything New needs; defaultConfig sets the defaults once.
+type config struct {
+	genaiClient     *genai.Client
+	api             modelsAPI // test seam: replaces the SDK
+	apiKey          string
+	baseURL         string
+	httpClient      *http.Client
+	cascade         []string
+	limits          map[string]Limits
+	headroom        float64
+	retry           RetryPolicy
+	breaker         BreakerSettings
+	attemptTimeout  time.Duration
+	callTimeout     time.Duration
+	firstChunk      time.Duration
+	idle            time.Duration
+	resume          bool
+	fallback        Fallback
+	startupCheck    bool
+	logger          *slog.Logger
+	hooks           Hooks
+	projectCoolDown time.Duration
+	exactTokens     bool
+	shutdowns       map[string]Shutdown
+	rng             *rand.Rand
+	problems        []error // found while applying options; reported by validate
+}
+
+// Defaults of the options whose doc comments name them.
+const (
+	DefaultModel           = "gemini-2.5-flash-lite" // not deprecated as of 2026-11 (see Shutdowns)
+	DefaultHeadroom        = 0.8
+	DefaultAttemptTimeout  = 60 * time.Second
+	DefaultCallTimeout     = 180 * time.Second
+	DefaultFirstChunk      = 30 * time.Second
+	DefaultIdle            = 20 * time.Second
+	DefaultProjectCoolDown = 5 * time.Minute
+	retryBudgetTTL         = 10 * time.Second // Finagle's RetryBudget default TTL
+)
+
+func defaultConfig() config {
+	return config{
+		cascade:         []string{DefaultModel},
+		headroom:        DefaultHeadroom,
+		retry:           RetryPolicy{}.withDefaults(),
+		breaker:         BreakerSettings{}.withDefaults(),
+		attemptTimeout:  DefaultAttemptTimeout,
+		callTimeout:     DefaultCallTimeout,
+		firstChunk:      DefaultFirstChunk,
+		idle:            DefaultIdle,
+		startupCheck:    true,
+		projectCoolDown: DefaultProjectCoolDown,
+	}
+}
+
+// WithGenAIClient makes the Client call through an SDK client the app already
+// has. Its own retry is switched off per call (ours runs instead) and its
+// automatic continuation too. WithAPIKey, WithBaseURL and WithHTTPClient are
+// ignored when it is given.
+// Default: a new SDK client built from WithAPIKey, WithBaseURL, WithHTTPClient.
+func WithGenAIClient(c *genai.Client) Option {
+	return optionFunc(func(cfg *config) {
+		if c == nil {
+			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithGenAIClient(nil): pass the *genai.Client from genai.NewClient, or leave the option out"))
+			return
+		}
+		cfg.genaiClient = c
+	})
+}
+
+// WithAPIKey sets the Gemini API key. The key never appears in an error, a log
+// line or a panic of this package.
+// Default: the SDK's environment lookup (GOOGLE_API_KEY, then GEMINI_API_KEY).
+func WithAPIKey(key string) Option {
+	return optionFunc(func(cfg *config) { cfg.apiKey = key })
+}
+
+// WithBaseURL sends requests to another endpoint: a proxy, a regional
+// endpoint, a test server.
+// Default: the SDK's (https://generativelanguage.googleapis.com/).
+func WithBaseURL(url string) Option {
+	return optionFunc(func(cfg *config) { cfg.baseURL = url })
+}
+
+// WithHTTPClient sets the HTTP client the SDK sends requests with.
+// Default: the SDK's (an http.Client on http.DefaultTransport).
+func WithHTTPClient(c *http.Client) Option {
+	return optionFunc(func(cfg *config) { cfg.httpClient = c })
+}
+
+// WithCascade sets the models to try, in order: the first is the primary.
+// Names may carry the "models/" prefix. Default: DefaultModel alone.
+func WithCascade(models ...string) Option {
+	return optionFunc(func(cfg *config) {
+		cfg.cascade = make([]string, len(models))
+		for i, m := range models {
+			cfg.cascade[i] = strings.TrimPrefix(m, "models/")
+		}
+	})
+}
+
+// WithLimits sets a model's quota as the Google project has it (see
+// https://ai.google.dev/gemini-api/docs/rate-limits); the Client sends at most
+// WithHeadroom of it. A zero field means no local limit on that dimension.
+// Default: no local limits; limits the server states in a 429 are learned.
+func WithLimits(model string, l Limits) Option {
+	return optionFunc(func(cfg *config) {
+		if cfg.limits == nil {
+			cfg.limits = make(map[string]Limits)
+		} else {
+			cfg.limits = cloneMap(cfg.limits)
+		}
+		cfg.limits[strings.TrimPrefix(model, "models/")] = l
+	})
+}
+
+// WithHeadroom sets the fraction of each configured limit the Client uses, in
+// (0, 1]. Default: DefaultHeadroom (0.8).
+func WithHeadroom(fraction float64) Option {
+	return optionFunc(func(cfg *config) { cfg.headroom = fraction })
+}
+
+// WithRetry sets the retry policy; zero fields take their defaults.
+// Default: RetryPolicy{} (see its fields).
+func WithRetry(p RetryPolicy) Option {
+	return optionFunc(func(cfg *config) { cfg.retry = p.withDefaults() })
+}
+
+// WithBreaker sets the circuit breaker settings; zero fields take their
+// defaults. Default: BreakerSettings{} (see its fields).
+func WithBreaker(s BreakerSettings) Option {
+	return optionFunc(func(cfg *config) { cfg.breaker = s.withDefaults() })
+}
+
+// WithTimeouts sets the timeout of one upstream attempt and of a whole call
+// (all attempts, waits and models). attempt must be shorter than call; the
+// remaining call budget shrinks the last attempts. For streams, attempt
+// bounds the time to the first chunk only (see WithStreamDeadlines).
+// Default: DefaultAttemptTimeout (60s), DefaultCallTimeout (180s).
+func WithTimeouts(attempt, call time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.attemptTimeout, cfg.callTimeout = attempt, call })
+}
+
+// WithStreamDeadlines sets how long a stream may wait for its first chunk and
+// between two chunks before the stall counts as a failure (retried or
+// cascaded before the first chunk, reported or resumed after it).
+// Default: DefaultFirstChunk (30s), DefaultIdle (20s).
+func WithStreamDeadlines(firstChunk, idle time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.firstChunk, cfg.idle = firstChunk, idle })
+}
+
+// WithStreamResume makes GenerateContentStream continue a stream cut after
+// its first chunk: it sends the request again with the text received so far
+// as a partial model turn (to the same model, or the next in the cascade) and
+// yields only the new text. Default: off (a cut is reported as a
+// *StreamError).
+func WithStreamResume(on bool) Option {
+	return optionFunc(func(cfg *config) { cfg.resume = on })
+}
+
+// WithFallback sets the last resort that answers when every model failed.
+// Default: none (the call returns a *CascadeError).
+func WithFallback(f Fallback) Option {
+	return optionFunc(func(cfg *config) { cfg.fallback = f })
+}
+
+// WithStartupCheck turns the CheckCascade run by New on or off.
+// Default: on.
+func WithStartupCheck(on bool) Option {
+	return optionFunc(func(cfg *config) { cfg.startupCheck = on })
+}
+
+// WithLogger logs breaker transitions and cool-downs at Info and attempts at
+// Debug; never a key or a prompt. Default: no logging.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(cfg *config) { cfg.logger = l })
+}
+
+// WithHooks sets functions called synchronously, outside every lock, on
+// retries, breaker state changes, cool-downs and fallbacks. They must be
+// quick and safe for concurrent use. Default: none.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(cfg *config) { cfg.hooks = h })
+}
+
+// WithProjectCoolDown sets how long the whole Client stays away from the API
+// after a project-scoped failure (spend cap, invalid or leaked key, API
+// disabled); CheckCascade succeeding ends it early.
+// Default: DefaultProjectCoolDown (5m).
+func WithProjectCoolDown(d time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.projectCoolDown = d })
+}
+
+// WithExactTokenCount makes the Client ask the API's countTokens for the
+// input tokens of each call before sending it, for models with a TPM limit,
+// instead of the cheap local estimate. It costs one extra (quota-free)
+// request per call. Default: off.
+func WithExactTokenCount(on bool) Option {
+	return optionFunc(func(cfg *config) { cfg.exactTokens = on })
+}
+
+// WithShutdowns adds to or overrides the built-in table of announced model
+// shutdown dates that CheckCascade warns about. Default: the built-in table
+// (Shutdowns).
+func WithShutdowns(table map[string]Shutdown) Option {
+	return optionFunc(func(cfg *config) { cfg.shutdowns = cloneMap(table) })
+}
+
+// withModelsAPI replaces the SDK with another implementation (tests).
+func withModelsAPI(api modelsAPI) Option {
+	return optionFunc(func(cfg *config) { cfg.api = api })
+}
+
+// withRand makes jitter draws come from r (tests).
+func withRand(r *rand.Rand) Option {
+	return optionFunc(func(cfg *config) { cfg.rng = r })
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// validate reports every problem of the configuration at once.
+func (cfg *config) validate() error {
+	errs := append([]error(nil), cfg.problems...)
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("geminiguard: "+format, args...)) }
+	if len(cfg.cascade) == 0 {
+		add("WithCascade needs at least one model name, e.g. WithCascade(%q)", DefaultModel)
+	}
+	seen := make(map[string]bool, len(cfg.cascade))
+	for i, m := range cfg.cascade {
+		switch {
+		case m == "":
+			add("WithCascade: model %d is empty: give a name such as %q", i+1, DefaultModel)
+		case strings.ContainsAny(m, "?&") || strings.Contains(m, ".."):
+			add("WithCascade: model %q contains '?', '&' or '..': give a bare model name", m)
+		case seen[m]:
+			add("WithCascade: model %q is listed twice: list each model once", m)
+		}
+		seen[m] = true
+	}
+	for m, l := range cfg.limits {
+		if err := l.validate(m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !(cfg.headroom > 0 && cfg.headroom <= 1) {
+		add("WithHeadroom(%v): use a fraction in (0, 1], e.g. 0.8", cfg.headroom)
+	}
+	if err := cfg.retry.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cfg.breaker.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	switch {
+	case cfg.attemptTimeout <= 0 || cfg.callTimeout <= 0:
+		add("WithTimeouts(%v, %v): both timeouts must be positive", cfg.attemptTimeout, cfg.callTimeout)
+	case cfg.attemptTimeout >= cfg.callTimeout:
+		add("WithTimeouts(%v, %v): the attempt timeout must be shorter than the call timeout, so a retry fits", cfg.attemptTimeout, cfg.callTimeout)
+	}
+	if cfg.firstChunk <= 0 || cfg.idle <= 0 {
+		add("WithStreamDeadlines(%v, %v): both deadlines must be positive", cfg.firstChunk, cfg.idle)
+	}
+	if cfg.projectCoolDown <= 0 {
+		add("WithProjectCoolDown(%v): must be positive", cfg.projectCoolDown)
+	}
+	if cfg.genaiClient != nil && cfg.api == nil {
+		if cc := cfg.genaiClient.ClientConfig(); cc.Backend == genai.BackendVertexAI {
+			add("WithGenAIClient: the client uses the Vertex AI backend; geminiguard reads the Gemini API's errors and quotas: build it with Backend: genai.BackendGeminiAPI")
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,329 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"strings"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// GenerateContentStream streams one answer through the chain, in the SDK's
+// shape: lazy until ranged, and the first error ends the stream.
+//
+// Before the first chunk is yielded, the whole chain applies: limiter,
+// breaker, retries, cascade and Fallback (whose answer arrives as a single
+// chunk). A stream that sends nothing within the first-chunk deadline, or
+// stalls longer than the idle deadline between chunks, counts as a failure of
+// its model (see WithStreamDeadlines). The call timeout of WithTimeouts bounds
+// the time to the first chunk; after it, only the caller's context and the
+// idle deadline bound the stream.
+//
+// After the first chunk, a cut (transport error, error object inside the 200
+// stream, or an end without any finishReason) is never silent: the stream
+// ends with a *StreamError (ErrStreamInterrupted) carrying the text yielded so
+// far, or, with WithStreamResume, the request is sent again with that text as
+// a partial model turn — to the same model or the next of the cascade — and
+// only the new text is yielded. Resume guarantees that nothing already
+// yielded is yielded again and that the answer is complete (it ends with a
+// finishReason); it cannot guarantee the continuation is the very text an
+// uncut stream would have produced, since the model writes it anew.
+//
+// A finishReason SAFETY, RECITATION, PROHIBITED_CONTENT, BLOCKLIST or SPII
+// ends the stream with a *ResponseError (ErrBlocked), not retried.
+// MAX_TOKENS ends it normally; the last chunk carries that finishReason.
+// The SDK's automatic continuation is off: one attempt is one HTTP request.
+// Breaking out of the loop releases the connection and the breaker permit.
+func (c *Client) GenerateContentStream(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error] {
+	return func(yield func(*genai.GenerateContentResponse, error) bool) {
+		s := streamRun{c: c, ctx: ctx, model: model, contents: contents, config: config, start: time.Now(), rec: callRecordFrom(ctx)}
+		s.run(yield)
+	}
+}
+
+// errStalled is the cause of an attempt whose stream sent nothing for longer
+// than its first-chunk or idle deadline.
+var errStalled = errors.New("geminiguard: stream stalled")
+
+// streamRun is one GenerateContentStream call across its resumes.
+type streamRun struct {
+	c        *Client
+	ctx      context.Context
+	model    string
+	contents []*genai.Content
+	config   *genai.GenerateContentConfig
+	start    time.Time
+	rec      *CallRecord
+	attempts []Attempt
+	partial  strings.Builder // text yielded so far
+	fallback bool
+	resumes  int // cuts healed by a resume
+}
+
+func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) {
+	c := s.c
+	c.stats.calls.Add(1)
+	err := s.stream(yield)
+	latency := time.Since(s.start)
+	c.stats.record(err == nil, s.fallback, latency)
+	if s.rec != nil {
+		*s.rec = CallRecord{Attempts: s.attempts, Fallback: s.fallback, Resumes: s.resumes, Latency: latency}
+		if err == nil && !s.fallback && len(s.attempts) > 0 {
+			s.rec.Model = s.attempts[len(s.attempts)-1].Model
+		}
+	}
+}
+
+// maxContinuationHops bounds the CONTINUATION hops of one stream (the SDK's
+// own loop has no bound).
+const maxContinuationHops = 32
+
+// stream yields the answer and returns the error that ended it (already
+// yielded), nil when it ended normally or the caller stopped.
+func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) bool) error {
+	model, config := s.model, s.config
+	progress := 0 // length of the text yielded when the last resume began
+	for resumes, hops := 0, 0; ; {
+		contents := s.contents
+		if s.partial.Len() > 0 && (config == nil || config.ContinuationToken == nil) {
+			contents = append(contents[:len(contents):len(contents)], genai.NewContentFromText(s.partial.String(), genai.RoleModel))
+		}
+		first, call, err := s.open(model, contents, config)
+		if err != nil {
+			yield(nil, err)
+			return err
+		}
+		if call.session == nil { // the Fallback answered
+			s.fallback = true
+			yield(first, nil)
+			return nil
+		}
+		model = call.held.m.name
+		end := s.follow(call, first, s.partial.Len() > 0, yield)
+		switch {
+		case end.done:
+			return end.err
+		case end.token != nil && hops < maxContinuationHops:
+			// The server paused the answer: the next hop goes through the
+			// chain like any request, so the limiter counts it.
+			hops++
+			var next genai.GenerateContentConfig
+			if config != nil {
+				next = *config
+			}
+			next.ContinuationToken = end.token
+			config = &next
+			continue
+		case end.token != nil:
+			end.err = errTooManyHops
+		}
+		// A resume that brought new text starts the count again: only
+		// resumes without progress are bounded (like the SDK's own
+		// continuation, which allows 3 reconnects without progress).
+		if s.partial.Len() > progress {
+			progress, resumes = s.partial.Len(), 0
+		}
+		if !s.c.cfg.resume || resumes >= s.c.cfg.retry.MaxAttempts || s.ctx.Err() != nil {
+			serr := &StreamError{Model: model, Partial: s.partial.String(), Err: end.err}
+			yield(nil, serr)
+			return serr
+		}
+		resumes++
+		s.resumes++
+		config = s.config // a resume restarts from the text, not from a token
+	}
+}
+
+// errTooManyHops ends a stream whose server kept answering CONTINUATION.
+var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION more than 32 times")
+
+// open runs the chain until a model sends a first chunk.
+func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *call, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.c.cfg.callTimeout)
+	defer cancel()
+	call := s.c.newCall(ctx, model, contents, config)
+	call.streaming, call.parent = true, s.ctx
+	first, err := call.run(ctx, s.c.openStream)
+	s.attempts = append(s.attempts, call.attempts...)
+	return first, call, err
+}
+
+// streamEnd is how one upstream stream ended.
+type streamEnd struct {
+	err   error  // the cut to heal, or the error already yielded when done
+	done  bool   // over: normally, by an error already yielded, or by the caller
+	token []byte // a CONTINUATION pause: send the next hop with this token
+}
+
+// follow yields the chunks of an open stream and reports how it ended.
+func (s *streamRun) follow(call *call, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) streamEnd {
+	c, ss := s.c, call.session
+	defer ss.close()
+	resp, err := first, error(nil)
+	for n := 0; ; n++ {
+		if n > 0 {
+			resp, err = ss.next(c.cfg.idle)
+		}
+		if err != nil {
+			v := Classify(err)
+			c.settle(call.held, time.Now(), err, v)
+			if v.Class == ClassCanceled {
+				yield(nil, err)
+				return streamEnd{err: err, done: true}
+			}
+			return streamEnd{err: err}
+		}
+		if resp == nil { // clean end of the body without any finishReason
+			c.settle(call.held, time.Now(), errNoFinishReason, Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true})
+			return streamEnd{err: errNoFinishReason}
+		}
+		if n == 0 && resumed {
+			trimRepeat(resp, s.partial.String())
+		}
+		finish := finishReasonOf(resp)
+		if rerr := blockedFinish(call.held.m.name, resp, finish); rerr != nil {
+			c.settle(call.held, time.Now(), nil, Verdict{})
+			yield(nil, rerr)
+			return streamEnd{err: rerr, done: true}
+		}
+		if finish == genai.FinishReasonContinuation {
+			c.settle(call.held, time.Now(), nil, Verdict{})
+			resp.Candidates[0].FinishReason = "" // the answer goes on: do not show the pause
+			s.partial.WriteString(textOf(resp))
+			if !yield(resp, nil) {
+				return streamEnd{done: true}
+			}
+			if tok := resp.Candidates[0].ContinuationToken; len(tok) > 0 {
+				return streamEnd{token: tok}
+			}
+			return streamEnd{err: errNoFinishReason}
+		}
+		s.partial.WriteString(textOf(resp))
+		if !yield(resp, nil) {
+			c.settle(call.held, time.Now(), nil, Verdict{})
+			return streamEnd{done: true}
+		}
+		if finish != "" {
+			c.settle(call.held, time.Now(), nil, Verdict{})
+			return streamEnd{done: true}
+		}
+	}
+}
+
+// openStream is the sendFunc of streams: it opens the stream on m and waits
+// for its first chunk, within the first-chunk deadline. The open stream is
+// left in call.session.
+func (c *Client) openStream(actx context.Context, call *call, m *modelState) (*genai.GenerateContentResponse, error) {
+	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
+	if d, ok := actx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
+	// The stream outlives the attempt's context: it lives on the caller's,
+	// and a watchdog cancels it when it stalls.
+	sctx, cancel := context.WithCancelCause(call.parent)
+	ss := &streamSession{ctx: sctx, cancel: cancel, model: m.name}
+	ss.next2, ss.stop = iter.Pull2(c.api.GenerateContentStream(sctx, m.name, call.contents, call.config))
+	first, err := ss.next(wait)
+	switch {
+	case err != nil:
+		ss.close()
+		return nil, err
+	case first == nil:
+		ss.close()
+		return nil, &StreamError{Model: m.name, Err: errNoFinishReason}
+	}
+	if rerr := blockedFinish(m.name, first, finishReasonOf(first)); rerr != nil {
+		ss.close()
+		return nil, rerr
+	}
+	call.session = ss
+	return first, nil
+}
+
+// streamSession is one open upstream stream and its stall watchdog.
+type streamSession struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	model  string
+	next2  func() (*genai.GenerateContentResponse, error, bool)
+	stop   func()
+}
+
+// next returns the next chunk, (nil, nil) at a clean end, or the error that
+// ended the stream: errStalled (wrapped as an attempt timeout) when nothing
+// came within wait.
+func (ss *streamSession) next(wait time.Duration) (*genai.GenerateContentResponse, error) {
+	wd := time.AfterFunc(wait, func() { ss.cancel(errStalled) })
+	resp, err, ok := ss.next2()
+	wd.Stop()
+	switch {
+	case !ok:
+		return nil, nil
+	case err != nil && context.Cause(ss.ctx) == errStalled:
+		return nil, &attemptTimeoutError{err: errStalled}
+	}
+	return resp, err
+}
+
+// close releases the stream: its connection and its watchdog.
+func (ss *streamSession) close() {
+	ss.stop()
+	ss.cancel(nil)
+}
+
+// finishReasonOf returns the first candidate's finishReason, "" when none.
+func finishReasonOf(resp *genai.GenerateContentResponse) genai.FinishReason {
+	if resp == nil || len(resp.Candidates) == 0 || resp.Candidates[0] == nil {
+		return ""
+	}
+	return resp.Candidates[0].FinishReason
+}
+
+// blockedFinish returns a *ResponseError (ErrBlocked) for a chunk that blocks
+// the prompt or ends the answer for safety, nil otherwise.
+func blockedFinish(model string, resp *genai.GenerateContentResponse, finish genai.FinishReason) error {
+	if resp.PromptFeedback != nil && resp.PromptFeedback.BlockReason != "" {
+		return &ResponseError{Kind: ErrBlocked, Model: model, Reason: string(resp.PromptFeedback.BlockReason), Response: resp}
+	}
+	if finish == "" {
+		return nil
+	}
+	if rerr, ok := responseError(model, resp).(*ResponseError); ok && rerr.Kind == ErrBlocked {
+		return rerr
+	}
+	return nil
+}
+
+// textOf returns the text of the first candidate's non-thought parts.
+func textOf(resp *genai.GenerateContentResponse) string {
+	if len(resp.Candidates) == 0 || resp.Candidates[0] == nil || resp.Candidates[0].Content == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range resp.Candidates[0].Content.Parts {
+		if p != nil && !p.Thought {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// trimRepeat removes the already-yielded text from the first chunk of a
+// resumed stream when the model started its answer over instead of
+// continuing it.
+func trimRepeat(resp *genai.GenerateContentResponse, yielded string) {
+	if yielded == "" || len(resp.Candidates) == 0 || resp.Candidates[0] == nil || resp.Candidates[0].Content == nil {
+		return
+	}
+	parts := resp.Candidates[0].Content.Parts
+	if len(parts) == 0 || parts[0] == nil {
+		return
+	}
+	if rest, ok := strings.CutPrefix(parts[0].Text, yielded); ok {
+		p := *parts[0]
+		p.Text = rest
+		parts[0] = &p
+	}
+}
