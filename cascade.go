@@ -246,7 +246,7 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 				if mr.Exists {
 					mr.Verdict = "shutdown soon"
 				}
-				report.Warnings = append(report.Warnings, fmt.Sprintf("%s shuts down on %s (%d days); replace it with %s", name, sd.Date.Format(time.DateOnly), mr.DaysLeft, orNone(sd.Replacement)))
+				report.Warnings = append(report.Warnings, fmt.Sprintf("%s shuts down on %s (in %s); replace it with %s", name, sd.Date.Format(time.DateOnly), days(mr.DaysLeft), orNone(sd.Replacement)))
 			}
 		}
 		if mr.Generation != "" {
@@ -263,6 +263,13 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 		return report, fmt.Errorf("%w: the API does not list %s for this key: fix WithCascade (run examples/cascade-doctor to see what is listed)", ErrModelNotFound, strings.Join(missing, ", "))
 	}
 	return report, nil
+}
+
+func days(n int) string {
+	if n == 1 {
+		return "1 day"
+	}
+	return fmt.Sprintf("%d days", n)
 }
 
 func orNone(s string) string {
