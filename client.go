@@ -468,10 +468,18 @@ func (call *call) attempt(ctx context.Context, m *modelState, send sendFunc) (*g
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		err = &attemptTimeoutError{err: err}
 	}
+	var v Verdict
 	if err != nil {
-		return nil, err, Classify(err), elapsed
+		v = Classify(err)
 	}
-	return resp, nil, Verdict{}, elapsed
+	if l := call.c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
+			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()))
+	}
+	if err != nil {
+		return nil, err, v, elapsed
+	}
+	return resp, nil, v, elapsed
 }
 
 // inputTokens returns the call's input token estimate for models that limit

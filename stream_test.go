@@ -218,7 +218,18 @@ func TestStreamContinuationHopsGoThroughTheLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Continuation: true}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
-		text, _, err := streamed(t.Context(), c, "")
+		// Even a caller who asks for the SDK's own continuation gets ours:
+		// the SDK's hops would bypass the limiter and the breaker.
+		cfg := &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(true)}
+		var b strings.Builder
+		var err error
+		for resp, e := range c.GenerateContentStream(t.Context(), "", genai.Text("Tell me a story"), cfg) {
+			if err = e; err != nil {
+				break
+			}
+			b.WriteString(resp.Text())
+		}
+		text := b.String()
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(flash), text, "the paused answer is completed by our own hop")
 		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbStream), "two hops, two requests, each through the chain")
