@@ -160,10 +160,7 @@ func (c *Client) draw() float64 {
 // the caller cancelled. Classify(err) gives the verdict of the failure that
 // decided the outcome; WithCallRecord gives the attempts.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
-	defer cancel()
-	call := c.newCall(ctx, model, contents, config)
-	return call.run(ctx, c.generateOnce)
+	return c.newCall(ctx, model, contents, config).run(ctx, c.generateOnce)
 }
 
 // generateOnce is one unary upstream request to m.
@@ -184,13 +181,14 @@ var noRetry = &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)}
 
 // callConfig returns the config to send: a shallow copy of the caller's with
 // the SDK's automatic continuation and retry off. The caller's value is never
-// modified.
+// modified, not even by the SDK (which sets a missing SystemInstruction role
+// in place).
 func callConfig(user *genai.GenerateContentConfig) *genai.GenerateContentConfig {
-	var cfg genai.GenerateContentConfig
-	if user != nil {
-		cfg = *user
+	if user == nil {
+		return defaultCallConfig
 	}
-	cfg.AutomaticContinuation = genai.Ptr(false)
+	cfg := *user
+	cfg.AutomaticContinuation = noContinuation
 	if cfg.HTTPOptions == nil {
 		cfg.HTTPOptions = noRetryOptions
 	} else {
@@ -198,12 +196,20 @@ func callConfig(user *genai.GenerateContentConfig) *genai.GenerateContentConfig 
 		opts.RetryOptions = noRetry
 		cfg.HTTPOptions = &opts
 	}
+	if si := cfg.SystemInstruction; si != nil && si.Role == "" {
+		withRole := *si
+		withRole.Role = genai.RoleUser
+		cfg.SystemInstruction = &withRole
+	}
 	return &cfg
 }
 
-// noRetryOptions is the per-call HTTPOptions used when the caller set none.
-// The SDK only reads it.
-var noRetryOptions = &genai.HTTPOptions{RetryOptions: noRetry}
+// Shared, read-only values of callConfig; the SDK only reads them.
+var (
+	noContinuation    = genai.Ptr(false)
+	noRetryOptions    = &genai.HTTPOptions{RetryOptions: noRetry}
+	defaultCallConfig = &genai.GenerateContentConfig{AutomaticContinuation: noContinuation, HTTPOptions: noRetryOptions}
+)
 
 // logReport logs what CheckCascade found that deserves attention.
 func (c *Client) logReport(r *CascadeReport) {
@@ -265,6 +271,7 @@ type call struct {
 	tokens   int // input token estimate; -1 until computed
 	start    time.Time
 	attempts []Attempt
+	buf      [2]Attempt // backing of attempts for the common short calls
 	rec      *CallRecord
 
 	parent    context.Context // the caller's context, which an open stream lives on
@@ -289,9 +296,16 @@ func (c *Client) settle(h heldPermit, now time.Time, err error, v Verdict) {
 	h.m.count(err, v)
 }
 
+// newCall starts a call. Its deadline is the caller's or the call timeout,
+// whichever comes first: every wait and attempt is bounded by it, so no
+// context of its own is needed.
 func (c *Client) newCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *call {
-	deadline, _ := ctx.Deadline()
-	return &call{
+	now := time.Now()
+	deadline := now.Add(c.cfg.callTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	call := &call{
 		c:        c,
 		first:    strings.TrimPrefix(model, "models/"),
 		contents: contents,
@@ -299,10 +313,16 @@ func (c *Client) newCall(ctx context.Context, model string, contents []*genai.Co
 		user:     config,
 		deadline: deadline,
 		tokens:   -1,
-		start:    time.Now(),
+		start:    now,
 		rec:      callRecordFrom(ctx),
 	}
+	call.attempts = call.buf[:0]
+	return call
 }
+
+// errCallTimeout: the call timeout of WithTimeouts passed before any model
+// answered.
+var errCallTimeout = fmt.Errorf("geminiguard: the call timeout (WithTimeouts) passed: %w", context.DeadlineExceeded)
 
 // step is what an attempt's outcome asks the call to do next.
 type step int
@@ -354,6 +374,12 @@ func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*
 	var delay, prev time.Duration // wait before this attempt; previous backoff
 	for n := 1; ; n++ {
 		now := time.Now()
+		if !now.Before(call.deadline) {
+			if err := ctx.Err(); err != nil {
+				return nil, call.fail(m.name, err, delay, 0), stepStop
+			}
+			return nil, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, delay, 0), stepStop
+		}
 		if err := m.cooling(now); err != nil {
 			call.skip(m.name, err, delay)
 			return nil, err, stepNext
@@ -421,7 +447,7 @@ func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*
 		if !ok {
 			return nil, err, stepNext
 		}
-		if !call.deadline.IsZero() && !end.Add(d).Before(call.deadline) {
+		if !end.Add(d).Before(call.deadline) {
 			// Sleeping would overrun the call's deadline: do not sleep.
 			me := err.(*ModelError)
 			me.Err = &waitError{Err: me.Err, Wait: d}
@@ -459,7 +485,11 @@ func (call *call) nextStep(m *modelState, v Verdict, n int) step {
 // attempt makes one upstream request under the attempt timeout and
 // classifies its outcome.
 func (call *call) attempt(ctx context.Context, m *modelState, send sendFunc) (*genai.GenerateContentResponse, error, Verdict, time.Duration) {
-	actx, cancel := context.WithTimeout(ctx, call.c.cfg.attemptTimeout)
+	deadline := time.Now().Add(call.c.cfg.attemptTimeout)
+	if call.deadline.Before(deadline) {
+		deadline = call.deadline
+	}
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	m.counters.requests.Add(1)
 	start := time.Now()

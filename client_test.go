@@ -217,12 +217,33 @@ func TestCallerConfigIsNotMutated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
-		cfg := &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](0.2)}
-		want := *cfg
+		system := &genai.Content{Parts: []*genai.Part{{Text: "be terse"}}} // no Role: the SDK would set one in place
+		cfg := &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](0.2), SystemInstruction: system}
+		want, wantSystem := *cfg, *system
 
 		_, err := c.GenerateContent(t.Context(), "", genai.Text("hi"), cfg)
 
 		require.NoError(t, err)
 		assert.Equal(t, want, *cfg)
+		assert.Equal(t, wantSystem, *system)
+		assert.Contains(t, string(srv.Requests(flash)[0].Body), `"systemInstruction":{"parts":[{"text":"be terse"}],"role":"user"}`)
+	})
+}
+
+func TestTimeoutsNest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Hour}) // hangs
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(2*time.Second, 5*time.Second),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond}))
+
+		start := time.Now()
+		_, err, rec := ask(t.Context(), c, "")
+
+		assert.LessOrEqual(t, time.Since(start), 5*time.Second, "the call timeout bounds every attempt and wait")
+		assert.Greater(t, time.Since(start), 4*time.Second)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 3, srv.Hits(flash, fakegemini.VerbGenerate), "2s attempts: two whole ones and the rest of the budget")
+		assert.Equal(t, geminiguard.ClassTimeout, geminiguard.Classify(rec.Attempts[0].Err).Class, "an attempt timeout is the model's failure")
+		assert.Equal(t, "2", srv.Requests(flash)[0].Header.Get("X-Server-Timeout"), "the server is told when we stop waiting")
 	})
 }

@@ -141,11 +141,9 @@ var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION mo
 
 // open runs the chain until a model sends a first chunk.
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *call, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.c.cfg.callTimeout)
-	defer cancel()
-	call := s.c.newCall(ctx, model, contents, config)
+	call := s.c.newCall(s.ctx, model, contents, config)
 	call.streaming, call.parent = true, s.ctx
-	first, err := call.run(ctx, s.c.openStream)
+	first, err := call.run(s.ctx, s.c.openStream)
 	s.attempts = append(s.attempts, call.attempts...)
 	return first, call, err
 }
