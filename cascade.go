@@ -58,23 +58,6 @@ func (c *Client) order(first string) iter.Seq[string] {
 	}
 }
 
-// hasNext reports whether a model after current in the call's order could
-// take a request now (not open, not cooling down).
-func (c *Client) hasNext(first, current string) bool {
-	now := time.Now()
-	after := false
-	for name := range c.order(first) {
-		if after {
-			m := c.model(name)
-			if m.cooling(now) == nil && m.breakers[endpointGenerate].state(now) != StateOpen {
-				return true
-			}
-		}
-		after = after || name == current
-	}
-	return false
-}
-
 // cooling returns a *ModelError when the model is cooling down at now.
 func (m *modelState) cooling(now time.Time) error {
 	until, reason, ok := m.cool.until(now)

@@ -218,3 +218,33 @@ func TestFallbackAndStats(t *testing.T) {
 		assert.Equal(t, int64(2), st.Models[0].Failures[geminiguard.ClassOverloaded])
 	})
 }
+
+func TestEmbeddingsHaveTheirOwnBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const embedder = "gemini-embedding-001"
+		srv := fakegemini.New(fakegemini.Model{Name: embedder,
+			Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {}, {Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}},
+			fakegemini.Model{Name: flash})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, embedder),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 2}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2}))
+		cfg := &genai.EmbedContentConfig{OutputDimensionality: genai.Ptr[int32](3)}
+
+		resp, err := c.EmbedContent(t.Context(), embedder, genai.Text("a"), cfg)
+		require.NoError(t, err, "503 then a retry that answers")
+		require.Len(t, resp.Embeddings, 1)
+		assert.Equal(t, 2, srv.Hits(embedder, fakegemini.VerbEmbed))
+
+		_, err = c.EmbedContent(t.Context(), embedder, genai.Text("b"), cfg)
+		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed, "two 503s: no other model is tried for embeddings")
+		assert.Equal(t, 4, srv.Hits(embedder, fakegemini.VerbEmbed))
+		assert.Zero(t, srv.Total(flash), "vectors of another model would not fit")
+
+		st := c.Stats().Models[1]
+		assert.Equal(t, geminiguard.StateOpen, st.EmbedState)
+		assert.Equal(t, geminiguard.StateClosed, st.State, "the model's generation breaker is untouched")
+		_, err = c.EmbedContent(t.Context(), embedder, genai.Text("c"), cfg)
+		assert.ErrorIs(t, err, geminiguard.ErrCircuitOpen)
+		assert.Equal(t, 4, srv.Hits(embedder, fakegemini.VerbEmbed), "refused locally while open")
+	})
+}

@@ -160,11 +160,11 @@ func (c *Client) draw() float64 {
 // the caller cancelled. Classify(err) gives the verdict of the failure that
 // decided the outcome; WithCallRecord gives the attempts.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	return c.newCall(ctx, model, contents, config).run(ctx, c.generateOnce)
+	return c.newGenerateCall(ctx, model, contents, config).run(ctx)
 }
 
 // generateOnce is one unary upstream request to m.
-func (c *Client) generateOnce(ctx context.Context, call *call, m *modelState) (*genai.GenerateContentResponse, error) {
+func (c *Client) generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	resp, err := c.api.GenerateContent(ctx, m.name, call.contents, call.config)
 	if err != nil {
 		return nil, err
@@ -173,6 +173,42 @@ func (c *Client) generateOnce(ctx context.Context, call *call, m *modelState) (*
 		return resp, rerr
 	}
 	return resp, nil
+}
+
+// EmbedContent embeds contents with model through the limiter, the breaker
+// of the model's embedding endpoint (separate from its generation breaker)
+// and classifier-driven retries. There is no cascade and no Fallback: vectors
+// of different models do not mix. The caller's config is never mutated.
+//
+// Errors: those of GenerateContent, where a *CascadeError lists the one
+// model's attempts; an error when model is "".
+func (c *Client) EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
+	if model == "" {
+		return nil, errors.New(`geminiguard: EmbedContent needs a model name, e.g. "gemini-embedding-001"`)
+	}
+	ec := newCall[*genai.EmbedContentResponse](ctx, c, endpointEmbed, model, contents)
+	ec.only = true
+	sent := embedConfig(config)
+	ec.send = func(ctx context.Context, _ *call[*genai.EmbedContentResponse], m *modelState) (*genai.EmbedContentResponse, error) {
+		return c.api.EmbedContent(ctx, m.name, contents, sent)
+	}
+	return ec.run(ctx)
+}
+
+// embedConfig returns a copy of the caller's config with the SDK's retry off.
+func embedConfig(user *genai.EmbedContentConfig) *genai.EmbedContentConfig {
+	var cfg genai.EmbedContentConfig
+	if user != nil {
+		cfg = *user
+	}
+	if cfg.HTTPOptions == nil {
+		cfg.HTTPOptions = noRetryOptions
+	} else {
+		opts := *cfg.HTTPOptions
+		opts.RetryOptions = noRetry
+		cfg.HTTPOptions = &opts
+	}
+	return &cfg
 }
 
 // noRetry turns the SDK's own retry off for one call: ours runs instead, and
@@ -256,17 +292,22 @@ func (c *Client) newModelState(name string) *modelState {
 	return m
 }
 
-// sendFunc makes one upstream request to a model.
-type sendFunc func(ctx context.Context, call *call, m *modelState) (*genai.GenerateContentResponse, error)
+// generateCall is a generate or stream call.
+type generateCall = call[*genai.GenerateContentResponse]
 
-// call is the state of one Client call across its attempts and models.
-type call struct {
+// call is the state of one Client call across its attempts and models. R is
+// the SDK's response type of the endpoint called.
+type call[R any] struct {
 	c        *Client
 	first    string
+	only     bool // the first model alone, no cascade (embeddings: other models' vectors do not mix)
 	contents []*genai.Content
-	config   *genai.GenerateContentConfig // what is sent: the caller's, with SDK retry and continuation off
-	user     *genai.GenerateContentConfig // the caller's, untouched
 	endpoint endpoint
+	send     func(ctx context.Context, call *call[R], m *modelState) (R, error) // one upstream request
+	usage    func(R) int32                                                      // input tokens the response reports; nil: none
+	fallback func(ctx context.Context, err *CascadeError) (R, bool)             // the last resort; nil: none
+	config   *genai.GenerateContentConfig                                       // generate: what is sent, the caller's with SDK retry and continuation off
+	user     *genai.GenerateContentConfig                                       // generate: the caller's, untouched
 	deadline time.Time
 	tokens   int // input token estimate; -1 until computed
 	start    time.Time
@@ -299,24 +340,50 @@ func (c *Client) settle(h heldPermit, now time.Time, err error, v Verdict) {
 // newCall starts a call. Its deadline is the caller's or the call timeout,
 // whichever comes first: every wait and attempt is bounded by it, so no
 // context of its own is needed.
-func (c *Client) newCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *call {
+func newCall[R any](ctx context.Context, c *Client, e endpoint, model string, contents []*genai.Content) *call[R] {
 	now := time.Now()
 	deadline := now.Add(c.cfg.callTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	call := &call{
+	call := &call[R]{
 		c:        c,
 		first:    strings.TrimPrefix(model, "models/"),
 		contents: contents,
-		config:   callConfig(config),
-		user:     config,
+		endpoint: e,
 		deadline: deadline,
 		tokens:   -1,
 		start:    now,
 		rec:      callRecordFrom(ctx),
 	}
 	call.attempts = call.buf[:0]
+	return call
+}
+
+// newGenerateCall starts a generate (or stream) call: the cascade, the
+// Fallback, token reconciliation from usageMetadata.
+func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *generateCall {
+	call := newCall[*genai.GenerateContentResponse](ctx, c, endpointGenerate, model, contents)
+	call.config, call.user = callConfig(config), config
+	call.send = c.generateOnce
+	call.usage = func(r *genai.GenerateContentResponse) int32 {
+		if r.UsageMetadata == nil {
+			return 0
+		}
+		return r.UsageMetadata.PromptTokenCount
+	}
+	if c.cfg.fallback != nil {
+		call.fallback = func(ctx context.Context, err *CascadeError) (*genai.GenerateContentResponse, bool) {
+			resp, ferr := c.cfg.fallback(ctx, FallbackRequest{Model: call.firstModel(), Contents: contents, Config: config, Err: err})
+			if ferr != nil || resp == nil {
+				return nil, false
+			}
+			if resp.ModelVersion == "" {
+				resp.ModelVersion = FallbackModelVersion
+			}
+			return resp, true
+		}
+	}
 	return call
 }
 
@@ -337,30 +404,57 @@ const (
 // run sends the call through the chain: for each model of the cascade, in
 // order, the limiter, the breaker and classifier-driven retries; then the
 // Fallback; else a *CascadeError.
-func (call *call) run(ctx context.Context, send sendFunc) (*genai.GenerateContentResponse, error) {
+func (call *call[R]) run(ctx context.Context) (R, error) {
+	var zero R
 	c := call.c
 	if !call.streaming { // a stream counts once, however many times it opens
 		c.stats.calls.Add(1)
 	}
 	if err := c.projectCooling(time.Now()); err != nil {
 		call.skip(call.firstModel(), err, 0)
-		return call.finish(ctx, nil, nil)
+		return call.finish(ctx, zero, false, nil)
 	}
-	for name := range c.order(call.first) {
-		resp, err, next := call.tryModel(ctx, c.model(name), send)
+	for name := range call.order() {
+		resp, err, next := call.tryModel(ctx, c.model(name))
 		switch {
 		case err == nil:
-			return call.finish(ctx, resp, nil)
+			return call.finish(ctx, resp, true, nil)
 		case next == stepStop:
-			return call.finish(ctx, nil, err)
+			return call.finish(ctx, zero, false, err)
 		case next == stepProject:
-			return call.finish(ctx, nil, nil)
+			return call.finish(ctx, zero, false, nil)
 		}
 	}
-	return call.finish(ctx, nil, nil)
+	return call.finish(ctx, zero, false, nil)
 }
 
-func (call *call) firstModel() string {
+// order yields the call's models: the first choice, then (unless only) the
+// cascade.
+func (call *call[R]) order() iter.Seq[string] {
+	if call.only {
+		return func(yield func(string) bool) { yield(call.firstModel()) }
+	}
+	return call.c.order(call.first)
+}
+
+// hasNext reports whether a model after current in the call's order could
+// take a request now (not open, not cooling down).
+func (call *call[R]) hasNext(current string) bool {
+	now := time.Now()
+	after := false
+	for name := range call.order() {
+		if after {
+			m := call.c.model(name)
+			if m.cooling(now) == nil && m.breakers[call.endpoint].state(now) != StateOpen {
+				return true
+			}
+		}
+		after = after || name == current
+	}
+	return false
+}
+
+func (call *call[R]) firstModel() string {
 	if call.first != "" {
 		return call.first
 	}
@@ -369,45 +463,46 @@ func (call *call) firstModel() string {
 
 // tryModel runs the attempts on one model. It returns the answer, or the
 // decisive error and whether to move to the next model or stop.
-func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*genai.GenerateContentResponse, error, step) {
+func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, step) {
+	var zero R
 	c := call.c
 	var delay, prev time.Duration // wait before this attempt; previous backoff
 	for n := 1; ; n++ {
 		now := time.Now()
 		if !now.Before(call.deadline) {
 			if err := ctx.Err(); err != nil {
-				return nil, call.fail(m.name, err, delay, 0), stepStop
+				return zero, call.fail(m.name, err, delay, 0), stepStop
 			}
-			return nil, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, delay, 0), stepStop
+			return zero, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, delay, 0), stepStop
 		}
 		if err := m.cooling(now); err != nil {
 			call.skip(m.name, err, delay)
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		br := m.breakers[call.endpoint]
 		if br.state(now) == StateOpen {
 			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
 			call.skip(m.name, err, delay)
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		g, wait, err := m.lim.reserve(now, call.inputTokens(ctx, m), call.deadline)
 		if err != nil {
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
 			call.skip(m.name, err, delay)
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
-		if wait > 0 && c.hasNext(call.first, m.name) {
+		if wait > 0 && call.hasNext(m.name) {
 			// Out of tokens for now, and another model can answer at once:
 			// skip this one rather than queue behind its quota.
 			g.cancel(now)
 			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
 			call.skip(m.name, err, delay)
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		if wait > 0 {
 			if err := sleep(ctx, wait); err != nil {
 				g.cancel(time.Now())
-				return nil, call.fail(m.name, err, delay+wait, 0), stepStop
+				return zero, call.fail(m.name, err, delay+wait, 0), stepStop
 			}
 			delay += wait
 		}
@@ -417,12 +512,12 @@ func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*
 			g.cancel(time.Now())
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 			call.skip(m.name, err, delay)
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		if n == 1 {
 			c.budget.deposit(time.Now())
 		}
-		resp, err, v, elapsed := call.attempt(ctx, m, send)
+		resp, err, v, elapsed := call.attempt(ctx, m)
 		end := time.Now()
 		if err == nil && call.streaming {
 			// A stream's outcome is known when it ends: hold the permit.
@@ -431,8 +526,8 @@ func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*
 			c.settle(heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}, end, err, v)
 		}
 		if err == nil {
-			if u := resp.UsageMetadata; u != nil && call.tokens >= 0 {
-				m.lim.reconcile(end, call.tokens, int(u.PromptTokenCount))
+			if call.usage != nil && call.tokens >= 0 {
+				m.lim.reconcile(end, call.tokens, int(call.usage(resp)))
 			}
 			call.answered(m.name, delay, elapsed)
 			return resp, nil, 0
@@ -441,32 +536,32 @@ func (call *call) tryModel(ctx context.Context, m *modelState, send sendFunc) (*
 		c.applyVerdict(m, v, end)
 		next := call.nextStep(m, v, n)
 		if next != stepRetry {
-			return nil, err, next
+			return zero, err, next
 		}
 		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, c.draw())
 		if !ok {
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		if !end.Add(d).Before(call.deadline) {
 			// Sleeping would overrun the call's deadline: do not sleep.
 			me := err.(*ModelError)
 			me.Err = &waitError{Err: me.Err, Wait: d}
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		if !c.budget.withdraw(end) {
-			return nil, err, stepNext
+			return zero, err, stepNext
 		}
 		m.counters.retries.Add(1)
 		c.retrying(RetryEvent{Model: m.name, Attempt: n, Err: err, Verdict: v, Delay: d})
 		if err := sleep(ctx, d); err != nil {
-			return nil, call.fail(m.name, err, d, 0), stepStop
+			return zero, call.fail(m.name, err, d, 0), stepStop
 		}
 		delay, prev = d, d
 	}
 }
 
 // nextStep decides what a failed attempt with verdict v asks for.
-func (call *call) nextStep(m *modelState, v Verdict, n int) step {
+func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 	switch {
 	case v.Class == ClassCanceled, v.Scope == ScopeRequest:
 		return stepStop
@@ -474,7 +569,7 @@ func (call *call) nextStep(m *modelState, v Verdict, n int) step {
 		return stepProject
 	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts:
 		return stepNext
-	case v.CoolDown != CoolDownNone && call.c.hasNext(call.first, m.name):
+	case v.CoolDown != CoolDownNone && call.hasNext(m.name):
 		// The model is cooling down for a stated time: another model answers
 		// sooner than waiting for this one.
 		return stepNext
@@ -484,7 +579,7 @@ func (call *call) nextStep(m *modelState, v Verdict, n int) step {
 
 // attempt makes one upstream request under the attempt timeout and
 // classifies its outcome.
-func (call *call) attempt(ctx context.Context, m *modelState, send sendFunc) (*genai.GenerateContentResponse, error, Verdict, time.Duration) {
+func (call *call[R]) attempt(ctx context.Context, m *modelState) (R, error, Verdict, time.Duration) {
 	deadline := time.Now().Add(call.c.cfg.attemptTimeout)
 	if call.deadline.Before(deadline) {
 		deadline = call.deadline
@@ -493,7 +588,7 @@ func (call *call) attempt(ctx context.Context, m *modelState, send sendFunc) (*g
 	defer cancel()
 	m.counters.requests.Add(1)
 	start := time.Now()
-	resp, err := send(actx, call, m)
+	resp, err := call.send(actx, call, m)
 	elapsed := time.Since(start)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		err = &attemptTimeoutError{err: err}
@@ -506,15 +601,12 @@ func (call *call) attempt(ctx context.Context, m *modelState, send sendFunc) (*g
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
 			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()))
 	}
-	if err != nil {
-		return nil, err, v, elapsed
-	}
-	return resp, nil, v, elapsed
+	return resp, err, v, elapsed
 }
 
 // inputTokens returns the call's input token estimate for models that limit
 // tokens, computing it once.
-func (call *call) inputTokens(ctx context.Context, m *modelState) int {
+func (call *call[R]) inputTokens(ctx context.Context, m *modelState) int {
 	if !m.lim.limitsTokens() {
 		return 0
 	}
@@ -530,13 +622,13 @@ func (call *call) inputTokens(ctx context.Context, m *modelState) int {
 }
 
 // skip records a model that was not sent a request.
-func (call *call) skip(model string, err error, delay time.Duration) {
+func (call *call[R]) skip(model string, err error, delay time.Duration) {
 	call.attempts = append(call.attempts, Attempt{Model: model, Err: err, Delay: delay, Skipped: true})
 	call.c.model(model).counters.skipped.Add(1)
 }
 
 // fail records a failed attempt and returns its error.
-func (call *call) fail(model string, err error, delay, elapsed time.Duration) error {
+func (call *call[R]) fail(model string, err error, delay, elapsed time.Duration) error {
 	if _, ok := err.(*ModelError); !ok {
 		err = &ModelError{Model: model, Verdict: Classify(err), Err: err}
 	}
@@ -545,47 +637,40 @@ func (call *call) fail(model string, err error, delay, elapsed time.Duration) er
 }
 
 // answered records the attempt that answered.
-func (call *call) answered(model string, delay, elapsed time.Duration) {
+func (call *call[R]) answered(model string, delay, elapsed time.Duration) {
 	call.attempts = append(call.attempts, Attempt{Model: model, Delay: delay, Elapsed: elapsed})
 }
 
-// finish ends the call: the answer, a request-scoped error, or, when every
-// model failed, the Fallback or a *CascadeError. It fills the CallRecord and
-// the client's statistics.
-func (call *call) finish(ctx context.Context, resp *genai.GenerateContentResponse, stopErr error) (*genai.GenerateContentResponse, error) {
+// finish ends the call: the answer (ok), a request-scoped error, or, when
+// every model failed, the Fallback or a *CascadeError. It fills the
+// CallRecord and the client's statistics.
+func (call *call[R]) finish(ctx context.Context, resp R, ok bool, stopErr error) (R, error) {
 	c := call.c
 	err := stopErr
 	fallback := false
-	if resp == nil && err == nil {
+	if !ok && err == nil {
 		cerr := &CascadeError{Attempts: call.attempts}
 		err = cerr
-		if c.cfg.fallback != nil && ctx.Err() == nil {
-			fresp, ferr := c.cfg.fallback(ctx, FallbackRequest{Model: call.firstModel(), Contents: call.contents, Config: call.user, Err: cerr})
-			if ferr == nil && fresp != nil {
-				if fresp.ModelVersion == "" {
-					fresp.ModelVersion = FallbackModelVersion
-				}
+		if call.fallback != nil && ctx.Err() == nil {
+			if fresp, fok := call.fallback(ctx, cerr); fok {
 				resp, err, fallback = fresp, nil, true
 				c.fellBack(FallbackEvent{Model: call.firstModel(), Err: cerr})
 			}
 		}
 	}
-	if call.streaming { // the stream records its call when it ends
-		if err != nil {
-			return nil, err
-		}
-		return resp, nil
-	}
-	latency := time.Since(call.start)
-	c.stats.record(err == nil, fallback, latency)
-	if call.rec != nil {
-		*call.rec = CallRecord{Attempts: call.attempts, Fallback: fallback, Latency: latency}
-		if err == nil && !fallback {
-			call.rec.Model = call.attempts[len(call.attempts)-1].Model
+	if !call.streaming { // a stream records its call when it ends
+		latency := time.Since(call.start)
+		c.stats.record(err == nil, fallback, latency)
+		if call.rec != nil {
+			*call.rec = CallRecord{Attempts: call.attempts, Fallback: fallback, Latency: latency}
+			if err == nil && !fallback {
+				call.rec.Model = call.attempts[len(call.attempts)-1].Model
+			}
 		}
 	}
 	if err != nil {
-		return nil, err
+		var zero R
+		return zero, err
 	}
 	return resp, nil
 }

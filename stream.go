@@ -140,10 +140,10 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION more than 32 times")
 
 // open runs the chain until a model sends a first chunk.
-func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *call, error) {
-	call := s.c.newCall(s.ctx, model, contents, config)
-	call.streaming, call.parent = true, s.ctx
-	first, err := call.run(s.ctx, s.c.openStream)
+func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *generateCall, error) {
+	call := s.c.newGenerateCall(s.ctx, model, contents, config)
+	call.send, call.streaming, call.parent = s.c.openStream, true, s.ctx
+	first, err := call.run(s.ctx)
 	s.attempts = append(s.attempts, call.attempts...)
 	return first, call, err
 }
@@ -156,7 +156,7 @@ type streamEnd struct {
 }
 
 // follow yields the chunks of an open stream and reports how it ended.
-func (s *streamRun) follow(call *call, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) streamEnd {
+func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) streamEnd {
 	c, ss := s.c, call.session
 	defer ss.close()
 	resp, err := first, error(nil)
@@ -213,7 +213,7 @@ func (s *streamRun) follow(call *call, first *genai.GenerateContentResponse, res
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
 // left in call.session.
-func (c *Client) openStream(actx context.Context, call *call, m *modelState) (*genai.GenerateContentResponse, error) {
+func (c *Client) openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
 	if d, ok := actx.Deadline(); ok {
 		wait = min(wait, time.Until(d))

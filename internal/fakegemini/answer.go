@@ -61,6 +61,31 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rt route, req 
 	}
 }
 
+// embed answers a batchEmbedContents request: the model's next step decides
+// it like a generate request, but only its error faults and latency apply
+// (an embedding has no quiet or stream faults).
+func (s *Server) embed(w http.ResponseWriter, r *http.Request, rt route, req Request, body []byte) {
+	s.mu.Lock()
+	st := s.models[rt.model]
+	m := st.m
+	step, idx, decide := st.next()
+	s.mu.Unlock()
+	if decide != nil {
+		step = decide(req, idx)
+	}
+	if sleep(r.Context(), step.Latency) != nil {
+		return
+	}
+	switch {
+	case step.Fault == DropBeforeHeaders:
+		panic(http.ErrAbortHandler)
+	case isErrorFault(step.Fault):
+		writeFault(w, step, m)
+	default:
+		embed(w, body)
+	}
+}
+
 // answer is one 200 answer being written.
 type answer struct {
 	model        Model

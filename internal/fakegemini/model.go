@@ -39,7 +39,9 @@ type Model struct {
 	// Quota emulates the API's quotas for generate and stream requests.
 	Quota Quota
 	// Script is consumed one step per generate or stream request admitted
-	// by the quota. When it is exhausted, Faults are drawn.
+	// by the quota, and per batchEmbedContents request (which only its
+	// error faults and latency affect). When it is exhausted, Faults are
+	// drawn.
 	Script []Step
 	// Faults are drawn, in order, once the script is exhausted: a uniform
 	// draw in [0,1) picks the first Chance whose cumulative P exceeds it;

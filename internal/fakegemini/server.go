@@ -194,7 +194,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rt.verb == VerbCountTokens:
 		countTokens(w, body)
 	case rt.verb == VerbEmbed:
-		embed(w, body)
+		s.embed(w, r, rt, req, body)
 	case rt.verb == VerbStream && r.URL.Query().Get("alt") != "sse":
 		writeError(w, invalidArgument("fakegemini serves streamGenerateContent with alt=sse only."))
 	case len(req.Contents) == 0:
