@@ -54,7 +54,8 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 			defer mu.Unlock()
 			changes = append(changes, e.Model+":"+e.To.String())
 		}}
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
+		logs := &logBuffer{}
+		c := newClient(t, srv, logs, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: 30 * time.Second, HalfOpenProbes: 1}))
 
@@ -90,6 +91,10 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		mu.Lock()
 		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes)
 		mu.Unlock()
+		assert.Contains(t, logs.String(), `"level":"INFO","msg":"geminiguard: breaker state changed","model":"`+pro+`","endpoint":"generate","from":"closed","to":"open"`)
+		assert.Contains(t, logs.String(), `"level":"DEBUG","msg":"geminiguard: attempt"`)
+		assert.NotContains(t, logs.String(), "Say hi", "never a prompt in the log")
+		requireNoKey(t, logs.String())
 	})
 }
 
