@@ -91,6 +91,10 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 			contents = append(contents[:len(contents):len(contents)], genai.NewContentFromText(s.partial.String(), genai.RoleModel))
 		}
 		first, call, err := s.open(model, contents, config)
+		if err != nil && s.partial.Len() > 0 {
+			// The resume found no model: the cut stands, with its text.
+			err = &StreamError{Model: model, Partial: s.partial.String(), Err: err}
+		}
 		if err != nil {
 			yield(nil, err)
 			return err
@@ -143,6 +147,9 @@ var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION mo
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *generateCall, error) {
 	call := s.c.newGenerateCall(s.ctx, model, contents, config)
 	call.send, call.streaming, call.parent = s.c.openStream, true, s.ctx
+	if s.partial.Len() > 0 {
+		call.fallback = nil // a canned answer cannot continue a text already yielded
+	}
 	first, err := call.run(s.ctx)
 	s.attempts = append(s.attempts, call.attempts...)
 	return first, call, err

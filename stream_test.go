@@ -251,3 +251,20 @@ func TestStreamFallback(t *testing.T) {
 		assert.False(t, errors.Is(err, geminiguard.ErrStreamInterrupted))
 	})
 }
+
+func TestStreamResumeWithNoModelLeftReportsTheCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Chunks: 4,
+			Script: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 2}, {Fault: fakegemini.SpendCap}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(true),
+			geminiguard.WithFallback(geminiguard.TextFallback("canned")))
+		text, chunks, err := streamed(t.Context(), c, "")
+		require.ErrorIs(t, err, geminiguard.ErrStreamInterrupted)
+		require.ErrorIs(t, err, geminiguard.ErrQuotaExhausted, "the resume's failure is inside")
+		var serr *geminiguard.StreamError
+		require.ErrorAs(t, err, &serr)
+		assert.Equal(t, text, serr.Partial)
+		assert.Equal(t, 2, chunks)
+		assert.NotContains(t, text, "canned", "the Fallback does not continue a text it did not start")
+	})
+}
