@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"strings"
 	"time"
@@ -43,19 +42,21 @@ func TextFallback(text string) Fallback {
 	}
 }
 
-// order yields the models of a call: first (when given), then the cascade in
-// order without repeating first.
-func (c *Client) order(first string) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		if first != "" && !yield(first) {
-			return
-		}
-		for _, m := range c.cascade {
-			if m != first && !yield(m) {
-				return
-			}
+// order returns the models of a call: first (when given), then the cascade
+// in order without repeating first. It allocates only for a first choice
+// other than the primary.
+func (c *Client) order(first string) []string {
+	if first == "" || first == c.cascade[0] {
+		return c.cascade
+	}
+	out := make([]string, 0, len(c.cascade)+1)
+	out = append(out, first)
+	for _, m := range c.cascade {
+		if m != first {
+			out = append(out, m)
 		}
 	}
+	return out
 }
 
 // cooling returns a *ModelError when the model is cooling down at now.

@@ -41,6 +41,8 @@ type Client struct {
 	randMu   sync.Mutex             // guards rng
 	rng      *rand.Rand             // jitter draws; nil: math/rand/v2's global source
 	shutdown map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
+
+	sdkRetries bool // the SDK client retries on its own: turn it off per call
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -72,13 +74,16 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		api = gc.Models
 	}
 	c := &Client{
-		api:      api,
-		cfg:      cfg,
-		cascade:  cfg.cascade,
-		budget:   newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
-		models:   make(map[string]*modelState, len(cfg.cascade)),
-		shutdown: mergeShutdowns(cfg.shutdowns),
-		rng:      cfg.rng,
+		api: api,
+		cfg: cfg,
+		// The SDK retries only when its client was given RetryOptions: ours
+		// is built without, an app's may have them.
+		sdkRetries: cfg.genaiClient != nil && cfg.genaiClient.ClientConfig().HTTPOptions.RetryOptions != nil,
+		cascade:    cfg.cascade,
+		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
+		models:     make(map[string]*modelState, len(cfg.cascade)),
+		shutdown:   mergeShutdowns(cfg.shutdowns),
+		rng:        cfg.rng,
 	}
 	c.stats.init()
 	for _, name := range cfg.cascade {
@@ -164,8 +169,8 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 }
 
 // generateOnce is one unary upstream request to m.
-func (c *Client) generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
-	resp, err := c.api.GenerateContent(ctx, m.name, call.contents, call.config)
+func generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
+	resp, err := call.c.api.GenerateContent(ctx, m.name, call.contents, call.config)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +193,7 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 	}
 	ec := newCall[*genai.EmbedContentResponse](ctx, c, endpointEmbed, model, contents)
 	ec.only = true
-	sent := embedConfig(config)
+	sent := embedConfig(config, c.sdkRetries)
 	ec.send = func(ctx context.Context, _ *call[*genai.EmbedContentResponse], m *modelState) (*genai.EmbedContentResponse, error) {
 		return c.api.EmbedContent(ctx, m.name, contents, sent)
 	}
@@ -196,42 +201,44 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 }
 
 // embedConfig returns a copy of the caller's config with the SDK's retry off.
-func embedConfig(user *genai.EmbedContentConfig) *genai.EmbedContentConfig {
+func embedConfig(user *genai.EmbedContentConfig, sdkRetries bool) *genai.EmbedContentConfig {
 	var cfg genai.EmbedContentConfig
 	if user != nil {
 		cfg = *user
 	}
-	if cfg.HTTPOptions == nil {
-		cfg.HTTPOptions = noRetryOptions
-	} else {
-		opts := *cfg.HTTPOptions
-		opts.RetryOptions = noRetry
-		cfg.HTTPOptions = &opts
-	}
+	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, sdkRetries)
 	return &cfg
 }
 
-// noRetry turns the SDK's own retry off for one call: ours runs instead, and
-// attempts must not multiply behind the limiter's back.
-var noRetry = &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)}
+// withoutSDKRetry returns per-call HTTPOptions that keep the SDK's own retry
+// off: ours runs instead, and attempts must not multiply behind the
+// limiter's back. It returns opts itself when nothing retries.
+func withoutSDKRetry(opts *genai.HTTPOptions, sdkRetries bool) *genai.HTTPOptions {
+	switch {
+	case opts == nil && !sdkRetries, opts != nil && opts.RetryOptions == nil && !sdkRetries:
+		return opts
+	case opts == nil:
+		return noRetryOptions
+	}
+	out := *opts
+	out.RetryOptions = noRetry
+	return &out
+}
 
 // callConfig returns the config to send: a shallow copy of the caller's with
 // the SDK's automatic continuation and retry off. The caller's value is never
 // modified, not even by the SDK (which sets a missing SystemInstruction role
 // in place).
-func callConfig(user *genai.GenerateContentConfig) *genai.GenerateContentConfig {
+func callConfig(user *genai.GenerateContentConfig, sdkRetries bool) *genai.GenerateContentConfig {
 	if user == nil {
+		if sdkRetries {
+			return defaultCallConfigNoRetry
+		}
 		return defaultCallConfig
 	}
 	cfg := *user
 	cfg.AutomaticContinuation = noContinuation
-	if cfg.HTTPOptions == nil {
-		cfg.HTTPOptions = noRetryOptions
-	} else {
-		opts := *cfg.HTTPOptions
-		opts.RetryOptions = noRetry
-		cfg.HTTPOptions = &opts
-	}
+	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, sdkRetries)
 	if si := cfg.SystemInstruction; si != nil && si.Role == "" {
 		withRole := *si
 		withRole.Role = genai.RoleUser
@@ -242,9 +249,11 @@ func callConfig(user *genai.GenerateContentConfig) *genai.GenerateContentConfig 
 
 // Shared, read-only values of callConfig; the SDK only reads them.
 var (
-	noContinuation    = genai.Ptr(false)
-	noRetryOptions    = &genai.HTTPOptions{RetryOptions: noRetry}
-	defaultCallConfig = &genai.GenerateContentConfig{AutomaticContinuation: noContinuation, HTTPOptions: noRetryOptions}
+	noRetry                  = &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)}
+	noRetryOptions           = &genai.HTTPOptions{RetryOptions: noRetry}
+	noContinuation           = genai.Ptr(false)
+	defaultCallConfig        = &genai.GenerateContentConfig{AutomaticContinuation: noContinuation}
+	defaultCallConfigNoRetry = &genai.GenerateContentConfig{AutomaticContinuation: noContinuation, HTTPOptions: noRetryOptions}
 )
 
 // logReport logs what CheckCascade found that deserves attention.
@@ -300,7 +309,8 @@ type generateCall = call[*genai.GenerateContentResponse]
 type call[R any] struct {
 	c        *Client
 	first    string
-	only     bool // the first model alone, no cascade (embeddings: other models' vectors do not mix)
+	only     bool      // the first model alone, no cascade (embeddings: other models' vectors do not mix)
+	one      [1]string // backing of order() for only
 	contents []*genai.Content
 	endpoint endpoint
 	send     func(ctx context.Context, call *call[R], m *modelState) (R, error) // one upstream request
@@ -364,8 +374,8 @@ func newCall[R any](ctx context.Context, c *Client, e endpoint, model string, co
 // Fallback, token reconciliation from usageMetadata.
 func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *generateCall {
 	call := newCall[*genai.GenerateContentResponse](ctx, c, endpointGenerate, model, contents)
-	call.config, call.user = callConfig(config), config
-	call.send = c.generateOnce
+	call.config, call.user = callConfig(config, c.sdkRetries), config
+	call.send = generateOnce
 	call.usage = func(r *genai.GenerateContentResponse) int32 {
 		if r.UsageMetadata == nil {
 			return 0
@@ -414,7 +424,7 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 		call.skip(call.firstModel(), err, 0)
 		return call.finish(ctx, zero, false, nil)
 	}
-	for name := range call.order() {
+	for _, name := range call.order() {
 		resp, err, next := call.tryModel(ctx, c.model(name))
 		switch {
 		case err == nil:
@@ -428,11 +438,12 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	return call.finish(ctx, zero, false, nil)
 }
 
-// order yields the call's models: the first choice, then (unless only) the
+// order returns the call's models: the first choice, then (unless only) the
 // cascade.
-func (call *call[R]) order() iter.Seq[string] {
+func (call *call[R]) order() []string {
 	if call.only {
-		return func(yield func(string) bool) { yield(call.firstModel()) }
+		call.one[0] = call.firstModel()
+		return call.one[:]
 	}
 	return call.c.order(call.first)
 }
@@ -442,7 +453,7 @@ func (call *call[R]) order() iter.Seq[string] {
 func (call *call[R]) hasNext(current string) bool {
 	now := time.Now()
 	after := false
-	for name := range call.order() {
+	for _, name := range call.order() {
 		if after {
 			m := call.c.model(name)
 			if m.cooling(now) == nil && m.breakers[call.endpoint].state(now) != StateOpen {

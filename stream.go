@@ -146,7 +146,7 @@ var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION mo
 // open runs the chain until a model sends a first chunk.
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *generateCall, error) {
 	call := s.c.newGenerateCall(s.ctx, model, contents, config)
-	call.send, call.streaming, call.parent = s.c.openStream, true, s.ctx
+	call.send, call.streaming, call.parent = openStream, true, s.ctx
 	if s.partial.Len() > 0 {
 		call.fallback = nil // a canned answer cannot continue a text already yielded
 	}
@@ -220,7 +220,8 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
 // left in call.session.
-func (c *Client) openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
+func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
+	c := call.c
 	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
 	if d, ok := actx.Deadline(); ok {
 		wait = min(wait, time.Until(d))
