@@ -134,11 +134,12 @@ func (e *rateLimitError) Is(target error) bool {
 // counter that resets at midnight America/Los_Angeles (the Gemini API's daily
 // reset), each at headroom × the limit.
 //
-// Bursts: the RPM bucket holds 1 token, refilled at headroom·RPM per minute,
-// so requests are spaced 60s/(headroom·RPM) apart and no 60-second window
-// (half-open) ever holds more than headroom·RPM of them; the cost is that
-// simultaneous requests queue (1.25s apart at 48 RPM) instead of leaving
-// together. The TPM bucket holds headroom·TPM tokens so that any request up to
+// Bursts: RPM is a sliding-window log, the quota's own semantics: a request
+// may leave when fewer than headroom·RPM requests left in the 60 seconds
+// before it, so a burst up to that size leaves at once and no 60-second
+// window (half-open) ever holds more. (A token bucket cannot do both: with
+// burst B it lets B + headroom·RPM through in a window, or paces a burst one
+// request at a time.) The TPM bucket holds headroom·TPM tokens so that any request up to
 // that size can be granted (a larger one is refused at once); a full bucket
 // plus a minute of refill means a 60-second window that follows an idle minute
 // can carry up to 2·headroom·TPM tokens (1.6 TPM at the default 0.8): a
@@ -161,7 +162,8 @@ type limiter struct {
 	limit    [numDims]int       // configured or learned limits; 0 when none
 	eff      [numDims]int       // effective limits: headroom × limit, at least 1
 	blocked  [numDims]time.Time // no grants before these (server 429s)
-	rpm, tpm *rate.Limiter      // nil while the dimension is not limited
+	rpm      *window            // nil while RPM is not limited
+	tpm      *rate.Limiter      // nil while TPM is not limited
 	dayEnd   time.Time          // end (next Pacific midnight) of the day rpdCount counts
 	rpdCount int                // requests granted in the day ending at dayEnd
 	used     int64              // input tokens granted, corrected by reconcile
@@ -199,7 +201,7 @@ func (l *limiter) setLimit(d quotaDim, limit int) {
 	perSecond := rate.Limit(float64(eff) / 60)
 	switch d {
 	case dimRPM:
-		l.rpm = setBucket(l.rpm, l.clock, perSecond, 1)
+		l.rpm = l.rpm.resized(eff)
 	case dimTPM:
 		l.tpm = setBucket(l.tpm, l.clock, perSecond, eff)
 		l.tokensOn.Store(true)
@@ -222,7 +224,8 @@ func setBucket(b *rate.Limiter, t time.Time, r rate.Limit, n int) *rate.Limiter 
 // with nothing to enforce) gives nothing back.
 type grant struct {
 	l        *limiter
-	rpm, tpm *rate.Reservation // nil when the dimension was not limited
+	rpm      time.Time         // send time booked in the RPM window; zero when not limited
+	tpm      *rate.Reservation // nil when TPM was not limited
 	dayEnd   time.Time         // the Pacific day counted against RPD; zero when not limited
 	tokens   int               // input tokens counted against TPM
 }
@@ -239,8 +242,8 @@ func (g grant) cancel(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.advance(now)
-	if g.rpm != nil {
-		g.rpm.CancelAt(t)
+	if !g.rpm.IsZero() && l.rpm != nil {
+		l.rpm.cancel(g.rpm)
 	}
 	if g.tpm != nil {
 		g.tpm.CancelAt(t)
@@ -292,7 +295,7 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 		}
 	}
 	if l.rpm != nil {
-		if e := earliest(l.rpm, t, 1, l.eff[dimRPM]); e.After(at) {
+		if e := l.rpm.earliest(t); e.After(at) {
 			at, dim = e, dimRPM
 		}
 	}
@@ -329,7 +332,8 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 	l.clock = at
 	g := grant{l: l}
 	if l.rpm != nil {
-		g.rpm = l.rpm.ReserveN(at, 1)
+		l.rpm.add(at)
+		g.rpm = at
 	}
 	if tokens > 0 {
 		g.tpm = l.tpm.ReserveN(at, tokens)
@@ -527,4 +531,64 @@ func valueBytes(v any, depth int) int {
 		return n
 	}
 	return bytesPerToken
+}
+
+// window is a sliding-window log of send times: at most len(times) requests
+// in any minute. Times are added in non-decreasing order (the limiter's clock
+// only moves forward), so the ring is sorted from next (oldest) on. It is
+// not safe for concurrent use: the limiter's mu guards it.
+type window struct {
+	times []time.Time // ring of the latest sends
+	next  int         // index of the oldest send once the ring is full
+	n     int         // sends recorded, at most len(times)
+}
+
+// resized returns a window admitting limit requests a minute that keeps the
+// latest sends of w (nil: none).
+func (w *window) resized(limit int) *window {
+	out := &window{times: make([]time.Time, limit)}
+	if w == nil {
+		return out
+	}
+	start := max(0, w.n-limit)
+	for i := start; i < w.n; i++ {
+		out.add(w.times[(w.next+i)%len(w.times)])
+	}
+	return out
+}
+
+// earliest returns the first time at or after t when a request may leave.
+func (w *window) earliest(t time.Time) time.Time {
+	if w.n < len(w.times) {
+		return t
+	}
+	if free := w.times[w.next].Add(time.Minute); free.After(t) {
+		return free
+	}
+	return t
+}
+
+// add records a send at t (not before any recorded send).
+func (w *window) add(t time.Time) {
+	if w.n < len(w.times) {
+		w.times[(w.next+w.n)%len(w.times)] = t
+		w.n++
+		return
+	}
+	w.times[w.next] = t
+	w.next = (w.next + 1) % len(w.times)
+}
+
+// cancel removes the latest send if it was at t: a request booked and then
+// not sent. An older send stays, as rate.Reservation.CancelAt would keep it.
+func (w *window) cancel(t time.Time) {
+	if w.n == 0 {
+		return
+	}
+	last := (w.next + w.n - 1) % len(w.times)
+	if !w.times[last].Equal(t) {
+		return
+	}
+	w.times[last] = time.Time{}
+	w.n--
 }
