@@ -223,11 +223,11 @@ func setBucket(b *rate.Limiter, t time.Time, r rate.Limit, n int) *rate.Limiter 
 // grant is a request the limiter admitted. Its zero value (from a limiter
 // with nothing to enforce) gives nothing back.
 type grant struct {
-	l        *limiter
-	rpm      time.Time         // send time booked in the RPM window; zero when not limited
-	tpm      *rate.Reservation // nil when TPM was not limited
-	dayEnd   time.Time         // the Pacific day counted against RPD; zero when not limited
-	tokens   int               // input tokens counted against TPM
+	l      *limiter
+	rpm    time.Time         // send time booked in the RPM window; zero when not limited
+	tpm    *rate.Reservation // nil when TPM was not limited
+	dayEnd time.Time         // the Pacific day counted against RPD; zero when not limited
+	tokens int               // input tokens counted against TPM
 }
 
 // cancel returns what the grant took, as far as later grants allow (see

@@ -229,7 +229,7 @@ func TestLimiterDeadline(t *testing.T) {
 		dim      quotaDim
 		wantWait time.Duration // of the second request
 	}{
-		{"RPM", Limits{RPM: 1}, 0, dimRPM, time.Minute}, // one request a minute
+		{"RPM", Limits{RPM: 1}, 0, dimRPM, time.Minute},           // one request a minute
 		{"TPM", Limits{TPM: 1000}, 500, dimTPM, 15 * time.Second}, // 800/min effective, 300 left: 200 more tokens
 	}
 	for _, tt := range tests {
