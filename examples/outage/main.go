@@ -1,0 +1,150 @@
+// Command outage plays an outage against the embedded fake Gemini, in fake
+// time, for five ways of calling Gemini on the same script — the raw SDK,
+// the SDK with its own retry, a failsafe-go stack, geminiguard, and an
+// oracle that knows the script — prints them side by side and draws the
+// outage's timeline as an SVG chart. Minutes of outage take a second or so.
+//
+//	go run ./examples/outage                        # storm503, chart in outage.svg
+//	go run ./examples/outage -scenario burst429     # another scenario
+//	go run ./examples/outage -all                   # every scenario and the retry storm
+//	go run ./examples/outage -all -markdown -svg '' # BENCHMARKS.md's tables
+//	GEMINI_API_KEY=... go run ./examples/outage -live
+//
+// Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
+// streamCut (internal/scenario documents each, and every arm's settings).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/scenario"
+)
+
+// stormClients and stormTrials are the retry storm's size, as in the AWS
+// study at its largest point.
+const (
+	stormClients = 100
+	stormTrials  = 100
+	stormSeed    = 2015
+)
+
+func main() {
+	name := flag.String("scenario", "storm503", "the scenario to play: burst429, dailyExhausted, storm503, fullOutage, retired404 or streamCut")
+	all := flag.Bool("all", false, "play every scenario, then the retry storm of the AWS backoff study")
+	svg := flag.String("svg", "outage.svg", "write the timeline chart of the (first) scenario to this file; empty: no chart")
+	markdown := flag.Bool("markdown", false, "print Markdown tables")
+	live := flag.Bool("live", false, "then send a few calls to the real Gemini API through geminiguard (needs GEMINI_API_KEY)")
+	cascade := flag.String("cascade", geminiguard.DefaultModel, "with -live: the cascade, comma-separated, primary first")
+	flag.Parse()
+
+	scenarios := scenario.All()
+	if !*all {
+		sc := scenario.Lookup(*name)
+		if sc == nil {
+			fmt.Fprintf(os.Stderr, "outage: no scenario %q; try one of burst429, dailyExhausted, storm503, fullOutage, retired404, streamCut\n", *name)
+			os.Exit(2)
+		}
+		scenarios = []*scenario.Scenario{sc}
+	}
+	// The genai SDK logs cut streams with the standard logger; the tables
+	// report them.
+	log.SetOutput(io.Discard)
+
+	withBubbles(func(bubble func(func(context.Context))) int {
+		for i, sc := range scenarios {
+			var res *scenario.Result
+			bubble(func(ctx context.Context) { res = scenario.Run(ctx, sc) })
+			if err := report(os.Stdout, res, *markdown); err != nil {
+				return fail(err)
+			}
+			if i == 0 && *svg != "" {
+				if err := writeChart(*svg, res); err != nil {
+					return fail(err)
+				}
+				fmt.Printf("chart: %s\n\n", *svg)
+			}
+		}
+		if *all {
+			fmt.Printf("retry storm (AWS \"Exponential Backoff and Jitter\"): %d clients, %d trials\n\n", stormClients, stormTrials)
+			if err := scenario.WriteStormTable(os.Stdout, scenario.RetryStorm(stormClients, stormTrials, stormSeed), *markdown); err != nil {
+				return fail(err)
+			}
+		}
+		if *live {
+			if err := smoke(context.Background(), strings.Split(*cascade, ",")); err != nil {
+				return fail(err)
+			}
+		}
+		return 0
+	})
+}
+
+// withBubbles runs prog, giving it a function that runs f in a fresh
+// testing/synctest bubble (f's context is the bubble's), then exits with
+// prog's code. synctest.Test needs a *testing.T, which only the testing
+// package makes: testing.Main runs prog as the single test of this program,
+// and each bubble opens on its T.
+func withBubbles(prog func(bubble func(f func(context.Context))) int) {
+	matchAll := func(string, string) (bool, error) { return true, nil }
+	testing.Main(matchAll, []testing.InternalTest{{Name: "outage", F: func(t *testing.T) {
+		code := prog(func(f func(context.Context)) {
+			synctest.Test(t, func(t *testing.T) { f(t.Context()) })
+		})
+		os.Exit(code) // before testing.Main prints its own verdict
+	}}}, nil, nil)
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "outage:", err)
+	return 1
+}
+
+// report prints res: the scenario, its anchor and the arms' table.
+func report(w io.Writer, res *scenario.Result, markdown bool) error {
+	sc := res.Scenario
+	fmt.Fprintf(w, "%s: %s\nanchor: %s\n\n", sc.Name, sc.Summary, sc.Anchor)
+	if err := res.WriteTable(w, markdown); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// smoke sends three short prompts to the real Gemini API through
+// geminiguard, and prints which model answered each, after how long and how
+// many attempts.
+func smoke(ctx context.Context, cascade []string) error {
+	key := os.Getenv("GEMINI_API_KEY")
+	if key == "" {
+		return errors.New("-live needs GEMINI_API_KEY")
+	}
+	c, err := geminiguard.New(ctx, geminiguard.WithAPIKey(key), geminiguard.WithCascade(cascade...),
+		geminiguard.WithTimeouts(20*time.Second, time.Minute))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("live: cascade %s\n", strings.Join(cascade, " → "))
+	for i := range 3 {
+		var rec geminiguard.CallRecord
+		resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text(fmt.Sprintf("Reply with the number %d and nothing else.", i+1)), nil)
+		if err != nil {
+			fmt.Printf("  call %d: %v after %v (%d attempts): %v\n", i+1, geminiguard.Classify(err).Class, rec.Latency.Round(time.Millisecond), len(rec.Attempts), err)
+			continue
+		}
+		fmt.Printf("  call %d: %q from %s in %v (%d attempts)\n", i+1, strings.TrimSpace(resp.Text()), rec.Model, rec.Latency.Round(time.Millisecond), len(rec.Attempts))
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package scenario
+
+import (
+	"context"
+	"iter"
+	"net/http"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+// Arm is one way of calling Gemini that a scenario compares.
+type Arm struct {
+	Name string
+	// New builds the arm's caller for one run; an error means the arm could
+	// not start (it is reported, and no call is sent through it).
+	New func(ctx context.Context, env Env) (Caller, error)
+}
+
+// Env is what an arm is built with for one run.
+type Env struct {
+	Scenario   *Scenario
+	HTTPClient *http.Client // reaches this arm's fake
+	BaseURL    string       // the fake's base URL for the SDK (fakegemini.BaseURL in memory)
+	Start      time.Time    // the run's start
+}
+
+// Caller sends one call of the workload. Implementations are safe for
+// concurrent use.
+type Caller interface {
+	Generate(ctx context.Context, call int) Outcome
+	Stream(ctx context.Context, call int) Outcome
+}
+
+// Outcome is what the user of an arm got from one call.
+type Outcome struct {
+	Text  string // the answer's text; for streams, everything shown, in order
+	Model string // the model that answered (ModelVersion; geminiguard.FallbackModelVersion for its Fallback), "" when none
+	Err   error  // the error the call ended with, nil when none
+}
+
+// Arms returns the standard arms, in report order: raw, sdk-retry,
+// failsafe, geminiguard (with opts added to its defaults), oracle.
+func Arms(opts ...geminiguard.Option) []Arm {
+	return []Arm{RawArm(), SDKRetryArm(), FailsafeArm(), GeminiguardArm("geminiguard", opts...), OracleArm()}
+}
+
+// RawArm is the genai SDK without retry, calling the primary model.
+func RawArm() Arm {
+	return Arm{Name: "raw", New: func(ctx context.Context, env Env) (Caller, error) {
+		return newSDKCaller(ctx, env, nil)
+	}}
+}
+
+// SDKRetryArm is the genai SDK with its own retry at its defaults
+// (HTTPOptions.RetryOptions = &genai.HTTPRetryOptions{}: 5 attempts, 1s
+// initial delay doubling to a 60s cap, up to 1s of jitter, on 408, 429,
+// 500, 502, 503, 504 and transport errors), calling the primary model.
+func SDKRetryArm() Arm {
+	return Arm{Name: "sdk-retry", New: func(ctx context.Context, env Env) (Caller, error) {
+		return newSDKCaller(ctx, env, &genai.HTTPRetryOptions{})
+	}}
+}
+
+// newClient returns an SDK client on env's fake with the given retry.
+func newClient(ctx context.Context, env Env, retry *genai.HTTPRetryOptions) (*genai.Client, error) {
+	return genai.NewClient(ctx, &genai.ClientConfig{
+		APIKey:     fakegemini.Key,
+		Backend:    genai.BackendGeminiAPI,
+		HTTPClient: env.HTTPClient,
+		HTTPOptions: genai.HTTPOptions{
+			BaseURL:      env.BaseURL,
+			RetryOptions: retry,
+		},
+	})
+}
+
+// sdkCaller calls one model through the SDK.
+type sdkCaller struct {
+	models *genai.Models
+	model  string
+}
+
+func newSDKCaller(ctx context.Context, env Env, retry *genai.HTTPRetryOptions) (*sdkCaller, error) {
+	c, err := newClient(ctx, env, retry)
+	if err != nil {
+		return nil, err
+	}
+	return &sdkCaller{models: c.Models, model: env.Scenario.Models[0].Name}, nil
+}
+
+func (s *sdkCaller) Generate(ctx context.Context, call int) Outcome {
+	return generate(ctx, s.models.GenerateContent, s.model, call)
+}
+
+func (s *sdkCaller) Stream(ctx context.Context, call int) Outcome {
+	var out Outcome
+	out.Err = collect(s.models.GenerateContentStream(ctx, s.model, genai.Text(Prompt(call)), nil), &out)
+	return out
+}
+
+// generateFunc is the shape of GenerateContent, the SDK's and geminiguard's.
+type generateFunc func(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error)
+
+// generate sends call's prompt to model through f.
+func generate(ctx context.Context, f generateFunc, model string, call int) Outcome {
+	resp, err := f(ctx, model, genai.Text(Prompt(call)), nil)
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	return Outcome{Text: resp.Text(), Model: resp.ModelVersion}
+}
+
+// collect ranges over a stream, appending each chunk's text to out.Text as
+// the user would see it, and returns the error that ended the stream.
+func collect(stream iter.Seq2[*genai.GenerateContentResponse, error], out *Outcome) error {
+	for resp, err := range stream {
+		if err != nil {
+			return err
+		}
+		out.Text += resp.Text()
+		if resp.ModelVersion != "" {
+			out.Model = resp.ModelVersion
+		}
+	}
+	return nil
+}
+
+// GeminiguardArm is this module's Client named name, at its defaults plus:
+// the scenario's cascade, each model's quota as WithLimits, the startup
+// check on, and opts.
+func GeminiguardArm(name string, opts ...geminiguard.Option) Arm {
+	return Arm{Name: name, New: func(ctx context.Context, env Env) (Caller, error) {
+		all := []geminiguard.Option{
+			geminiguard.WithAPIKey(fakegemini.Key),
+			geminiguard.WithBaseURL(env.BaseURL),
+			geminiguard.WithHTTPClient(env.HTTPClient),
+			geminiguard.WithCascade(env.Scenario.names()...),
+			geminiguard.WithStartupCheck(true),
+		}
+		for _, m := range env.Scenario.Models {
+			if q := m.Quota; q.RPM > 0 || q.TPM > 0 || q.RPD > 0 {
+				all = append(all, geminiguard.WithLimits(m.Name, geminiguard.Limits{RPM: q.RPM, TPM: q.TPM, RPD: q.RPD}))
+			}
+		}
+		c, err := geminiguard.New(ctx, append(all, opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		return &guardCaller{c: c}, nil
+	}}
+}
+
+// guardCaller calls through a geminiguard Client.
+type guardCaller struct {
+	c *geminiguard.Client
+}
+
+func (g *guardCaller) Generate(ctx context.Context, call int) Outcome {
+	return generate(ctx, g.c.GenerateContent, "", call)
+}
+
+func (g *guardCaller) Stream(ctx context.Context, call int) Outcome {
+	var out Outcome
+	out.Err = collect(g.c.GenerateContentStream(ctx, "", genai.Text(Prompt(call)), nil), &out)
+	return out
+}

@@ -1,0 +1,282 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+// The overhead benchmarks: the raw SDK, the failsafe arm and geminiguard
+// on a healthy upstream that answers at once, in real time.
+//
+//	go test ./internal/scenario -run '^$' -bench . -benchmem -count 10 | tee bench.txt
+//	benchstat bench.txt
+
+// overhead is the healthy two-model scenario of the benchmarks: every call
+// answered at once with the model's default text.
+func overhead() *Scenario {
+	return &Scenario{
+		Name:   "overhead",
+		Models: []Model{{Name: flash}, {Name: lite}},
+		Script: func(Request) fakegemini.Step { return fakegemini.Step{} },
+	}
+}
+
+// overheadArms are the arms the overhead benchmarks compare, raw first,
+// failsafe second, geminiguard third (BenchmarkPaired relies on it).
+var overheadArms = []Arm{RawArm(), FailsafeArm(), GeminiguardArm("geminiguard")}
+
+// wire is a way to reach the fake.
+type wire struct {
+	name string
+	// env returns the Env of a run of sc against srv, and a func that
+	// releases what it started.
+	env func(sc *Scenario, srv *fakegemini.Server) (Env, func())
+}
+
+var (
+	// loopback: an httptest.Server over real TCP on 127.0.0.1, HTTP/1.1.
+	loopback = wire{"loopback", func(sc *Scenario, srv *fakegemini.Server) (Env, func()) {
+		ts := httptest.NewServer(srv)
+		return Env{Scenario: sc, HTTPClient: ts.Client(), BaseURL: ts.URL, Start: time.Now()}, ts.Close
+	}}
+	// memory: the fake's in-memory transport.
+	memory = wire{"memory", func(sc *Scenario, srv *fakegemini.Server) (Env, func()) {
+		return Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: fakegemini.BaseURL, Start: time.Now()}, func() {}
+	}}
+	// canned: a transport that answers every request with a body the fake
+	// gave once, so that nearly all the time left is the client's.
+	canned = wire{"canned", func(sc *Scenario, srv *fakegemini.Server) (Env, func()) {
+		t := &cannedTransport{
+			list:     record(srv, http.MethodGet, "/v1beta/models", ""),
+			generate: record(srv, http.MethodPost, "/v1beta/models/"+flash+":generateContent", `{"contents":[{"parts":[{"text":"hi"}],"role":"user"}]}`),
+		}
+		return Env{Scenario: sc, HTTPClient: &http.Client{Transport: t}, BaseURL: fakegemini.BaseURL, Start: time.Now()}, func() {}
+	}}
+)
+
+// record returns the body srv answers to one request.
+func record(srv *fakegemini.Server, method, path, body string) []byte {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("X-Goog-Api-Key", fakegemini.Key)
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, req)
+	return w.Body.Bytes()
+}
+
+// cannedTransport answers GETs with list and everything else with generate.
+type cannedTransport struct {
+	list, generate []byte
+}
+
+func (c *cannedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		req.Body.Close()
+	}
+	body := c.generate
+	if req.Method == http.MethodGet {
+		body = c.list
+	}
+	return &http.Response{
+		StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/json; charset=UTF-8"}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}, nil
+}
+
+// build builds arm over w against a fresh fake of sc (nil: overhead()).
+func build(tb testing.TB, arm Arm, w wire, sc *Scenario) (Caller, *fakegemini.Server) {
+	tb.Helper()
+	if sc == nil {
+		sc = overhead()
+	}
+	srv := fakegemini.New(sc.fakeModels(time.Now())...)
+	env, stop := w.env(sc, srv)
+	tb.Cleanup(stop)
+	c, err := arm.New(context.Background(), env)
+	require.NoError(tb, err)
+	return c, srv
+}
+
+// direct returns a func that makes one call through c as its user would,
+// with the prompt built once: what it measures is the client, not this
+// package's harness.
+func direct(tb testing.TB, c Caller) func() error {
+	tb.Helper()
+	ctx, contents := context.Background(), genai.Text(Prompt(1))
+	answer := func(resp *genai.GenerateContentResponse, err error) error {
+		if err == nil && resp.Text() == "" {
+			return errors.New("empty answer")
+		}
+		return err
+	}
+	switch c := c.(type) {
+	case *sdkCaller:
+		return func() error { return answer(c.models.GenerateContent(ctx, c.model, contents, nil)) }
+	case *guardCaller:
+		return func() error { return answer(c.c.GenerateContent(ctx, "", contents, nil)) }
+	case *failsafeCaller:
+		try := func(ctx context.Context, model string) (Outcome, error) {
+			return Outcome{}, answer(c.api.GenerateContent(ctx, model, contents, nil))
+		}
+		return func() error { return c.run(ctx, try).Err }
+	}
+	tb.Fatalf("no direct call for %T", c)
+	return nil
+}
+
+// healthyCall returns a direct call of arm over w on a healthy upstream.
+func healthyCall(tb testing.TB, arm Arm, w wire) func() error {
+	c, _ := build(tb, arm, w, nil)
+	return direct(tb, c)
+}
+
+// BenchmarkCall is one call on a healthy upstream, one caller at a time.
+func BenchmarkCall(b *testing.B) {
+	for _, w := range []wire{loopback, memory, canned} {
+		for _, arm := range overheadArms {
+			b.Run(w.name+"/"+arm.Name, func(b *testing.B) {
+				call := healthyCall(b, arm, w)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := call(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPaired makes the three arms' calls in turn on one wire, so that
+// the machine's drift and noise fall on all alike, and reports each arm's
+// time per call (raw-µs, failsafe-µs, geminiguard-µs), geminiguard's over
+// raw's (gg/raw), and what the chain and the failsafe-go stack add to a raw
+// SDK call (chain-ns, stack-ns). ns/op is the three calls together.
+func BenchmarkPaired(b *testing.B) {
+	for _, w := range []wire{loopback, memory, canned} {
+		b.Run(w.name, func(b *testing.B) {
+			calls := make([]func() error, len(overheadArms))
+			for i, arm := range overheadArms {
+				calls[i] = healthyCall(b, arm, w)
+			}
+			spent := make([]time.Duration, len(calls))
+			turn := 0
+			for b.Loop() {
+				turn++
+				for j := range calls {
+					i := (turn + j) % len(calls) // who goes first changes every turn
+					start := time.Now()
+					if err := calls[i](); err != nil {
+						b.Fatal(err)
+					}
+					spent[i] += time.Since(start)
+				}
+			}
+			per := func(i int) float64 { return float64(spent[i]) / float64(b.N) }
+			for i, arm := range overheadArms {
+				b.ReportMetric(per(i)/1e3, arm.Name+"-µs")
+			}
+			b.ReportMetric(per(2)/per(0), "gg/raw")
+			b.ReportMetric(per(2)-per(0), "chain-ns")
+			b.ReportMetric(per(1)-per(0), "stack-ns")
+		})
+	}
+}
+
+// BenchmarkCallParallel is the same call from 64 goroutines per CPU on one
+// shared client: the limiter, breakers and budgets must not serialise them.
+func BenchmarkCallParallel(b *testing.B) {
+	for _, w := range []wire{memory, canned} {
+		for _, arm := range overheadArms {
+			b.Run(w.name+"/"+arm.Name, func(b *testing.B) {
+				call := healthyCall(b, arm, w)
+				b.ReportAllocs()
+				b.SetParallelism(64)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := call(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// refusing returns a call of arm made when every model's breaker is open:
+// every model answers 503 at once until they open, and nothing reopens them
+// within the benchmark. It fails tb if a refused call still sends a request.
+func refusing(tb testing.TB, arm Arm) func() error {
+	tb.Helper()
+	sc := overhead()
+	sc.Script = func(Request) fakegemini.Step { return fakegemini.Step{Fault: fakegemini.Overloaded} }
+	c, srv := build(tb, arm, memory, sc)
+	call := direct(tb, c)
+	for range 2 * failsafeThreshold * failsafeAttempts {
+		_ = call()
+	}
+	before := srv.Total(flash) + srv.Total(lite)
+	require.Error(tb, call())
+	require.Equal(tb, before, srv.Total(flash)+srv.Total(lite), "every breaker is open: no request leaves")
+	return call
+}
+
+// openGeminiguard is a geminiguard arm that opens its breakers at the
+// first failures and keeps them open for an hour.
+var openGeminiguard = GeminiguardArm("geminiguard",
+	geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
+	geminiguard.WithBreaker(geminiguard.BreakerSettings{OpenFor: time.Hour}))
+
+// BenchmarkRefused is a call refused by open breakers on every model.
+func BenchmarkRefused(b *testing.B) {
+	for _, arm := range []Arm{FailsafeArm(), openGeminiguard} {
+		b.Run(arm.Name, func(b *testing.B) {
+			call := refusing(b, arm)
+			b.ReportAllocs()
+			for b.Loop() {
+				if call() == nil {
+					b.Fatal("answered with every breaker open")
+				}
+			}
+		})
+	}
+}
+
+// The chain's own allocations on the success path: a geminiguard call
+// over the canned transport less a raw SDK call over it.
+func TestChainAllocations(t *testing.T) {
+	allocs := func(arm Arm) float64 {
+		call := healthyCall(t, arm, canned)
+		require.NoError(t, call())
+		return testing.AllocsPerRun(200, func() { require.NoError(t, call()) })
+	}
+	raw, guard, fs := allocs(RawArm()), allocs(GeminiguardArm("geminiguard")), allocs(FailsafeArm())
+	t.Logf("allocations per call: raw SDK %.0f, geminiguard %.0f (chain %+.0f), failsafe %.0f (stack %+.0f)", raw, guard, guard-raw, fs, fs-raw)
+	check(t, "overhead: the chain allocates ≤ 4 times per call", guard-raw <= 4, "%+.0f allocations", guard-raw)
+}
+
+// A call refused by every open breaker sends nothing and says why.
+func TestRefusedSendsNothing(t *testing.T) {
+	err := refusing(t, openGeminiguard)()
+	assert.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+	assert.ErrorIs(t, err, geminiguard.ErrCircuitOpen)
+}

@@ -1,0 +1,42 @@
+// Package scenario is the performance yardstick of geminiguard: named outage
+// scripts (DESIGN.md §7) played against the in-process fake Gemini
+// (internal/fakegemini) for several arms — ways of calling Gemini — on the
+// same script in one run, and the figures that compare them.
+//
+// # Arms
+//
+//   - raw: the genai SDK, no retry, primary model only.
+//   - sdk-retry: the genai SDK with HTTPOptions.RetryOptions =
+//     &genai.HTTPRetryOptions{} (5 attempts, 1s initial delay doubling,
+//     1s jitter, 60s cap), primary model only.
+//   - failsafe: the stack a Go developer assembles from failsafe-go (see
+//     failsafe.go for every setting and why).
+//   - geminiguard: this module's Client at its defaults, with the
+//     scenario's cascade, the quotas as WithLimits and the startup check on.
+//   - oracle: the SDK calling, for each call, a model the script says will
+//     answer now (and whose quota has room): the floor no client can beat.
+//
+// # Runs
+//
+// Run plays a Scenario for each of its arms at once, each arm against its
+// own fake that follows the same Script, and records every call and every
+// upstream request. Run must be called inside a testing/synctest bubble:
+// latencies, backoffs, breaker periods and quota windows then pass in fake
+// time, so a five-minute outage takes a fraction of a second and every
+// figure is exact. Tests call it inside synctest.Test; examples/outage runs
+// its one test function through testing.Main to get the *testing.T that
+// synctest.Test needs.
+//
+// Randomness is seeded: arrivals, latency spreads and fault draws are pure
+// functions of the scenario's seed, the model, the call and the fake time,
+// so every arm meets exactly the same faults and latencies. What is not
+// seeded is the jitter inside the SDK's retry, failsafe-go and geminiguard
+// (they draw from math/rand's global source): their figures may move by a
+// few per mille between runs.
+//
+// # Figures
+//
+// Summarize reduces an arm's run to the report's columns; see Summary for
+// the exact definitions (latency is time to a good answer; a failed call
+// never got one).
+package scenario

@@ -1,0 +1,251 @@
+package scenario
+
+import (
+	"math"
+	"time"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/internal/pacific"
+)
+
+// The models of the scenarios, with the seed's latencies: a Pro model
+// answers in about 2s, a Flash model in about 0.8s, a Flash-Lite in about
+// 0.5s (log-normal spread, see spread).
+const (
+	pro   = "gemini-3.1-pro"
+	flash = "gemini-3.5-flash"
+	lite  = "gemini-2.5-flash-lite"
+
+	proLatency   = 2 * time.Second
+	flashLatency = 800 * time.Millisecond
+	liteLatency  = 500 * time.Millisecond
+)
+
+// healthy returns a script in which every model answers every call.
+func healthy(seed uint64, sc *Scenario) Script {
+	return func(r Request) fakegemini.Step {
+		return answer(seed, sc.mustModel(r.Model), r)
+	}
+}
+
+// Burst429 sends bursts of three times the primary's per-minute quota; the
+// fake enforces both models' quotas as the API does (sliding minute, 429
+// with QuotaFailure and RetryInfo).
+func Burst429() *Scenario {
+	const seed = 429
+	sc := &Scenario{
+		Name:    "burst429",
+		Summary: "5 bursts, one a minute, of 30 calls in 10s: 3x the primary's 10 RPM; the secondary allows 30 RPM",
+		Anchor:  "seed: backoff only 25% success / 8.2 s; + breaker 87% / 1.4 s; + bucket 96% / 1.1 s",
+		Models: []Model{
+			{Name: flash, Latency: flashLatency, Quota: fakegemini.Quota{RPM: 10}},
+			{Name: lite, Latency: liteLatency, Quota: fakegemini.Quota{RPM: 30}},
+		},
+		Workload: Workload{Arrivals: bursts(5, 30, time.Minute, 10*time.Second)},
+		Arms:     Arms(),
+	}
+	sc.Script = healthy(seed, sc)
+	return sc
+}
+
+// dailyReset is how long after the start of dailyExhausted the primary's
+// daily quota resets (midnight America/Los_Angeles): after the workload.
+const dailyReset = 30 * time.Minute
+
+// DailyExhausted meets a primary whose daily quota is gone until the
+// Pacific midnight, with 25 queries back to back.
+func DailyExhausted() *Scenario {
+	const seed = 86400
+	sc := &Scenario{
+		Name:    "dailyExhausted",
+		Summary: "the primary's daily quota is gone (429 PerDay until Pacific midnight, 30 min away); 25 queries back to back",
+		Anchor:  "seed: 8.29 s per query without cool-downs, 0.93 s with them",
+		Models: []Model{
+			{Name: flash, Latency: flashLatency},
+			{Name: lite, Latency: liteLatency},
+		},
+		Align:    func(now time.Time) time.Time { return pacific.NextMidnight(now).Add(-dailyReset) },
+		Workload: Workload{Calls: 25},
+		Arms:     Arms(),
+		Measures: []Measure{
+			{Name: "mean after 1st", Format: "%.2fs", Of: meanAfterFirst},
+			{Name: "primary req", Format: "%.0f", Of: func(sc *Scenario, r *ArmRun) float64 {
+				return float64(requests(r, sc.Models[0].Name, 0, dailyReset))
+			}},
+		},
+	}
+	sc.Script = func(r Request) fakegemini.Step {
+		if r.Model == flash && r.At < dailyReset {
+			return fakegemini.Step{Fault: fakegemini.DailyQuota}
+		}
+		return answer(seed, sc.mustModel(r.Model), r)
+	}
+	return sc
+}
+
+// Storm503 is a brownout as users report it: the primary fails 37% of its
+// calls with 503, in bursts, the secondary 5%.
+func Storm503() *Scenario {
+	const (
+		seed       = 503
+		calls      = 1000
+		rate       = 2.0 // calls per second
+		slot       = 15 * time.Second
+		stormShare = 0.36 // share of slots in a storm
+		stormFail  = 0.85 // 503 rate of the primary in a storm slot
+		calmFail   = 0.10 // and outside: 0.36*0.85 + 0.64*0.10 = 0.37
+		liteFail   = 0.05
+	)
+	arrivals := poisson(seed, calls, rate)
+	slots := int(arrivals[len(arrivals)-1]/slot) + 2
+	storm := make([]bool, slots)
+	for _, s := range rng(seed, "storms").Perm(slots)[:int(math.Round(stormShare*float64(slots)))] {
+		storm[s] = true
+	}
+	sc := &Scenario{
+		Name:    "storm503",
+		Summary: "brownout: the primary answers 503 to 37% of requests (85% in 15s storm slots, 10% between), the secondary to 5%; 1000 calls, Poisson 2/s",
+		Anchor:  "37.46% of 646 GenerateContent calls failed with 503 over 30 days (discuss.ai.google.dev, 2026); G5: ≥99.9% success at ≤1.5 attempts per call",
+		Models: []Model{
+			{Name: flash, Latency: flashLatency},
+			{Name: lite, Latency: liteLatency},
+		},
+		Workload: Workload{Arrivals: arrivals},
+		Arms:     Arms(),
+	}
+	sc.Script = func(r Request) fakegemini.Step {
+		p := liteFail
+		if r.Model == flash {
+			p = calmFail
+			if s := int(r.At / slot); s < slots && storm[s] {
+				p = stormFail
+			}
+		}
+		if draw(seed, "503", r.Model, r.Call, r.At) < p {
+			return overloaded()
+		}
+		return answer(seed, sc.mustModel(r.Model), r)
+	}
+	return sc
+}
+
+// The full outage's window, since the run's start.
+const (
+	outageStart = 60 * time.Second
+	outageEnd   = 180 * time.Second
+)
+
+// FullOutage takes every model down for two minutes, then brings them back.
+func FullOutage() *Scenario {
+	const seed = 500
+	sc := &Scenario{
+		Name:    "fullOutage",
+		Summary: "every model answers 503 from 60s to 180s, then recovers; a call every 0.5s for 300s; cascade Pro → Flash → Flash-Lite",
+		Anchor:  "G3: ≤1.1 upstream requests per call during a total outage (SRE retry budget); G6: recovery within OpenFor + 1 probe, first second ≤1.2x steady traffic",
+		Models: []Model{
+			{Name: pro, Latency: proLatency},
+			{Name: flash, Latency: flashLatency},
+			{Name: lite, Latency: liteLatency},
+		},
+		Workload: Workload{Arrivals: evenly(600, 500*time.Millisecond)},
+		Window:   [2]time.Duration{outageStart, outageEnd},
+		Arms:     Arms(),
+		Measures: []Measure{
+			{Name: "outage req/call", Format: "%.2f", Of: outageLoad},
+			{Name: "fast fails", Format: "%.1f%%", Of: fastFails},
+			{Name: "recovery", Format: "%.1fs", Of: recovery},
+			{Name: "1st s load", Format: "%.2fx", Of: firstSecondLoad},
+		},
+	}
+	sc.Script = func(r Request) fakegemini.Step {
+		if r.At >= outageStart && r.At < outageEnd {
+			return overloaded()
+		}
+		return answer(seed, sc.mustModel(r.Model), r)
+	}
+	return sc
+}
+
+// retiredAt is when the primary of retired404 is shut down.
+const retiredAt = 60 * time.Second
+
+// Retired404 shuts the primary down during the run: from then on it is
+// gone from models.list and answers 404 NOT_FOUND.
+func Retired404() *Scenario {
+	const seed = 404
+	sc := &Scenario{
+		Name:    "retired404",
+		Summary: "the primary is shut down at 60s (404 NOT_FOUND, gone from models.list); a call every 0.5s for 180s",
+		Anchor:  "gemini-2.0-flash was shut down on 2026-06-01 and answers 404; G4: exactly 1 attempt on a 404",
+		Models: []Model{
+			{Name: flash, Latency: flashLatency},
+			{Name: lite, Latency: liteLatency},
+		},
+		Retire:   &Retirement{Model: flash, At: retiredAt},
+		Workload: Workload{Arrivals: evenly(360, 500*time.Millisecond)},
+		Window:   [2]time.Duration{retiredAt, 180 * time.Second},
+		Arms:     Arms(),
+		Measures: []Measure{
+			{Name: "req to retired", Format: "%.0f", Of: func(sc *Scenario, r *ArmRun) float64 {
+				return float64(requests(r, flash, retiredAt, math.MaxInt64))
+			}},
+		},
+	}
+	sc.Script = func(r Request) fakegemini.Step {
+		if r.Model == flash && r.At >= retiredAt {
+			return fakegemini.Step{Fault: fakegemini.NotFound}
+		}
+		return answer(seed, sc.mustModel(r.Model), r)
+	}
+	return sc
+}
+
+// The stream cuts of streamCut, drawn with equal chances: a transport
+// error, half an event, an error object inside the 200 stream, and a clean
+// end without finishReason after part of the text (silent in the SDK).
+var cuts = []fakegemini.Fault{fakegemini.StreamCutBetween, fakegemini.StreamCutInside, fakegemini.StreamErrorInside, fakegemini.StreamNoFinish}
+
+// StreamCut cuts 20% of streams mid-answer.
+func StreamCut() *Scenario {
+	const (
+		seed   = 2020
+		chunks = 8
+		share  = 0.20
+	)
+	sc := &Scenario{
+		Name:    "streamCut",
+		Summary: "20% of streams cut mid-answer (transport error, half an event, error event, or a clean end without finishReason); 300 streams, Poisson 1/s",
+		Anchor:  "commit point (gRFC A6): never retry after the first chunk reached the caller, unless the resume is exact",
+		Models: []Model{
+			{Name: flash, Latency: 500 * time.Millisecond, ChunkInterval: 100 * time.Millisecond, Chunks: chunks},
+			{Name: lite, Latency: 300 * time.Millisecond, ChunkInterval: 80 * time.Millisecond, Chunks: chunks},
+		},
+		Workload: Workload{Arrivals: poisson(seed, 300, 1.0), Stream: true},
+		Arms: []Arm{RawArm(), SDKRetryArm(), FailsafeArm(),
+			GeminiguardArm("geminiguard"),
+			GeminiguardArm("geminiguard+resume", geminiguard.WithStreamResume(true)),
+			OracleArm()},
+		Measures: []Measure{
+			{Name: "cut", Format: "%.0f", Of: func(_ *Scenario, r *ArmRun) float64 { return float64(len(cutCalls(r))) }},
+			{Name: "reported", Format: "%.1f%%", Of: reported},
+			{Name: "lost chars", Format: "%.0f", Of: func(_ *Scenario, r *ArmRun) float64 { return sumCalls(r, func(c Call) int { return c.Lost }) }},
+			{Name: "dup chars", Format: "%.0f", Of: func(_ *Scenario, r *ArmRun) float64 { return sumCalls(r, func(c Call) int { return c.Dup }) }},
+		},
+	}
+	sc.Script = func(r Request) fakegemini.Step {
+		step := answer(seed, sc.mustModel(r.Model), r)
+		draws := rng(seed, "cut", r.Model, r.Call, r.At)
+		if draws.Float64() >= share {
+			return step
+		}
+		step.Fault = cuts[draws.IntN(len(cuts))]
+		step.CutAfter = 1 + draws.IntN(chunks-2)
+		if step.Fault == fakegemini.StreamNoFinish {
+			// The clean end comes after part of what this request answers.
+			step.Text = step.Text[:r.Resumed+(len(step.Text)-r.Resumed)*step.CutAfter/chunks]
+		}
+		return step
+	}
+	return sc
+}

@@ -1,0 +1,276 @@
+package scenario
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+// knownMiss is a target of issue 5 that the library misses today, reported
+// to the lead with its cause.
+type knownMiss struct {
+	why string
+	// sometimes: whether the target is met depends on geminiguard's
+	// unseeded jitter, so a run may meet it.
+	sometimes bool
+}
+
+// knownMisses are keyed by target name. A target listed here that a run
+// meets fails the test (unless sometimes): take it off the list.
+var knownMisses = map[string]knownMiss{
+	"storm503: success ≥ 99.9%": {sometimes: true,
+		why: "the retry budget (10% + 1/s) is spent retrying the stormy primary; a 503 on the last model then gets no retry"},
+	"storm503: success not behind failsafe": {sometimes: true, why: "as storm503 success"},
+	"fullOutage: success not behind raw": {
+		why: "after the outage the breakers stay open up to OpenFor (30s) before one probe; raw and sdk-retry answer from the first second"},
+	"fullOutage: success not behind sdk-retry":         {why: "as fullOutage success vs raw; sdk-retry's 15s of retries also carry calls over the outage's end"},
+	"overhead: the chain allocates ≤ 4 times per call": {why: "two context.WithTimeout per call (call, attempt) with their timer; the SDK serialising the per-call config callConfig builds (AutomaticContinuation, HTTPOptions.RetryOptions); the X-Server-Timeout header; the call struct"},
+}
+
+// check reports whether the named target holds, failing the test when a
+// target missed is not a known miss or a known miss is met.
+func check(t *testing.T, name string, ok bool, format string, args ...any) {
+	t.Helper()
+	got := fmt.Sprintf(format, args...)
+	miss, known := knownMisses[name]
+	switch {
+	case ok && known && !miss.sometimes:
+		t.Errorf("%s: met (%s), but listed in knownMisses: take it off", name, got)
+	case ok:
+		t.Logf("target met: %s (%s)", name, got)
+	case known:
+		t.Logf("TARGET MISSED, known: %s (%s): %s", name, got, miss.why)
+	default:
+		t.Errorf("target missed: %s (%s)", name, got)
+	}
+}
+
+// play runs sc in a bubble, logs its table and returns the result with the
+// arms' summaries by name.
+func play(t *testing.T, sc *Scenario) (*Result, map[string]Summary) {
+	t.Helper()
+	var res *Result
+	synctest.Test(t, func(t *testing.T) { res = Run(t.Context(), sc) })
+	var b strings.Builder
+	require.NoError(t, res.WriteTable(&b, false))
+	t.Logf("%s: %s\n%s", sc.Name, sc.Summary, b.String())
+	sums := make(map[string]Summary)
+	for _, s := range res.Summaries() {
+		require.NoError(t, s.StartErr, s.Arm)
+		require.Equal(t, len(sc.Workload.Arrivals)+sc.Workload.Calls, s.Calls, s.Arm)
+		sums[s.Arm] = s
+	}
+	for _, a := range res.Arms {
+		assert.Len(t, a.Upstream, a.Total, "%s: the upstream log and the fake's counters agree", a.Arm)
+	}
+	return res, sums
+}
+
+// aheadOfBaselines checks that arm is behind none of raw, sdk-retry and
+// failsafe on success rate and p95.
+func aheadOfBaselines(t *testing.T, sc *Scenario, sums map[string]Summary, arm string) {
+	t.Helper()
+	g := sums[arm]
+	for _, base := range []string{"raw", "sdk-retry", "failsafe"} {
+		b := sums[base]
+		check(t, sc.Name+": success not behind "+base, g.Success >= b.Success, "%s %s, %s %s", arm, pct(g.Success), base, pct(b.Success))
+		check(t, sc.Name+": p95 not behind "+base, g.P95 <= b.P95, "%s %s, %s %s", arm, secs(g.P95), base, secs(b.P95))
+	}
+}
+
+func TestBurst429(t *testing.T) {
+	sc := Burst429()
+	_, sums := play(t, sc)
+	g, o := sums["geminiguard"], sums["oracle"]
+	check(t, "burst429: success ≥ 99.5%", g.Success >= 0.995, "%s", pct(g.Success))
+	check(t, "burst429: mean latency ≤ 1.2× oracle", g.Mean <= o.Mean*12/10, "%s vs oracle %s", secs(g.Mean), secs(o.Mean))
+	check(t, "burst429: no 429 with limits configured", g.Got429 == 0, "%d 429s", g.Got429)
+	assert.Zero(t, o.Got429, "the oracle never exceeds a quota")
+	assert.Equal(t, 1.0, o.Success)
+	aheadOfBaselines(t, sc, sums, "geminiguard")
+}
+
+func TestDailyExhausted(t *testing.T) {
+	sc := DailyExhausted()
+	res, sums := play(t, sc)
+	g, o := sums["geminiguard"], sums["oracle"]
+	after, oracleAfter := g.Measure(sc, "mean after 1st"), o.Measure(sc, "mean after 1st")
+	check(t, "dailyExhausted: latency after the first ≤ 1.05× oracle", after <= 1.05*oracleAfter, "%.3fs vs oracle %.3fs", after, oracleAfter)
+	primary := requests(res.Arm("geminiguard"), flash, 0, dailyReset)
+	check(t, "dailyExhausted: no request to the exhausted model after the first 429", primary == 1, "%d requests before the reset", primary)
+	assert.Equal(t, 1.0, o.Success)
+	aheadOfBaselines(t, sc, sums, "geminiguard")
+}
+
+func TestStorm503(t *testing.T) {
+	sc := Storm503()
+	res, sums := play(t, sc)
+	g, o := sums["geminiguard"], sums["oracle"]
+	check(t, "storm503: success ≥ 99.9%", g.Success >= 0.999, "%s", pct(g.Success))
+	check(t, "storm503: ≤ 1.5 upstream requests per call", g.PerCall <= 1.5, "%.3f", g.PerCall)
+	check(t, "storm503: p95 ≤ 1.5× oracle p95", g.P95 <= o.P95*3/2, "%s vs oracle %s", secs(g.P95), secs(o.P95))
+	aheadOfBaselines(t, sc, sums, "geminiguard")
+
+	// The script is what it claims: 37% of the raw arm's requests to the
+	// primary (which all go there) fail with 503, give or take the draw.
+	raw := res.Arm("raw")
+	failed := 0
+	for _, u := range raw.Upstream {
+		if u.Status == 503 {
+			failed++
+		}
+	}
+	assert.InDelta(t, 0.37, float64(failed)/float64(len(raw.Upstream)), 0.03)
+}
+
+func TestFullOutage(t *testing.T) {
+	sc := FullOutage()
+	res, sums := play(t, sc)
+	g := sums["geminiguard"]
+	run := res.Arm("geminiguard")
+	load := g.Measure(sc, "outage req/call")
+	check(t, "fullOutage: ≤ 1.1 upstream requests per call during the outage", load <= 1.1, "%.3f", load)
+
+	// Once every model was refused (the first outage call that sent no
+	// request), every call that sends no request returns within FastFail,
+	// and each model gets at most one probe per OpenFor.
+	perCall := make(map[int]int)
+	for _, u := range run.Upstream {
+		perCall[u.Call]++
+	}
+	open := time.Duration(-1)
+	slowest := time.Duration(0)
+	for _, c := range outageCalls(sc, run) {
+		if perCall[c.Index] > 0 {
+			continue
+		}
+		if open < 0 {
+			open = c.Start
+		}
+		slowest = max(slowest, c.Latency)
+	}
+	require.GreaterOrEqual(t, open, time.Duration(0), "the breakers opened during the outage")
+	check(t, "fullOutage: calls refused by open breakers return within 1ms", slowest <= FastFail, "slowest %v, breakers open from %v", slowest, open)
+	for _, m := range sc.Models {
+		var probes []time.Duration
+		for _, u := range run.Upstream {
+			if u.Model == m.Name && u.At >= open && u.At < sc.Window[1] {
+				probes = append(probes, u.At)
+			}
+		}
+		gap := time.Duration(math.MaxInt64)
+		for i := 1; i < len(probes); i++ {
+			gap = min(gap, probes[i]-probes[i-1])
+		}
+		check(t, "fullOutage: one probe per model per OpenFor", gap >= geminiguard.DefaultOpenFor, "%s: %d probes, %v apart at least", m.Name, len(probes), gap)
+	}
+
+	rec := g.Measure(sc, "recovery")
+	bound := geminiguard.DefaultOpenFor + 2*proLatency // open until OpenFor after the last failed probe, then one probe of the primary
+	check(t, "fullOutage: recovery within OpenFor plus one probe", rec <= bound.Seconds(), "%.1fs (bound %v)", rec, bound)
+	first := g.Measure(sc, "1st s load")
+	check(t, "fullOutage: first second after recovery ≤ 1.2× steady traffic", first <= 1.2, "%.2fx", first)
+	aheadOfBaselines(t, sc, sums, "geminiguard")
+}
+
+func TestRetired404(t *testing.T) {
+	sc := Retired404()
+	_, sums := play(t, sc)
+	g := sums["geminiguard"]
+	after := g.Measure(sc, "req to retired")
+	check(t, "retired404: at most one request to the retired model", after <= 1, "%.0f requests", after)
+	assert.Equal(t, 1.0, g.Success)
+	aheadOfBaselines(t, sc, sums, "geminiguard")
+}
+
+// A Client started after the retirement never sends the retired model a
+// request: its startup check refuses the cascade.
+func TestRetired404StartupCheck(t *testing.T) {
+	sc := Retired404()
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := fakegemini.New(sc.fakeModel(sc.Models[0], start, true), sc.fakeModel(sc.Models[1], start, false))
+		_, err := GeminiguardArm("geminiguard").New(t.Context(), Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: fakegemini.BaseURL, Start: start})
+		require.ErrorIs(t, err, geminiguard.ErrModelNotFound)
+		check(t, "retired404: no request to the retired model with the startup check", srv.Total(flash) == 0, "%d requests", srv.Total(flash))
+	})
+}
+
+func TestStreamCut(t *testing.T) {
+	sc := StreamCut()
+	_, sums := play(t, sc)
+	resumed, plain := sums["geminiguard+resume"], sums["geminiguard"]
+	lost, dup := resumed.Measure(sc, "lost chars"), resumed.Measure(sc, "dup chars")
+	check(t, "streamCut: with resume, every answer complete and exact", resumed.Success == 1 && lost == 0 && dup == 0,
+		"%s complete, %.0f lost, %.0f duplicated", pct(resumed.Success), lost, dup)
+	rep := plain.Measure(sc, "reported")
+	check(t, "streamCut: without resume, every cut reported", rep == 100, "%.1f%% of %.0f cuts", rep, plain.Measure(sc, "cut"))
+	assert.Positive(t, plain.Measure(sc, "cut"), "the script cuts streams")
+	assert.Less(t, sums["raw"].Measure(sc, "reported"), 100.0, "the SDK is silent on a clean end without finishReason")
+	aheadOfBaselines(t, sc, sums, "geminiguard+resume")
+}
+
+// The retry storm reproduces the orderings of the AWS study, and full
+// jitter keeps to G5's bounds: ≤ 0.35× the calls of no backoff and ≤ 0.1×
+// the completion time of un-jittered exponential backoff.
+func TestRetryStorm(t *testing.T) {
+	results := RetryStorm(100, 30, 2015)
+	var b strings.Builder
+	require.NoError(t, WriteStormTable(&b, results, false))
+	t.Logf("retry storm, 100 clients, 30 trials:\n%s", b.String())
+	by := make(map[string]StormResult)
+	for _, r := range results {
+		by[r.Algorithm] = r
+	}
+	none, expo, equal, full, decorr := by["none"], by["exponential"], by["equal jitter"], by["full jitter"], by["decorrelated"]
+	assert.Less(t, full.Calls, equal.Calls, "full jitter spends less work than equal jitter")
+	assert.Less(t, equal.Calls, expo.Calls)
+	assert.Less(t, expo.Calls, none.Calls)
+	assert.Less(t, decorr.Completion, equal.Completion, "decorrelated finishes before equal jitter")
+	assert.Less(t, full.Completion, equal.Completion)
+	assert.Less(t, equal.Completion, expo.Completion, "un-jittered exponential is the slowest")
+	check(t, "retry storm: full jitter ≤ 0.35× the calls of no backoff", full.Calls <= 0.35*none.Calls, "%.2fx", full.Calls/none.Calls)
+	check(t, "retry storm: full jitter ≤ 0.1× the completion of exponential", float64(full.Completion) <= 0.1*float64(expo.Completion), "%.3fx", float64(full.Completion)/float64(expo.Completion))
+}
+
+// diff counts what a stream lost and repeated against the answer.
+func TestDiff(t *testing.T) {
+	want := Answer(7)
+	cases := []struct {
+		name      string
+		shown     string
+		lost, dup int
+	}{
+		{"whole", want, 0, 0},
+		{"cut", want[:100], len(want) - 100, 0},
+		{"restarted", want[:100] + want, 0, 100},
+		{"gap", want[:100] + want[150:], 50, 0},
+		{"nothing", "", len(want), 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lost, dup := diff(want, tc.shown)
+			assert.Equal(t, tc.lost, lost)
+			assert.Equal(t, tc.dup, dup)
+		})
+	}
+}
+
+// Percentiles count failed calls as never answered.
+func TestPercentile(t *testing.T) {
+	answered := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	assert.Equal(t, time.Duration(5), percentile(answered, 10, 0.5))
+	assert.Equal(t, time.Duration(9), percentile(answered, 10, 0.9))
+	assert.Equal(t, Never, percentile(answered, 10, 0.95))
+	assert.Equal(t, "∞", secs(Never))
+	assert.Equal(t, "–", value("%.1f", math.NaN()))
+}
