@@ -240,15 +240,21 @@ type breaker struct {
 	// cur is gen<<2 | state, stored under mu on every change, so that allow
 	// grants closed-state permits without taking mu.
 	cur atomic.Uint64
+	// consecutive counts the counted failures in a row while closed. A
+	// success resets it without mu (the closed fast path of done); failures
+	// add to it under mu.
+	consecutive atomic.Int64
+	// openUntil mirrors openUntil (as Unix nanoseconds) for state's
+	// lock-free reading; stored before cur on every change.
+	openUntilNano atomic.Int64
 
-	mu          sync.Mutex // guards the fields below (and writes to cur)
-	consecutive int        // counted failures in a row, closed
-	openUntil   time.Time  // end of the open period, open
-	refusal     *openError // what allow returns while open: {openUntil}
-	probes      int        // probes in flight, half-open
-	successes   int        // probe successes, half-open
-	trips       int        // times opened
-	window      rateWindow // completed calls, closed, when FailureRate > 0
+	mu        sync.Mutex // guards the fields below (and writes to cur)
+	openUntil time.Time  // end of the open period, open
+	refusal   *openError // what allow returns while open: {openUntil}
+	probes    int        // probes in flight, half-open
+	successes int        // probe successes, half-open
+	trips     int        // times opened
+	window    rateWindow // completed calls, closed, when FailureRate > 0
 }
 
 // newBreaker returns a closed breaker. s must pass validate; zero fields take
@@ -310,6 +316,15 @@ func (b *breaker) allow(now time.Time) (permit, *transition, error) {
 // again); a failure opens it for a fresh OpenFor. outcomeIgnore only frees
 // the slot.
 func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
+	if !p.probe && o == outcomeSuccess && b.s.FailureRate == 0 {
+		// Closed-state success: only the failure count changes. A stale
+		// permit resetting the count of a newer generation is harmless: a
+		// new generation starts with a zero count anyway.
+		if b.consecutive.Load() != 0 {
+			b.consecutive.Store(0)
+		}
+		return nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if gen, _ := b.load(); p.gen != gen {
@@ -329,13 +344,12 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 	}
 	switch o {
 	case outcomeSuccess:
-		b.consecutive = 0
+		b.consecutive.Store(0)
 		if b.s.FailureRate > 0 {
 			b.window.record(now, false)
 		}
 	case outcomeFailure:
-		b.consecutive++
-		if b.consecutive >= b.s.FailureThreshold {
+		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) {
 			return b.setState(StateOpen, now)
 		}
 		if b.s.FailureRate > 0 {
@@ -353,6 +367,12 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 // whose OpenFor has passed reads as half-open, which is what the next allow
 // will make it (and report). Safe for concurrent use.
 func (b *breaker) state(now time.Time) State {
+	switch st := State(b.cur.Load() & 3); {
+	case st == StateClosed:
+		return StateClosed
+	case st == StateOpen && now.UnixNano() < b.openUntilNano.Load():
+		return StateOpen
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.stateAt(now)
@@ -365,7 +385,7 @@ func (b *breaker) snapshot(now time.Time) breakerStats {
 	defer b.mu.Unlock()
 	st := breakerStats{
 		State:               b.stateAt(now),
-		ConsecutiveFailures: b.consecutive,
+		ConsecutiveFailures: int(b.consecutive.Load()),
 		ProbesInFlight:      b.probes,
 		Trips:               b.trips,
 	}
@@ -397,8 +417,8 @@ func (b *breaker) stateAt(now time.Time) State {
 // generation with fresh counts, and returns the transition. Callers hold mu.
 func (b *breaker) setState(to State, now time.Time) *transition {
 	gen, from := b.load()
-	b.cur.Store((gen+1)<<2 | uint64(to))
-	b.consecutive, b.probes, b.successes = 0, 0, 0
+	b.consecutive.Store(0)
+	b.probes, b.successes = 0, 0
 	b.window.reset()
 	b.openUntil, b.refusal = time.Time{}, nil
 	if to == StateOpen {
@@ -406,6 +426,8 @@ func (b *breaker) setState(to State, now time.Time) *transition {
 		b.openUntil = now.Add(b.s.OpenFor)
 		b.refusal = &openError{Until: b.openUntil}
 	}
+	b.openUntilNano.Store(b.openUntil.UnixNano())
+	b.cur.Store((gen+1)<<2 | uint64(to))
 	return &transition{From: from, To: to, At: now}
 }
 

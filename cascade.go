@@ -65,11 +65,18 @@ func (m *modelState) cooling(now time.Time) error {
 	if !ok {
 		return nil
 	}
-	return &ModelError{
+	if e := m.coolErr.Load(); e != nil {
+		if ce := e.Err.(*CoolingError); ce.Until.Equal(until) && ce.Reason == reason {
+			return e // the same cool-down: share its error, immutable
+		}
+	}
+	e := &ModelError{
 		Model:   m.name,
 		Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel},
 		Err:     &CoolingError{Model: m.name, Until: until, Reason: reason},
 	}
+	m.coolErr.Store(e)
+	return e
 }
 
 // projectCooling returns a *ModelError when the whole project is cooling down.

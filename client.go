@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genai"
@@ -85,7 +86,6 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		shutdown:   mergeShutdowns(cfg.shutdowns),
 		rng:        cfg.rng,
 	}
-	c.stats.init()
 	for _, name := range cfg.cascade {
 		c.models[name] = c.newModelState(name)
 	}
@@ -291,6 +291,8 @@ type modelState struct {
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
+	openErr  *ModelError                // what a call records when a breaker is open: shared, never modified
+	coolErr  atomic.Pointer[ModelError] // what a call records while cooling down, for the current cool-down
 }
 
 func (c *Client) newModelState(name string) *modelState {
@@ -298,6 +300,7 @@ func (c *Client) newModelState(name string) *modelState {
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
 	}
+	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
 	return m
 }
 
@@ -321,14 +324,19 @@ type call[R any] struct {
 	deadline time.Time
 	tokens   int // input token estimate; -1 until computed
 	start    time.Time
+	now      time.Time // the latest clock reading: refreshed only when time may have passed
 	attempts []Attempt
 	buf      [2]Attempt // backing of attempts for the common short calls
 	rec      *CallRecord
 
-	parent    context.Context // the caller's context, which an open stream lives on
-	streaming bool            // a stream: the permit is held until it ends
-	held      heldPermit      // the answering model's permit, for streams
-	session   *streamSession  // the open stream of the answering attempt
+	stream *streamCall // nil unless the call opens a stream
+}
+
+// streamCall is what a call that opens a stream keeps for it.
+type streamCall struct {
+	parent  context.Context // the caller's context, which an open stream lives on
+	held    heldPermit      // the answering model's permit: its outcome is known when the stream ends
+	session *streamSession  // the open stream of the answering attempt
 }
 
 // heldPermit is a breaker permit whose outcome is still to be reported.
@@ -364,6 +372,7 @@ func newCall[R any](ctx context.Context, c *Client, e endpoint, model string, co
 		deadline: deadline,
 		tokens:   -1,
 		start:    now,
+		now:      now,
 		rec:      callRecordFrom(ctx),
 	}
 	call.attempts = call.buf[:0]
@@ -417,11 +426,11 @@ const (
 func (call *call[R]) run(ctx context.Context) (R, error) {
 	var zero R
 	c := call.c
-	if !call.streaming { // a stream counts once, however many times it opens
+	if call.stream == nil { // a stream counts once, however many times it opens
 		c.stats.calls.Add(1)
 	}
-	if err := c.projectCooling(time.Now()); err != nil {
-		call.skip(call.firstModel(), err, 0)
+	if err := c.projectCooling(call.now); err != nil {
+		call.skip(c.model(call.firstModel()), err, 0)
 		return call.finish(ctx, zero, false, nil)
 	}
 	for _, name := range call.order() {
@@ -451,7 +460,7 @@ func (call *call[R]) order() []string {
 // hasNext reports whether a model after current in the call's order could
 // take a request now (not open, not cooling down).
 func (call *call[R]) hasNext(current string) bool {
-	now := time.Now()
+	now := call.now
 	after := false
 	for _, name := range call.order() {
 		if after {
@@ -479,7 +488,7 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 	c := call.c
 	var delay, prev time.Duration // wait before this attempt; previous backoff
 	for n := 1; ; n++ {
-		now := time.Now()
+		now := call.now
 		if !now.Before(call.deadline) {
 			if err := ctx.Err(); err != nil {
 				return zero, call.fail(m.name, err, delay, 0), stepStop
@@ -487,19 +496,18 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 			return zero, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, delay, 0), stepStop
 		}
 		if err := m.cooling(now); err != nil {
-			call.skip(m.name, err, delay)
+			call.skip(m, err, delay)
 			return zero, err, stepNext
 		}
 		br := m.breakers[call.endpoint]
 		if br.state(now) == StateOpen {
-			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
-			call.skip(m.name, err, delay)
-			return zero, err, stepNext
+			call.skip(m, m.openErr, delay)
+			return zero, m.openErr, stepNext
 		}
 		g, wait, err := m.lim.reserve(now, call.inputTokens(ctx, m), call.deadline)
 		if err != nil {
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
-			call.skip(m.name, err, delay)
+			call.skip(m, err, delay)
 			return zero, err, stepNext
 		}
 		if wait > 0 && call.hasNext(m.name) {
@@ -507,7 +515,7 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 			// skip this one rather than queue behind its quota.
 			g.cancel(now)
 			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
-			call.skip(m.name, err, delay)
+			call.skip(m, err, delay)
 			return zero, err, stepNext
 		}
 		if wait > 0 {
@@ -516,23 +524,25 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 				return zero, call.fail(m.name, err, delay+wait, 0), stepStop
 			}
 			delay += wait
+			call.now = time.Now()
 		}
-		p, tr, err := br.allow(time.Now())
+		p, tr, err := br.allow(call.now)
 		c.stateChanged(m.name, call.endpoint, tr)
 		if err != nil {
-			g.cancel(time.Now())
+			g.cancel(call.now)
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
-			call.skip(m.name, err, delay)
+			call.skip(m, err, delay)
 			return zero, err, stepNext
 		}
 		if n == 1 {
-			c.budget.deposit(time.Now())
+			c.budget.deposit(call.now)
 		}
 		resp, err, v, elapsed := call.attempt(ctx, m)
 		end := time.Now()
-		if err == nil && call.streaming {
+		call.now = end
+		if err == nil && call.stream != nil {
 			// A stream's outcome is known when it ends: hold the permit.
-			call.held = heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}
+			call.stream.held = heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}
 		} else {
 			c.settle(heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}, end, err, v)
 		}
@@ -567,6 +577,7 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 		if err := sleep(ctx, d); err != nil {
 			return zero, call.fail(m.name, err, d, 0), stepStop
 		}
+		call.now = time.Now()
 		delay, prev = d, d
 	}
 }
@@ -580,9 +591,10 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 		return stepProject
 	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts:
 		return stepNext
-	case v.CoolDown != CoolDownNone && call.hasNext(m.name):
-		// The model is cooling down for a stated time: another model answers
-		// sooner than waiting for this one.
+	case call.hasNext(m.name):
+		// Another model can answer now: it answers sooner than a backoff
+		// and a second try of a model that just failed, and the retry
+		// budget is kept for the last model standing.
 		return stepNext
 	}
 	return stepRetry
@@ -633,9 +645,9 @@ func (call *call[R]) inputTokens(ctx context.Context, m *modelState) int {
 }
 
 // skip records a model that was not sent a request.
-func (call *call[R]) skip(model string, err error, delay time.Duration) {
-	call.attempts = append(call.attempts, Attempt{Model: model, Err: err, Delay: delay, Skipped: true})
-	call.c.model(model).counters.skipped.Add(1)
+func (call *call[R]) skip(m *modelState, err error, delay time.Duration) {
+	call.attempts = append(call.attempts, Attempt{Model: m.name, Err: err, Delay: delay, Skipped: true})
+	m.counters.skipped.Add(1)
 }
 
 // fail records a failed attempt and returns its error.
@@ -669,7 +681,7 @@ func (call *call[R]) finish(ctx context.Context, resp R, ok bool, stopErr error)
 			}
 		}
 	}
-	if !call.streaming { // a stream records its call when it ends
+	if call.stream == nil { // a stream records its call when it ends
 		latency := time.Since(call.start)
 		c.stats.record(err == nil, fallback, latency)
 		if call.rec != nil {

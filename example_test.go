@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/genai"
 
@@ -12,8 +11,9 @@ import (
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
 )
 
-// A 503 from the primary is retried after a jittered backoff; a per-day 429
-// sends the next calls to the secondary until the quota resets.
+// A 503 from the primary sends the call to the secondary at once; a per-day
+// 429 leaves the primary alone until its quota resets at midnight
+// America/Los_Angeles.
 func ExampleClient_GenerateContent() {
 	fake := fakegemini.New(
 		fakegemini.Model{Name: "gemini-3.5-flash", Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {}, {Fault: fakegemini.DailyQuota}}},
@@ -22,21 +22,27 @@ func ExampleClient_GenerateContent() {
 	ctx := context.Background()
 	c, err := geminiguard.New(ctx,
 		geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()),
-		geminiguard.WithCascade("gemini-3.5-flash", "gemini-2.5-flash-lite"),
-		geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: time.Millisecond}))
+		geminiguard.WithCascade("gemini-3.5-flash", "gemini-2.5-flash-lite"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for range 3 {
+	for range 4 {
 		var rec geminiguard.CallRecord
 		_, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil)
-		fmt.Printf("answered by %s after %d attempt(s), err=%v\n", rec.Model, len(rec.Attempts), err)
+		first := rec.Attempts[0]
+		fmt.Printf("%s answered; %s first: %s\n", rec.Model, first.Model, geminiguard.Classify(first.Err).Class)
+		if err != nil {
+			fmt.Println(err)
+		}
 	}
+	fmt.Println("requests to the primary:", fake.Total("gemini-3.5-flash"))
 	// Output:
-	// answered by gemini-3.5-flash after 2 attempt(s), err=<nil>
-	// answered by gemini-2.5-flash-lite after 2 attempt(s), err=<nil>
-	// answered by gemini-2.5-flash-lite after 2 attempt(s), err=<nil>
+	// gemini-2.5-flash-lite answered; gemini-3.5-flash first: overloaded
+	// gemini-3.5-flash answered; gemini-3.5-flash first: none
+	// gemini-2.5-flash-lite answered; gemini-3.5-flash first: daily_quota
+	// gemini-2.5-flash-lite answered; gemini-3.5-flash first: circuit_open
+	// requests to the primary: 3
 }
 
 // Classify tells a per-day quota (waiting a minute will not help) from a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -124,15 +123,13 @@ func (m *modelState) count(err error, v Verdict) {
 // latencyWindow is how many recent call latencies Stats' percentiles cover.
 const latencyWindow = 4096
 
-// clientStats are the Client's call counters and its latency window.
+// clientStats are the Client's call counters and its latency window, all
+// lock-free: recording a call is a few atomic operations.
 type clientStats struct {
 	calls, successes, fallbacks atomic.Int64
-	mu                          sync.Mutex // guards latencies and next
-	latencies                   []time.Duration
-	next                        int
+	recorded                    atomic.Uint64               // calls recorded; the next slot is recorded % latencyWindow
+	latencies                   [latencyWindow]atomic.Int64 // ring of the latest call latencies, in nanoseconds
 }
-
-func (s *clientStats) init() { s.latencies = make([]time.Duration, 0, 64) }
 
 func (s *clientStats) record(ok, fallback bool, latency time.Duration) {
 	switch {
@@ -141,18 +138,24 @@ func (s *clientStats) record(ok, fallback bool, latency time.Duration) {
 	case ok:
 		s.successes.Add(1)
 	}
-	s.mu.Lock()
-	if len(s.latencies) < latencyWindow {
-		s.latencies = append(s.latencies, latency)
-	} else {
-		s.latencies[s.next] = latency
-		s.next = (s.next + 1) % latencyWindow
+	i := s.recorded.Add(1) - 1
+	s.latencies[i%latencyWindow].Store(int64(latency))
+}
+
+// window returns the recorded latencies, sorted.
+func (s *clientStats) window() []time.Duration {
+	n := min(s.recorded.Load(), latencyWindow)
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		lat[i] = time.Duration(s.latencies[i].Load())
 	}
-	s.mu.Unlock()
+	slices.Sort(lat)
+	return lat
 }
 
 // Stats returns a snapshot of the Client's counters. Safe for concurrent use;
-// it copies the latency window, so call it for dashboards, not per request.
+// it copies and sorts the latency window, so call it for dashboards, not per
+// request.
 func (c *Client) Stats() Stats {
 	now := time.Now()
 	st := Stats{Calls: c.stats.calls.Load(), Successes: c.stats.successes.Load(), Fallbacks: c.stats.fallbacks.Load()}
@@ -160,10 +163,7 @@ func (c *Client) Stats() Stats {
 		st.SuccessRate = float64(st.Successes+st.Fallbacks) / float64(st.Calls)
 		st.FallbackRate = float64(st.Fallbacks) / float64(st.Calls)
 	}
-	c.stats.mu.Lock()
-	lat := slices.Clone(c.stats.latencies)
-	c.stats.mu.Unlock()
-	slices.Sort(lat)
+	lat := c.stats.window()
 	st.LatencyP50, st.LatencyP95, st.LatencyP99 = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99)
 	if until, _, ok := c.project.until(now); ok {
 		st.ProjectCoolDownUntil = until

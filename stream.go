@@ -99,12 +99,12 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 			yield(nil, err)
 			return err
 		}
-		if call.session == nil { // the Fallback answered
+		if call.stream.session == nil { // the Fallback answered
 			s.fallback = true
 			yield(first, nil)
 			return nil
 		}
-		model = call.held.m.name
+		model = call.stream.held.m.name
 		end := s.follow(call, first, s.partial.Len() > 0, yield)
 		switch {
 		case end.done:
@@ -146,7 +146,7 @@ var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION mo
 // open runs the chain until a model sends a first chunk.
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *generateCall, error) {
 	call := s.c.newGenerateCall(s.ctx, model, contents, config)
-	call.send, call.streaming, call.parent = openStream, true, s.ctx
+	call.send, call.stream = openStream, &streamCall{parent: s.ctx}
 	if s.partial.Len() > 0 {
 		call.fallback = nil // a canned answer cannot continue a text already yielded
 	}
@@ -164,7 +164,7 @@ type streamEnd struct {
 
 // follow yields the chunks of an open stream and reports how it ended.
 func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) streamEnd {
-	c, ss := s.c, call.session
+	c, ss, held := s.c, call.stream.session, call.stream.held
 	defer ss.close()
 	resp, err := first, error(nil)
 	for n := 0; ; n++ {
@@ -173,7 +173,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 		}
 		if err != nil {
 			v := Classify(err)
-			c.settle(call.held, time.Now(), err, v)
+			c.settle(held, time.Now(), err, v)
 			if v.Class == ClassCanceled {
 				yield(nil, err)
 				return streamEnd{err: err, done: true}
@@ -181,20 +181,20 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 			return streamEnd{err: err}
 		}
 		if resp == nil { // clean end of the body without any finishReason
-			c.settle(call.held, time.Now(), errNoFinishReason, Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true})
+			c.settle(held, time.Now(), errNoFinishReason, Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true})
 			return streamEnd{err: errNoFinishReason}
 		}
 		if n == 0 && resumed {
 			trimRepeat(resp, s.partial.String())
 		}
 		finish := finishReasonOf(resp)
-		if rerr := blockedFinish(call.held.m.name, resp, finish); rerr != nil {
-			c.settle(call.held, time.Now(), nil, Verdict{})
+		if rerr := blockedFinish(held.m.name, resp, finish); rerr != nil {
+			c.settle(held, time.Now(), nil, Verdict{})
 			yield(nil, rerr)
 			return streamEnd{err: rerr, done: true}
 		}
 		if finish == genai.FinishReasonContinuation {
-			c.settle(call.held, time.Now(), nil, Verdict{})
+			c.settle(held, time.Now(), nil, Verdict{})
 			resp.Candidates[0].FinishReason = "" // the answer goes on: do not show the pause
 			s.partial.WriteString(textOf(resp))
 			if !yield(resp, nil) {
@@ -207,11 +207,11 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 		}
 		s.partial.WriteString(textOf(resp))
 		if !yield(resp, nil) {
-			c.settle(call.held, time.Now(), nil, Verdict{})
+			c.settle(held, time.Now(), nil, Verdict{})
 			return streamEnd{done: true}
 		}
 		if finish != "" {
-			c.settle(call.held, time.Now(), nil, Verdict{})
+			c.settle(held, time.Now(), nil, Verdict{})
 			return streamEnd{done: true}
 		}
 	}
@@ -219,7 +219,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
-// left in call.session.
+// left in call.stream.session.
 func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	c := call.c
 	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
@@ -228,7 +228,7 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 	}
 	// The stream outlives the attempt's context: it lives on the caller's,
 	// and a watchdog cancels it when it stalls.
-	sctx, cancel := context.WithCancelCause(call.parent)
+	sctx, cancel := context.WithCancelCause(call.stream.parent)
 	ss := &streamSession{ctx: sctx, cancel: cancel, model: m.name}
 	ss.next2, ss.stop = iter.Pull2(c.api.GenerateContentStream(sctx, m.name, call.contents, call.config))
 	first, err := ss.next(wait)
@@ -244,7 +244,7 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 		ss.close()
 		return nil, rerr
 	}
-	call.session = ss
+	call.stream.session = ss
 	return first, nil
 }
 
