@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/geminiguard/geminiguard/internal/jitter"
 )
 
 // Jitter selects how backoff delays are randomised. The zero value
@@ -204,31 +206,20 @@ func (p RetryPolicy) retryDelay(serverDelay, prev time.Duration, attempt int, r 
 // (AWS Architecture Blog, 2015). Large attempts and delays saturate at maxDelay
 // instead of overflowing. Pure: safe for concurrent use.
 func backoffDelay(j Jitter, base, maxDelay, prev time.Duration, attempt int, r float64) time.Duration {
-	if j == JitterDecorrelated {
-		prev = max(prev, base)
-		hi := time.Duration(math.MaxInt64)
-		if prev <= math.MaxInt64/3 {
-			hi = 3 * prev
-		}
-		return min(maxDelay, base+scale(hi-base, r))
-	}
-	v := maxDelay
-	attempt = max(attempt, 1)
-	if shift := attempt - 1; shift < 63 && base <= maxDelay>>shift {
-		v = base << shift
-	}
-	switch j {
-	case JitterEqual:
-		return v - v/2 + scale(v/2, r)
-	case JitterNone:
-		return v
-	}
-	return scale(v, r)
+	return jitter.Delay(j.kind(), base, maxDelay, prev, attempt, r)
 }
 
-// scale returns d·r for r in [0, 1), rounded down.
-func scale(d time.Duration, r float64) time.Duration {
-	return time.Duration(float64(d) * r)
+// kind maps j to its formula; JitterDefault is full jitter.
+func (j Jitter) kind() jitter.Kind {
+	switch j {
+	case JitterEqual:
+		return jitter.Equal
+	case JitterDecorrelated:
+		return jitter.Decorrelated
+	case JitterNone:
+		return jitter.None
+	}
+	return jitter.Full
 }
 
 // budgetSlots is the number of slots the retry budget's ttl is divided into,

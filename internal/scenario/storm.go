@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/jitter"
 )
 
 // The retry storm of Marc Brooker's "Exponential Backoff And Jitter" (AWS
@@ -141,32 +142,23 @@ func stormTrial(alg StormAlgorithm, clients int, normal, uniform func() float64)
 }
 
 // stormBackoff is the wait after the n-th lost write (n ≥ 1): the study's
-// formulas, min(cap, base·2^n) before jitter. prev is the client's previous
-// wait (decorrelated jitter) and r a uniform draw in [0, 1).
-//
-// It restates geminiguard's unexported backoffDelay (backoff.go) for the
-// study's constants, with the library's attempt number n+1; it is the only
-// copy of those formulas outside the library, kept until the library
-// exports them.
+// formulas, min(cap, base·2^n) before jitter, computed by the library's own
+// (internal/jitter) with its attempt number n+1. prev is the client's
+// previous wait (decorrelated jitter) and r a uniform draw in [0, 1).
 func stormBackoff(alg StormAlgorithm, prev time.Duration, n int, r float64) time.Duration {
 	if alg == NoBackoff {
 		return 0
 	}
-	if alg.Jitter == geminiguard.JitterDecorrelated {
-		prev = max(prev, stormBase)
-		return min(stormCap, stormBase+time.Duration(float64(3*prev-stormBase)*r))
-	}
-	v := stormCap
-	if n < 62 && stormBase <= stormCap>>n {
-		v = stormBase << n
-	}
+	kind := jitter.Full
 	switch alg.Jitter {
 	case geminiguard.JitterNone:
-		return v
+		kind = jitter.None
 	case geminiguard.JitterEqual:
-		return v - v/2 + time.Duration(float64(v/2)*r)
+		kind = jitter.Equal
+	case geminiguard.JitterDecorrelated:
+		kind = jitter.Decorrelated
 	}
-	return time.Duration(float64(v) * r)
+	return jitter.Delay(kind, stormBase, stormCap, prev, n+1, r)
 }
 
 // WriteStormTable writes results (from RetryStorm) as a table, with each
