@@ -8,7 +8,7 @@
 //	go run ./examples/outage -scenario burst429     # another scenario
 //	go run ./examples/outage -all                   # every scenario and the retry storm
 //	go run ./examples/outage -all -markdown -svg '' # BENCHMARKS.md's tables
-//	GEMINI_API_KEY=... go run ./examples/outage -live
+//	GEMINI_API_KEY=... go run ./examples/outage     # then a live smoke test against the real API
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
 // streamCut (internal/scenario documents each, and every arm's settings).
@@ -46,7 +46,7 @@ func main() {
 	all := flag.Bool("all", false, "play every scenario, then the retry storm of the AWS backoff study")
 	svg := flag.String("svg", "outage.svg", "write the timeline chart of the (first) scenario to this file; empty: no chart")
 	markdown := flag.Bool("markdown", false, "print Markdown tables")
-	live := flag.Bool("live", false, "then send a few calls to the real Gemini API through geminiguard (needs GEMINI_API_KEY)")
+	live := flag.Bool("live", os.Getenv("GEMINI_API_KEY") != "", "then send a few calls to the real Gemini API through geminiguard (needs GEMINI_API_KEY; on by default when it is set)")
 	cascade := flag.String("cascade", geminiguard.DefaultModel, "with -live: the cascade, comma-separated, primary first")
 	flag.Parse()
 
