@@ -106,6 +106,10 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 		}
 		model = call.stream.held.m.name
 		end := s.follow(call, first, s.partial.Len() > 0, yield)
+		if !end.done && end.token == nil {
+			// The attempt that answered was cut: the record says so.
+			s.attempts[len(s.attempts)-1].Err = &ModelError{Model: model, Verdict: cutVerdict(end.err), Err: end.err}
+		}
 		switch {
 		case end.done:
 			return end.err
@@ -138,6 +142,15 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 		s.resumes++
 		config = s.config // a resume restarts from the text, not from a token
 	}
+}
+
+// cutVerdict classifies what cut a stream after its first chunk: a clean
+// end without finishReason is a cut like a transport error.
+func cutVerdict(err error) Verdict {
+	if err == errNoFinishReason {
+		return Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true}
+	}
+	return Classify(err)
 }
 
 // errTooManyHops ends a stream whose server kept answering CONTINUATION.
@@ -181,7 +194,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 			return streamEnd{err: err}
 		}
 		if resp == nil { // clean end of the body without any finishReason
-			c.settle(held, time.Now(), errNoFinishReason, Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true})
+			c.settle(held, time.Now(), errNoFinishReason, cutVerdict(errNoFinishReason))
 			return streamEnd{err: errNoFinishReason}
 		}
 		if n == 0 && resumed {

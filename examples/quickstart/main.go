@@ -40,26 +40,29 @@ func main() {
 }
 
 // call is one demo call: a title and, against the fake, the answers the
-// primary gives (one step per upstream request).
+// primary and the secondary give (one step per upstream request).
 type call struct {
-	title  string
-	prompt string
-	script []fakegemini.Step
-	stream bool
-	pause  time.Duration // wait after the call (lets a per-minute quota refill)
+	title              string
+	prompt             string
+	primary, secondary []fakegemini.Step
+	stream             bool
+	pause              time.Duration // wait after the call (lets a per-minute quota refill)
 }
 
 var calls = []call{
-	{title: "brownout: 503, 503, then an answer", prompt: "Name a prime number.",
-		script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}, {}}},
+	{title: "a 503 on the primary: the secondary answers at once", prompt: "Name a prime number.",
+		primary: []fakegemini.Step{{Fault: fakegemini.Overloaded}}},
+	{title: "503s on both models: the last one is retried with jittered backoff", prompt: "Name a planet.",
+		primary:   []fakegemini.Step{{Fault: fakegemini.Overloaded}},
+		secondary: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Internal}}},
 	{title: "per-minute quota: 429 with RetryInfo 2s", prompt: "Name a colour.",
-		script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 2 * time.Second}}, pause: 2 * time.Second},
+		primary: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 2 * time.Second}}, pause: 2 * time.Second},
 	{title: "blocked prompt (a quiet 200)", prompt: "Something unsafe.",
-		script: []fakegemini.Step{{Fault: fakegemini.PromptBlocked}}},
+		primary: []fakegemini.Step{{Fault: fakegemini.PromptBlocked}}},
 	{title: "stream cut after 2 chunks", prompt: "Tell a short story.", stream: true,
-		script: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 2}}},
+		primary: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 2}}},
 	{title: "daily quota exhausted", prompt: "Name a river.",
-		script: []fakegemini.Step{{Fault: fakegemini.DailyQuota}}},
+		primary: []fakegemini.Step{{Fault: fakegemini.DailyQuota}}},
 	{title: "the next call, same day", prompt: "Name a mountain."},
 }
 
@@ -89,7 +92,8 @@ func run(ctx context.Context) error {
 		if fake == nil {
 			cl.title = "live call" // the injected faults exist only in the fake
 		} else {
-			fake.Script(primary, cl.script...)
+			fake.Script(primary, cl.primary...)
+			fake.Script(secondary, cl.secondary...)
 		}
 		fmt.Printf("\n%d. %s\n", i+1, cl.title)
 		var rec geminiguard.CallRecord
