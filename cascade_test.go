@@ -253,3 +253,19 @@ func TestEmbeddingsHaveTheirOwnBreaker(t *testing.T) {
 		assert.Equal(t, 4, srv.Hits(embedder, fakegemini.VerbEmbed), "refused locally while open")
 	})
 }
+
+func TestUnconfiguredClientLearnsTheQuotaFromA429(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 100 * time.Millisecond, Quota: fakegemini.Quota{RPM: 10}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash)) // no WithLimits
+
+		for i := range 30 {
+			_, err, _ := ask(t.Context(), c, "")
+			require.NoError(t, err, "call %d", i)
+		}
+
+		st := c.Stats().Models[0]
+		assert.Equal(t, int64(1), st.Failures[geminiguard.ClassRateLimit], "one 429 teaches the limit (quotaValue 10); the client paces by it after")
+		assert.Equal(t, 31, srv.Total(flash))
+	})
+}
