@@ -25,7 +25,7 @@ func TestDailyQuotaExhaustedPrimaryIsLeftAlone(t *testing.T) {
 
 		for i := range 25 {
 			start := time.Now()
-			resp, err, rec := ask(t.Context(), c, "")
+			resp, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 			assert.Equal(t, flash, rec.Model)
 			assert.Equal(t, srv.FullText(flash), resp.Text())
@@ -60,7 +60,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: 30 * time.Second, HalfOpenProbes: 1}))
 
 		for range 3 { // each call: one failed request to pro, then flash answers
-			_, err, rec := ask(t.Context(), c, "")
+			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 			assert.Equal(t, flash, rec.Model)
 		}
@@ -69,7 +69,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 
 		for range 10 { // open: pro hears nothing, flash answers with no added delay
 			start := time.Now()
-			_, err, rec := ask(t.Context(), c, "")
+			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 			assert.Equal(t, flash, rec.Model)
 			assert.Equal(t, 800*time.Millisecond, time.Since(start))
@@ -81,7 +81,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 5 { // half-open: one probe among five concurrent calls
 			wg.Go(func() {
-				_, err, _ := ask(t.Context(), c, "")
+				_, _, err := ask(t.Context(), c, "")
 				assert.NoError(t, err)
 			})
 		}
@@ -111,7 +111,7 @@ func TestLimitsKeepUnderTheServerQuota(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 200 {
 			wg.Go(func() {
-				_, err, _ := ask(ctx, c, "")
+				_, _, err := ask(ctx, c, "")
 				assert.NoError(t, err)
 			})
 		}
@@ -145,7 +145,7 @@ func TestSpendCapStopsEverything(t *testing.T) {
 				c := newClient(t, srv, nil, opts...)
 
 				for range 5 {
-					resp, err, rec := ask(t.Context(), c, "")
+					resp, rec, err := ask(t.Context(), c, "")
 					if withFallback {
 						require.NoError(t, err)
 						assert.True(t, rec.Fallback)
@@ -185,7 +185,7 @@ func TestRetiredPrimary(t *testing.T) {
 			srv := fakegemini.New(fakegemini.Model{Name: "gemini-1.5-pro", Unlisted: true}, fakegemini.Model{Name: flash})
 			c := newClient(t, srv, nil, geminiguard.WithCascade("gemini-1.5-pro", flash), geminiguard.WithStartupCheck(false))
 			for range 10 {
-				_, err, rec := ask(t.Context(), c, "")
+				_, rec, err := ask(t.Context(), c, "")
 				require.NoError(t, err)
 				assert.Equal(t, flash, rec.Model)
 			}
@@ -209,7 +209,7 @@ func TestFallbackAndStats(t *testing.T) {
 			}))
 
 		for range 4 {
-			resp, err, rec := ask(t.Context(), c, "")
+			resp, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 			assert.True(t, rec.Fallback)
 			assert.Equal(t, "cached answer", resp.Text())
@@ -260,7 +260,7 @@ func TestUnconfiguredClientLearnsTheQuotaFromA429(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash)) // no WithLimits
 
 		for i := range 30 {
-			_, err, _ := ask(t.Context(), c, "")
+			_, _, err := ask(t.Context(), c, "")
 			require.NoError(t, err, "call %d", i)
 		}
 

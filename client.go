@@ -39,8 +39,6 @@ type Client struct {
 	stats    clientStats
 	mu       sync.RWMutex           // guards models
 	models   map[string]*modelState // per model name (without "models/")
-	randMu   sync.Mutex             // guards rng
-	rng      *rand.Rand             // jitter draws; nil: math/rand/v2's global source
 	shutdown map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
 
 	sdkRetries bool // the SDK client retries on its own: turn it off per call
@@ -62,20 +60,15 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	api := cfg.api
-	if api == nil {
-		gc := cfg.genaiClient
-		if gc == nil {
-			var err error
-			gc, err = newGenAIClient(ctx, &cfg)
-			if err != nil {
-				return nil, err
-			}
+	gc := cfg.genaiClient
+	if gc == nil {
+		var err error
+		if gc, err = newGenAIClient(ctx, &cfg); err != nil {
+			return nil, err
 		}
-		api = gc.Models
 	}
 	c := &Client{
-		api: api,
+		api: gc.Models,
 		cfg: cfg,
 		// The SDK retries only when its client was given RetryOptions: ours
 		// is built without, an app's may have them.
@@ -84,7 +77,6 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		models:     make(map[string]*modelState, len(cfg.cascade)),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
-		rng:        cfg.rng,
 	}
 	for _, name := range cfg.cascade {
 		c.models[name] = c.newModelState(name)
@@ -140,16 +132,6 @@ func (c *Client) model(name string) *modelState {
 		c.models[name] = m
 	}
 	return m
-}
-
-// draw returns a uniform random number in [0, 1) for jitter.
-func (c *Client) draw() float64 {
-	if c.rng == nil {
-		return rand.Float64()
-	}
-	c.randMu.Lock()
-	defer c.randMu.Unlock()
-	return c.rng.Float64()
 }
 
 // GenerateContent sends one request through the chain and returns the first
@@ -434,7 +416,7 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 		return call.finish(ctx, zero, false, nil)
 	}
 	for _, name := range call.order() {
-		resp, err, next := call.tryModel(ctx, c.model(name))
+		resp, next, err := call.tryModel(ctx, c.model(name))
 		switch {
 		case err == nil:
 			return call.finish(ctx, resp, true, nil)
@@ -483,7 +465,7 @@ func (call *call[R]) firstModel() string {
 
 // tryModel runs the attempts on one model. It returns the answer, or the
 // decisive error and whether to move to the next model or stop.
-func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, step) {
+func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, step, error) {
 	var zero R
 	c := call.c
 	var delay, prev time.Duration // wait before this attempt; previous backoff
@@ -491,24 +473,24 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 		now := call.now
 		if !now.Before(call.deadline) {
 			if err := ctx.Err(); err != nil {
-				return zero, call.fail(m.name, err, delay, 0), stepStop
+				return zero, stepStop, call.fail(m.name, err, delay, 0)
 			}
-			return zero, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, delay, 0), stepStop
+			return zero, stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, delay, 0)
 		}
 		if err := m.cooling(now); err != nil {
 			call.skip(m, err, delay)
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		br := m.breakers[call.endpoint]
 		if br.state(now) == StateOpen {
 			call.skip(m, m.openErr, delay)
-			return zero, m.openErr, stepNext
+			return zero, stepNext, m.openErr
 		}
 		g, wait, err := m.lim.reserve(now, call.inputTokens(ctx, m), call.deadline)
 		if err != nil {
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
 			call.skip(m, err, delay)
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		if wait > 0 && call.hasNext(m.name) {
 			// Out of tokens for now, and another model can answer at once:
@@ -516,12 +498,12 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 			g.cancel(now)
 			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
 			call.skip(m, err, delay)
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		if wait > 0 {
 			if err := sleep(ctx, wait); err != nil {
 				g.cancel(time.Now())
-				return zero, call.fail(m.name, err, delay+wait, 0), stepStop
+				return zero, stepStop, call.fail(m.name, err, delay+wait, 0)
 			}
 			delay += wait
 			call.now = time.Now()
@@ -532,12 +514,12 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 			g.cancel(call.now)
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 			call.skip(m, err, delay)
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		if n == 1 {
 			c.budget.deposit(call.now)
 		}
-		resp, err, v, elapsed := call.attempt(ctx, m)
+		resp, v, elapsed, err := call.attempt(ctx, m)
 		end := time.Now()
 		call.now = end
 		if err == nil && call.stream != nil {
@@ -551,31 +533,31 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, error, ste
 				m.lim.reconcile(end, call.tokens, int(call.usage(resp)))
 			}
 			call.answered(m.name, delay, elapsed)
-			return resp, nil, 0
+			return resp, 0, nil
 		}
 		err = call.fail(m.name, &ModelError{Model: m.name, Verdict: v, Err: err}, delay, elapsed)
 		c.applyVerdict(m, v, end)
 		next := call.nextStep(m, v, n)
 		if next != stepRetry {
-			return zero, err, next
+			return zero, next, err
 		}
-		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, c.draw())
+		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, rand.Float64())
 		if !ok {
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		if !end.Add(d).Before(call.deadline) {
 			// Sleeping would overrun the call's deadline: do not sleep.
 			me := err.(*ModelError)
 			me.Err = &waitError{Err: me.Err, Wait: d}
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		if !c.budget.withdraw(end) {
-			return zero, err, stepNext
+			return zero, stepNext, err
 		}
 		m.counters.retries.Add(1)
 		c.retrying(RetryEvent{Model: m.name, Attempt: n, Err: err, Verdict: v, Delay: d})
 		if err := sleep(ctx, d); err != nil {
-			return zero, call.fail(m.name, err, d, 0), stepStop
+			return zero, stepStop, call.fail(m.name, err, d, 0)
 		}
 		call.now = time.Now()
 		delay, prev = d, d
@@ -602,7 +584,7 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 
 // attempt makes one upstream request under the attempt timeout and
 // classifies its outcome.
-func (call *call[R]) attempt(ctx context.Context, m *modelState) (R, error, Verdict, time.Duration) {
+func (call *call[R]) attempt(ctx context.Context, m *modelState) (R, Verdict, time.Duration, error) {
 	deadline := time.Now().Add(call.c.cfg.attemptTimeout)
 	if call.deadline.Before(deadline) {
 		deadline = call.deadline
@@ -624,7 +606,7 @@ func (call *call[R]) attempt(ctx context.Context, m *modelState) (R, error, Verd
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
 			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()))
 	}
-	return resp, err, v, elapsed
+	return resp, v, elapsed, err
 }
 
 // inputTokens returns the call's input token estimate for models that limit

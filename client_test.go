@@ -23,7 +23,7 @@ func TestRetryOverloadedThenSuccess(t *testing.T) {
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 4 * time.Second, Jitter: geminiguard.JitterFull}))
 
 		start := time.Now()
-		resp, err, rec := ask(t.Context(), c, "")
+		resp, rec, err := ask(t.Context(), c, "")
 		elapsed := time.Since(start)
 
 		require.NoError(t, err)
@@ -46,7 +46,7 @@ func TestRetryInfoIsHonoured(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 
 		start := time.Now()
-		_, err, rec := ask(t.Context(), c, "")
+		_, rec, err := ask(t.Context(), c, "")
 
 		require.NoError(t, err)
 		assert.Equal(t, 7*time.Second+time.Second, time.Since(start), "exactly the 7s the server asked for, then the 1s answer")
@@ -62,7 +62,7 @@ func TestRetryInfoLongerThanMaxRetryAfterReturnsAtOnce(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxRetryAfter: 60 * time.Second}))
 
 		start := time.Now()
-		_, err, _ := ask(t.Context(), c, "")
+		_, _, err := ask(t.Context(), c, "")
 
 		require.Error(t, err)
 		assert.Zero(t, time.Since(start), "no sleep at all after the 429")
@@ -98,7 +98,7 @@ func TestFailuresThatRetryingCannotFix(t *testing.T) {
 				c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 
 				start := time.Now()
-				resp, err, rec := ask(t.Context(), c, "")
+				resp, rec, err := ask(t.Context(), c, "")
 
 				require.Error(t, err)
 				assert.Nil(t, resp)
@@ -129,7 +129,7 @@ func TestDeadlineShorterThanRetryInfo(t *testing.T) {
 		defer cancel()
 
 		start := time.Now()
-		_, err, _ := ask(ctx, c, "")
+		_, _, err := ask(ctx, c, "")
 
 		assert.Zero(t, time.Since(start), "the 30s wait is not slept")
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
@@ -147,7 +147,7 @@ func TestCancelDuringBackoffReturnsAtOnce(t *testing.T) {
 		time.AfterFunc(3*time.Second, cancel)
 
 		start := time.Now()
-		_, err, _ := ask(ctx, c, "")
+		_, _, err := ask(ctx, c, "")
 
 		assert.Equal(t, 3*time.Second, time.Since(start), "returns the moment the caller cancels")
 		assert.ErrorIs(t, err, context.Canceled)
@@ -180,7 +180,7 @@ func TestQuietSuccessesAreTypedErrors(t *testing.T) {
 				logs := &logBuffer{}
 				c := newClient(t, srv, logs, geminiguard.WithCascade(flash))
 
-				_, err, _ := ask(t.Context(), c, "")
+				_, _, err := ask(t.Context(), c, "")
 
 				require.ErrorIs(t, err, tc.kind)
 				var rerr *geminiguard.ResponseError
@@ -237,7 +237,7 @@ func TestTimeoutsNest(t *testing.T) {
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond}))
 
 		start := time.Now()
-		_, err, rec := ask(t.Context(), c, "")
+		_, rec, err := ask(t.Context(), c, "")
 
 		assert.LessOrEqual(t, time.Since(start), 5*time.Second, "the call timeout bounds every attempt and wait")
 		assert.Greater(t, time.Since(start), 4*time.Second)

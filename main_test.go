@@ -69,11 +69,11 @@ func newClient(t *testing.T, srv *fakegemini.Server, logs *logBuffer, opts ...ge
 	return c
 }
 
-// ask sends one prompt and returns the answer, the error and the call record.
-func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.GenerateContentResponse, error, geminiguard.CallRecord) {
+// ask sends one prompt and returns the answer, the call record and the error.
+func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.GenerateContentResponse, geminiguard.CallRecord, error) {
 	var rec geminiguard.CallRecord
 	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), model, genai.Text("Say hi"), nil)
-	return resp, err, rec
+	return resp, rec, err
 }
 
 // requireNoKey fails when the fake API key appears in s.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -25,7 +24,6 @@ func (f optionFunc) apply(c *config) { f(c) }
 // config is everything New needs; defaultConfig sets the defaults once.
 type config struct {
 	genaiClient     *genai.Client
-	api             modelsAPI // test seam: replaces the SDK
 	apiKey          string
 	baseURL         string
 	httpClient      *http.Client
@@ -46,7 +44,6 @@ type config struct {
 	projectCoolDown time.Duration
 	exactTokens     bool
 	shutdowns       map[string]Shutdown
-	rng             *rand.Rand
 	problems        []error // found while applying options; reported by validate
 }
 
@@ -230,16 +227,6 @@ func WithShutdowns(table map[string]Shutdown) Option {
 	return optionFunc(func(cfg *config) { cfg.shutdowns = cloneMap(table) })
 }
 
-// withModelsAPI replaces the SDK with another implementation (tests).
-func withModelsAPI(api modelsAPI) Option {
-	return optionFunc(func(cfg *config) { cfg.api = api })
-}
-
-// withRand makes jitter draws come from r (tests).
-func withRand(r *rand.Rand) Option {
-	return optionFunc(func(cfg *config) { cfg.rng = r })
-}
-
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	out := make(map[K]V, len(m))
 	for k, v := range m {
@@ -293,7 +280,7 @@ func (cfg *config) validate() error {
 	if cfg.projectCoolDown <= 0 {
 		add("WithProjectCoolDown(%v): must be positive", cfg.projectCoolDown)
 	}
-	if cfg.genaiClient != nil && cfg.api == nil {
+	if cfg.genaiClient != nil {
 		if cc := cfg.genaiClient.ClientConfig(); cc.Backend == genai.BackendVertexAI {
 			add("WithGenAIClient: the client uses the Vertex AI backend; geminiguard reads the Gemini API's errors and quotas: build it with Backend: genai.BackendGeminiAPI")
 		}

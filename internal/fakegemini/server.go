@@ -234,7 +234,7 @@ func parseRoute(r *http.Request) (route, bool) {
 func (s *Server) record(rt route, req Request, isGen bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.hits[hitKey{rt.model, rt.verb}]++
+	s.hits[hitKey(rt)]++
 	if isGen {
 		s.requests[rt.model] = append(s.requests[rt.model], req)
 	}
