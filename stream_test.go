@@ -268,3 +268,23 @@ func TestStreamResumeWithNoModelLeftReportsTheCut(t *testing.T) {
 		assert.NotContains(t, text, "canned", "the Fallback does not continue a text it did not start")
 	})
 }
+
+func TestStreamStallMidwayResumesWithinIdleDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 200 * time.Millisecond, ChunkInterval: 100 * time.Millisecond, Chunks: 4,
+			Script: []fakegemini.Step{{Fault: fakegemini.StreamStallBetween, CutAfter: 2, Stall: time.Hour}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(true),
+			geminiguard.WithStreamDeadlines(5*time.Second, time.Second))
+
+		start := time.Now()
+		text, _, err := streamed(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		// Two chunks by 300ms, the 1s idle deadline, then the resumed stream
+		// (the rest of the text in its own 4 chunks: 200ms to the first, 3 ×
+		// 100ms after): no backoff, no other wait.
+		assert.Equal(t, 300*time.Millisecond+time.Second+200*time.Millisecond+300*time.Millisecond, time.Since(start))
+		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbStream))
+	})
+}
