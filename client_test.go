@@ -247,3 +247,37 @@ func TestTimeoutsNest(t *testing.T) {
 		assert.Equal(t, "2", srv.Requests(flash)[0].Header.Get("X-Server-Timeout"), "the server is told when we stop waiting")
 	})
 }
+
+func TestWrappedSDKClientDoesNotRetryBehindOurBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}})
+		cfg := srv.ClientConfig()
+		cfg.HTTPOptions.RetryOptions = &genai.HTTPRetryOptions{} // the SDK's own: 5 attempts per call
+		sdk, err := genai.NewClient(t.Context(), cfg)
+		require.NoError(t, err)
+		c, err := geminiguard.New(t.Context(), geminiguard.WithGenAIClient(sdk), geminiguard.WithCascade(flash),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 2}))
+		require.NoError(t, err)
+
+		_, err = c.GenerateContent(t.Context(), "", genai.Text("hi"), nil)
+
+		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate), "our 2 attempts, not 2 × the SDK's 5")
+	})
+}
+
+func TestExactTokenCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithExactTokenCount(true),
+			geminiguard.WithLimits(flash, geminiguard.Limits{TPM: 1_000_000}))
+
+		for range 3 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		assert.Equal(t, 3, srv.Hits(flash, fakegemini.VerbCountTokens), "one countTokens per call, before sending it")
+		assert.Equal(t, int64(3*2), c.Stats().Models[0].TokensUsed, `"Say hi" counts 2 tokens in the fake`)
+	})
+}
