@@ -25,7 +25,9 @@
 //	  - retry: Classify decides for each failure whether the same model may
 //	    help after a delay (the server's RetryInfo when stated, else jittered
 //	    backoff), within MaxAttempts, the call's deadline and a client-wide
-//	    retry budget (WithRetry).
+//	    retry budget (WithRetry). While a later model can answer at once, a
+//	    retryable failure moves on to it instead: retries are for the last
+//	    model standing.
 //	  - cascade: the models of WithCascade in order, skipping open, cooling
 //	    and out-of-token models; then WithFallback; else a *CascadeError.
 //
