@@ -8,28 +8,33 @@
 //
 // Every upstream attempt of a call passes, in this order:
 //
-//		answer = cascade( for each model: retry( breaker( limiter( request ))) ) else Fallback
+//	answer = cascade( for each model: retry( breaker( limiter( request ))) ) else Fallback
 //
-//	  - limiter: per-model token buckets for RPM, TPM and RPD at a headroom of
-//	    the configured limits (WithLimits, WithHeadroom). A wait that would
-//	    overrun the call's deadline is not waited: the model is skipped.
-//	    A server 429 drains the bucket and teaches it the stated limit.
-//	  - breaker: per model and endpoint, closed → open after consecutive
-//	    failures that say the model is unwell (5xx, timeouts, network, cut
-//	    streams) → half-open after OpenFor → closed after probe successes
-//	    (WithBreaker). Quota answers do not count: they cool the model down —
-//	    until RetryInfo's delay for a per-minute 429, until midnight
-//	    America/Los_Angeles for a daily one, until CheckCascade sees it again
-//	    for a 404 or a zero limit. Project-wide failures (spend cap, invalid or
-//	    leaked key, API disabled) cool the whole Client down.
-//	  - retry: Classify decides for each failure whether the same model may
-//	    help after a delay (the server's RetryInfo when stated, else jittered
-//	    backoff), within MaxAttempts, the call's deadline and a client-wide
-//	    retry budget (WithRetry). While a later model can answer at once, a
-//	    retryable failure moves on to it instead: retries are for the last
-//	    model standing.
-//	  - cascade: the models of WithCascade in order, skipping open, cooling
-//	    and out-of-token models; then WithFallback; else a *CascadeError.
+// where
+//
+//   - limiter: per model, RPM as a sliding window (the quota's own
+//     semantics), TPM as a token bucket and RPD as a counter that resets at
+//     midnight America/Los_Angeles, each at a headroom of the configured
+//     limits (WithLimits, WithHeadroom). A model out of quota for now is
+//     skipped when another can answer at once; a wait that would overrun the
+//     call's deadline is never waited. A server 429 blocks the dimension for
+//     its RetryInfo delay and teaches the limiter the stated limit.
+//   - breaker: per model and endpoint, closed → open after consecutive
+//     failures that say the model is unwell (5xx, timeouts, network, cut
+//     streams) → half-open after OpenFor → closed after probe successes
+//     (WithBreaker). Quota answers do not count: they cool the model down —
+//     until RetryInfo's delay for a per-minute 429, until midnight
+//     America/Los_Angeles for a daily one, until CheckCascade sees it again
+//     for a 404 or a zero limit. Project-wide failures (spend cap, invalid or
+//     leaked key, API disabled) cool the whole Client down.
+//   - retry: Classify decides for each failure whether the same model may
+//     help after a delay (the server's RetryInfo when stated, else jittered
+//     backoff), within MaxAttempts, the call's deadline and a client-wide
+//     retry budget (WithRetry). While a later model can answer at once, a
+//     retryable failure moves on to it instead: retries are for the last
+//     model standing.
+//   - cascade: the models of WithCascade in order, skipping open, cooling
+//     and out-of-token models; then WithFallback; else a *CascadeError.
 //
 // New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
 // model the API does not list and warns about announced shutdowns.
