@@ -69,11 +69,13 @@ const (
 // to copy and to share between goroutines.
 type RetryPolicy struct {
 	// MaxAttempts is the number of attempts per model within one call, the
-	// first included; 1 never retries. A model is retried only when no later
-	// model of the cascade can take the request now: while one can, a
-	// retryable failure moves on to it at once (it answers sooner than a
-	// backoff and a second try of a model that just failed). Default: 3
-	// (Google SRE book, "Handling Overload": "up to three attempts").
+	// first included; 1 never retries. A call walks the cascade in rounds:
+	// a retryable failure moves on to the next model at once (it answers
+	// sooner than a backoff and a second try of a model that just failed),
+	// and after a jittered pause the next round tries again the models that
+	// failed that way, primary first. A model is retried in place only when
+	// it is the last one that can still answer. Default: 3 (Google SRE book,
+	// "Handling Overload": "up to three attempts").
 	MaxAttempts int
 
 	// BaseDelay is the backoff before the first retry, doubled for each later

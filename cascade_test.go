@@ -269,3 +269,33 @@ func TestUnconfiguredClientLearnsTheQuotaFromA429(t *testing.T) {
 		assert.Equal(t, 31, srv.Total(flash))
 	})
 }
+
+func TestRoundsComeBackToThePrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(
+			fakegemini.Model{Name: pro, Latency: time.Second, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}},
+			fakegemini.Model{Name: flash, Latency: time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Internal}, P: 1}}},
+		)
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: time.Second, MaxDelay: 4 * time.Second}))
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "after a pause the call returns to the primary, which answers")
+		var order []string
+		for _, a := range rec.Attempts {
+			order = append(order, a.Model)
+		}
+		assert.Equal(t, []string{pro, flash, pro, flash, pro}, order, "each round walks the cascade: no model is retried while another could answer")
+		assert.Zero(t, rec.Attempts[1].Delay, "moving on costs no wait")
+		waits := rec.Attempts[2].Delay + rec.Attempts[4].Delay
+		assert.Positive(t, rec.Attempts[2].Delay)
+		assert.LessOrEqual(t, rec.Attempts[2].Delay, time.Second, "full jitter: first round pause in [0, 1s)")
+		assert.LessOrEqual(t, rec.Attempts[4].Delay, 2*time.Second, "second in [0, 2s)")
+		assert.Equal(t, time.Second+waits, time.Since(start), "errors answer at once; the answer takes 1s")
+		assert.Equal(t, 3, srv.Total(pro))
+		assert.Equal(t, 2, srv.Total(flash))
+	})
+}

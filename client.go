@@ -312,6 +312,7 @@ type call[R any] struct {
 	rec      *CallRecord
 
 	stream *streamCall // nil unless the call opens a stream
+	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
 }
 
 // streamCall is what a call that opens a stream keeps for it.
@@ -397,7 +398,8 @@ type step int
 
 const (
 	stepRetry   step = iota // same model again after a delay
-	stepNext                // next model of the cascade
+	stepNext                // next model of the cascade; this one is done for the call
+	stepLater               // next model of the cascade; this one again in the next round
 	stepStop                // return this error now (request scope, caller cancelled)
 	stepProject             // skip the rest of the cascade: the project is down
 )
@@ -415,18 +417,94 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 		call.skip(c.model(call.firstModel()), err, 0)
 		return call.finish(ctx, zero, false, nil)
 	}
+	// The first round walks the cascade; a later round, after a backoff,
+	// walks again the models that failed retryably while another model
+	// could still answer (so a sick primary gets its retries too, after a
+	// pause, and the call returns to it before giving up).
+	var buf [4]retrySlot // rounds of short cascades stay off the heap
+	slots := buf[:0]
 	for _, name := range call.order() {
-		resp, next, err := call.tryModel(ctx, c.model(name))
-		switch {
-		case err == nil:
-			return call.finish(ctx, resp, true, nil)
-		case next == stepStop:
-			return call.finish(ctx, zero, false, err)
-		case next == stepProject:
+		slots = append(slots, retrySlot{name: name})
+	}
+	for pass := 1; ; pass++ {
+		call.later = call.later[:0]
+		for i := range slots {
+			sl := &slots[i]
+			if pass > 1 && !c.budget.withdraw(call.now) {
+				continue // the Client is retrying too much: no second rounds now
+			}
+			if sl.m == nil {
+				sl.m = c.model(sl.name)
+			}
+			resp, next, err := call.tryModel(ctx, sl)
+			switch {
+			case err == nil:
+				return call.finish(ctx, resp, true, nil)
+			case next == stepStop:
+				return call.finish(ctx, zero, false, err)
+			case next == stepProject:
+				return call.finish(ctx, zero, false, nil)
+			case next == stepLater:
+				call.later = append(call.later, *sl)
+			}
+		}
+		if len(call.later) == 0 {
 			return call.finish(ctx, zero, false, nil)
 		}
+		switch err := call.pause(ctx, pass); {
+		case err == errNoTimeForRound:
+			return call.finish(ctx, zero, false, nil)
+		case err != nil:
+			return call.finish(ctx, zero, false, err)
+		}
+		slots = append(slots[:0], call.later...)
 	}
-	return call.finish(ctx, zero, false, nil)
+}
+
+// retrySlot is a model's place in a call's rounds: its attempts so far and
+// its previous backoff.
+type retrySlot struct {
+	name  string
+	m     *modelState // resolved when the model is first tried
+	tries int
+	prev  time.Duration
+	delay time.Duration // the wait before its next attempt, for the record
+}
+
+// errNoTimeForRound: the backoff before another round would overrun the
+// call's deadline.
+var errNoTimeForRound = errors.New("geminiguard: no time left for another round")
+
+// pause waits the backoff between two rounds of a call. It returns nil to
+// start the next round; errNoTimeForRound, without waiting, when the wait
+// would overrun the call's deadline (the last failure is then marked as cut
+// short by it); the caller's context error, recorded, when it ended during
+// the wait.
+func (call *call[R]) pause(ctx context.Context, pass int) error {
+	c := call.c
+	first := &call.later[0]
+	d, _ := c.cfg.retry.retryDelay(0, first.prev, pass, rand.Float64())
+	if !call.now.Add(d).Before(call.deadline) {
+		for i := len(call.attempts) - 1; i >= 0; i-- {
+			if a := call.attempts[i]; !a.Skipped { // skips share their errors: never modify those
+				if me, ok := a.Err.(*ModelError); ok {
+					me.Err = &waitError{Err: me.Err, Wait: d}
+				}
+				break
+			}
+		}
+		return errNoTimeForRound
+	}
+	for i := range call.later {
+		call.later[i].prev, call.later[i].delay = d, 0
+	}
+	first.delay = d
+	c.retrying(RetryEvent{Model: first.m.name, Attempt: first.tries, Err: call.attempts[len(call.attempts)-1].Err, Delay: d})
+	if err := sleep(ctx, d); err != nil {
+		return call.fail(first.m.name, err, d, 0)
+	}
+	call.now = time.Now()
+	return nil
 }
 
 // order returns the call's models: the first choice, then (unless only) the
@@ -465,11 +543,12 @@ func (call *call[R]) firstModel() string {
 
 // tryModel runs the attempts on one model. It returns the answer, or the
 // decisive error and whether to move to the next model or stop.
-func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, step, error) {
+func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, error) {
 	var zero R
-	c := call.c
-	var delay, prev time.Duration // wait before this attempt; previous backoff
-	for n := 1; ; n++ {
+	c, m := call.c, sl.m
+	delay, prev := sl.delay, sl.prev // wait before this attempt; previous backoff
+	for n := sl.tries + 1; ; n++ {
+		sl.tries = n
 		now := call.now
 		if !now.Before(call.deadline) {
 			if err := ctx.Err(); err != nil {
@@ -518,6 +597,8 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, step, erro
 		}
 		if n == 1 {
 			c.budget.deposit(call.now)
+		} else {
+			m.counters.retries.Add(1)
 		}
 		resp, v, elapsed, err := call.attempt(ctx, m)
 		end := time.Now()
@@ -539,6 +620,7 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, step, erro
 		c.applyVerdict(m, v, end)
 		next := call.nextStep(m, v, n)
 		if next != stepRetry {
+			sl.prev = prev
 			return zero, next, err
 		}
 		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, rand.Float64())
@@ -554,7 +636,6 @@ func (call *call[R]) tryModel(ctx context.Context, m *modelState) (R, step, erro
 		if !c.budget.withdraw(end) {
 			return zero, stepNext, err
 		}
-		m.counters.retries.Add(1)
 		c.retrying(RetryEvent{Model: m.name, Attempt: n, Err: err, Verdict: v, Delay: d})
 		if err := sleep(ctx, d); err != nil {
 			return zero, stepStop, call.fail(m.name, err, d, 0)
@@ -573,11 +654,12 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 		return stepProject
 	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts:
 		return stepNext
-	case call.hasNext(m.name):
-		// Another model can answer now: it answers sooner than a backoff
-		// and a second try of a model that just failed, and the retry
-		// budget is kept for the last model standing.
-		return stepNext
+	case call.hasNext(m.name), len(call.later) > 0:
+		// Another model can answer now, or the call will come back to one
+		// after a pause: move on rather than retry a model that just failed
+		// (the next model answers sooner than a backoff), and come back to
+		// this one in the next round.
+		return stepLater
 	}
 	return stepRetry
 }

@@ -30,9 +30,9 @@
 //   - retry: Classify decides for each failure whether the same model may
 //     help after a delay (the server's RetryInfo when stated, else jittered
 //     backoff), within MaxAttempts, the call's deadline and a client-wide
-//     retry budget (WithRetry). While a later model can answer at once, a
-//     retryable failure moves on to it instead: retries are for the last
-//     model standing.
+//     retry budget (WithRetry). While another model can answer, a retryable
+//     failure moves on to it at once; after a jittered pause the next round
+//     comes back to the models that failed that way, primary first.
 //   - cascade: the models of WithCascade in order, skipping open, cooling
 //     and out-of-token models; then WithFallback; else a *CascadeError.
 //

@@ -52,9 +52,9 @@ type call struct {
 var calls = []call{
 	{title: "a 503 on the primary: the secondary answers at once", prompt: "Name a prime number.",
 		primary: []fakegemini.Step{{Fault: fakegemini.Overloaded}}},
-	{title: "503s on both models: the last one is retried with jittered backoff", prompt: "Name a planet.",
+	{title: "503s on both models: after a jittered pause the call comes back to the primary", prompt: "Name a planet.",
 		primary:   []fakegemini.Step{{Fault: fakegemini.Overloaded}},
-		secondary: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Internal}}},
+		secondary: []fakegemini.Step{{Fault: fakegemini.Overloaded}}},
 	{title: "per-minute quota: 429 with RetryInfo 2s", prompt: "Name a colour.",
 		primary: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 2 * time.Second}}, pause: 2 * time.Second},
 	{title: "blocked prompt (a quiet 200)", prompt: "Something unsafe.",
