@@ -147,7 +147,62 @@ func (c *Client) model(name string) *modelState {
 // the caller cancelled. Classify(err) gives the verdict of the failure that
 // decided the outcome; WithCallRecord gives the attempts.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	return c.newGenerateCall(ctx, model, contents, config).run(ctx)
+	call := c.newGenerateCall(ctx, model, contents, config)
+	resp, err := call.run(ctx)
+	if err != nil || continuationOf(resp) == nil {
+		return resp, err
+	}
+	return c.continueAnswer(ctx, call, resp)
+}
+
+// continueAnswer completes an answer the server paused with finishReason
+// CONTINUATION: each further part is requested with the continuation token,
+// from the model that answered (no other model can use its token), through
+// the limiter, the breaker and retries like any request; the SDK's own
+// continuation is off, so its hops cannot bypass them. The parts are joined
+// into resp; its UsageMetadata becomes the last hop's. A hop that fails ends
+// the call with its error rather than with a silently short answer.
+func (c *Client) continueAnswer(ctx context.Context, first *generateCall, resp *genai.GenerateContentResponse) (*genai.GenerateContentResponse, error) {
+	model := first.attempts[len(first.attempts)-1].Model
+	for range maxContinuationHops {
+		tok := continuationOf(resp)
+		if tok == nil {
+			return resp, nil
+		}
+		var cfg genai.GenerateContentConfig
+		if first.user != nil {
+			cfg = *first.user
+		}
+		cfg.ContinuationToken = tok
+		hop := c.newGenerateCall(ctx, model, first.contents, &cfg)
+		hop.only, hop.hop, hop.rec = true, true, nil
+		more, err := hop.run(ctx)
+		if first.rec != nil {
+			first.rec.Attempts = append(first.rec.Attempts, hop.attempts...)
+		}
+		if err != nil {
+			return nil, err
+		}
+		cand, next := resp.Candidates[0], more.Candidates[0]
+		if cand.Content == nil {
+			cand.Content = &genai.Content{Role: genai.RoleModel}
+		}
+		if next.Content != nil {
+			cand.Content.Parts = append(cand.Content.Parts, next.Content.Parts...)
+		}
+		cand.FinishReason, cand.ContinuationToken = next.FinishReason, next.ContinuationToken
+		resp.UsageMetadata = more.UsageMetadata
+	}
+	return nil, &ModelError{Model: model, Verdict: Verdict{Class: ClassEmpty, Scope: ScopeModel}, Err: errTooManyHops}
+}
+
+// continuationOf returns the token of an answer paused with finishReason
+// CONTINUATION, nil for any other answer.
+func continuationOf(resp *genai.GenerateContentResponse) []byte {
+	if finishReasonOf(resp) != genai.FinishReasonContinuation {
+		return nil
+	}
+	return resp.Candidates[0].ContinuationToken
 }
 
 // generateOnce is one unary upstream request to m.
@@ -312,6 +367,7 @@ type call[R any] struct {
 	rec      *CallRecord
 
 	stream *streamCall // nil unless the call opens a stream
+	hop    bool        // a continuation hop of another call: not counted as a call of its own
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
 }
 
@@ -410,7 +466,7 @@ const (
 func (call *call[R]) run(ctx context.Context) (R, error) {
 	var zero R
 	c := call.c
-	if call.stream == nil { // a stream counts once, however many times it opens
+	if call.stream == nil && !call.hop { // a stream counts once, however many times it opens
 		c.stats.calls.Add(1)
 	}
 	if err := c.projectCooling(call.now); err != nil {
@@ -745,7 +801,7 @@ func (call *call[R]) finish(ctx context.Context, resp R, ok bool, stopErr error)
 			}
 		}
 	}
-	if call.stream == nil { // a stream records its call when it ends
+	if call.stream == nil && !call.hop { // a stream records its call when it ends; a hop is part of its call
 		latency := time.Since(call.start)
 		c.stats.record(err == nil, fallback, latency)
 		if call.rec != nil {

@@ -281,3 +281,25 @@ func TestExactTokenCount(t *testing.T) {
 		assert.Equal(t, int64(3*2), c.Stats().Models[0].TokensUsed, `"Say hi" counts 2 tokens in the fake`)
 	})
 }
+
+func TestPausedAnswerIsCompletedThroughTheChain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Continuation: true}}}, fakegemini.Model{Name: flash})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+		cfg := &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(true)} // asks for the SDK's own hops
+
+		var rec geminiguard.CallRecord
+		resp, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Tell me a story"), cfg)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(pro), resp.Text(), "the paused answer is completed, not returned short")
+		assert.Equal(t, genai.FinishReasonStop, resp.Candidates[0].FinishReason)
+		assert.Equal(t, 2, srv.Hits(pro, fakegemini.VerbGenerate), "two requests, both through the chain")
+		assert.Contains(t, string(srv.Requests(pro)[1].Body), `"continuationToken"`)
+		assert.Zero(t, srv.Total(flash), "the token belongs to the model that answered")
+		assert.Len(t, rec.Attempts, 2)
+		st := c.Stats()
+		assert.Equal(t, int64(1), st.Calls, "one call, however many hops")
+		assert.Equal(t, int64(2), st.Models[0].Requests)
+	})
+}

@@ -76,7 +76,7 @@ func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) 
 	}
 }
 
-// maxContinuationHops bounds the CONTINUATION hops of one stream (the SDK's
+// maxContinuationHops bounds the CONTINUATION hops of one answer (the SDK's
 // own loop has no bound).
 const maxContinuationHops = 32
 
@@ -153,8 +153,9 @@ func cutVerdict(err error) Verdict {
 	return Classify(err)
 }
 
-// errTooManyHops ends a stream whose server kept answering CONTINUATION.
-var errTooManyHops = errors.New("geminiguard: stream paused with CONTINUATION more than 32 times")
+// errTooManyHops ends an answer (unary or streamed) whose server kept
+// answering CONTINUATION.
+var errTooManyHops = errors.New("geminiguard: answer paused with CONTINUATION more than 32 times")
 
 // open runs the chain until a model sends a first chunk.
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *generateCall, error) {
