@@ -45,14 +45,14 @@ func TextFallback(text string) Fallback {
 // order returns the models of a call: first (when given), then the cascade
 // in order without repeating first. It allocates only for a first choice
 // other than the primary.
-func (c *Client) order(first string) []string {
+func (c *Client) order(first string) []*modelState {
 	if first == "" || first == c.cascade[0] {
-		return c.cascade
+		return c.states
 	}
-	out := make([]string, 0, len(c.cascade)+1)
-	out = append(out, first)
-	for _, m := range c.cascade {
-		if m != first {
+	out := make([]*modelState, 0, len(c.states)+1)
+	out = append(out, c.model(first))
+	for _, m := range c.states {
+		if m.name != first {
 			out = append(out, m)
 		}
 	}

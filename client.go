@@ -33,7 +33,8 @@ type modelsAPI interface {
 type Client struct {
 	api      modelsAPI
 	cfg      config
-	cascade  []string // configured models, primary first
+	cascade  []string      // configured models, primary first
+	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats    clientStats
@@ -78,8 +79,10 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		models:     make(map[string]*modelState, len(cfg.cascade)),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
 	}
-	for _, name := range cfg.cascade {
-		c.models[name] = c.newModelState(name)
+	c.states = make([]*modelState, len(cfg.cascade))
+	for i, name := range cfg.cascade {
+		c.states[i] = c.newModelState(name)
+		c.models[name] = c.states[i]
 	}
 	if cfg.startupCheck {
 		report, err := c.CheckCascade(ctx)
@@ -305,7 +308,7 @@ func (c *Client) logReport(r *CascadeReport) {
 
 // endpoint separates breakers of one model: generation and embedding fail
 // independently.
-type endpoint int
+type endpoint uint8
 
 const (
 	endpointGenerate endpoint = iota
@@ -328,6 +331,7 @@ type modelState struct {
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
+	self     []*modelState              // this model alone: the order of a call without cascade
 	openErr  *ModelError                // what a call records when a breaker is open: shared, never modified
 	coolErr  atomic.Pointer[ModelError] // what a call records while cooling down, for the current cool-down
 }
@@ -338,6 +342,7 @@ func (c *Client) newModelState(name string) *modelState {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
+	m.self = []*modelState{m}
 	return m
 }
 
@@ -349,10 +354,10 @@ type generateCall = call[*genai.GenerateContentResponse]
 type call[R any] struct {
 	c        *Client
 	first    string
-	only     bool      // the first model alone, no cascade (embeddings: other models' vectors do not mix)
-	one      [1]string // backing of order() for only
-	contents []*genai.Content
 	endpoint endpoint
+	only     bool // the first model alone, no cascade (embeddings: other models' vectors do not mix)
+	hop      bool // a continuation hop of another call: not counted as a call of its own
+	contents []*genai.Content
 	send     func(ctx context.Context, call *call[R], m *modelState) (R, error) // one upstream request
 	usage    func(R) int32                                                      // input tokens the response reports; nil: none
 	fallback func(ctx context.Context, err *CascadeError) (R, bool)             // the last resort; nil: none
@@ -367,7 +372,6 @@ type call[R any] struct {
 	rec      *CallRecord
 
 	stream *streamCall // nil unless the call opens a stream
-	hop    bool        // a continuation hop of another call: not counted as a call of its own
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
 }
 
@@ -479,8 +483,8 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	// pause, and the call returns to it before giving up).
 	var buf [4]retrySlot // rounds of short cascades stay off the heap
 	slots := buf[:0]
-	for _, name := range call.order() {
-		slots = append(slots, retrySlot{name: name})
+	for _, m := range call.order() {
+		slots = append(slots, retrySlot{m: m})
 	}
 	for pass := 1; ; pass++ {
 		call.later = call.later[:0]
@@ -488,9 +492,6 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 			sl := &slots[i]
 			if pass > 1 && !c.budget.withdraw(call.now) {
 				continue // the Client is retrying too much: no second rounds now
-			}
-			if sl.m == nil {
-				sl.m = c.model(sl.name)
 			}
 			resp, next, err := call.tryModel(ctx, sl)
 			switch {
@@ -520,8 +521,7 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 // retrySlot is a model's place in a call's rounds: its attempts so far and
 // its previous backoff.
 type retrySlot struct {
-	name  string
-	m     *modelState // resolved when the model is first tried
+	m     *modelState
 	tries int
 	prev  time.Duration
 	delay time.Duration // the wait before its next attempt, for the record
@@ -565,27 +565,23 @@ func (call *call[R]) pause(ctx context.Context, pass int) error {
 
 // order returns the call's models: the first choice, then (unless only) the
 // cascade.
-func (call *call[R]) order() []string {
+func (call *call[R]) order() []*modelState {
 	if call.only {
-		call.one[0] = call.firstModel()
-		return call.one[:]
+		return call.c.model(call.firstModel()).self
 	}
 	return call.c.order(call.first)
 }
 
 // hasNext reports whether a model after current in the call's order could
 // take a request now (not open, not cooling down).
-func (call *call[R]) hasNext(current string) bool {
+func (call *call[R]) hasNext(current *modelState) bool {
 	now := call.now
 	after := false
-	for _, name := range call.order() {
-		if after {
-			m := call.c.model(name)
-			if m.cooling(now) == nil && m.breakers[call.endpoint].state(now) != StateOpen {
-				return true
-			}
+	for _, m := range call.order() {
+		if after && m.cooling(now) == nil && m.breakers[call.endpoint].state(now) != StateOpen {
+			return true
 		}
-		after = after || name == current
+		after = after || m == current
 	}
 	return false
 }
@@ -627,7 +623,7 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 			call.skip(m, err, delay)
 			return zero, stepNext, err
 		}
-		if wait > 0 && call.hasNext(m.name) {
+		if wait > 0 && call.hasNext(m) {
 			// Out of tokens for now, and another model can answer at once:
 			// skip this one rather than queue behind its quota.
 			g.cancel(now)
@@ -710,7 +706,7 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 		return stepProject
 	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts:
 		return stepNext
-	case call.hasNext(m.name), len(call.later) > 0:
+	case call.hasNext(m), len(call.later) > 0:
 		// Another model can answer now, or the call will come back to one
 		// after a pause: move on rather than retry a model that just failed
 		// (the next model answers sooner than a backoff), and come back to
