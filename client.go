@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,17 +252,27 @@ func embedConfig(user *genai.EmbedContentConfig, sdkRetries bool) *genai.EmbedCo
 }
 
 // withoutSDKRetry returns per-call HTTPOptions that keep the SDK's own retry
-// off: ours runs instead, and attempts must not multiply behind the
-// limiter's back. It returns opts itself when nothing retries.
+// off (ours runs instead, and attempts must not multiply behind the limiter's
+// back) and that the SDK will not write to: it fills in missing Headers in
+// place. It returns opts itself when neither applies.
 func withoutSDKRetry(opts *genai.HTTPOptions, sdkRetries bool) *genai.HTTPOptions {
-	switch {
-	case opts == nil && !sdkRetries, opts != nil && opts.RetryOptions == nil && !sdkRetries:
+	if opts == nil {
+		if sdkRetries {
+			return noRetryOptions
+		}
+		return nil
+	}
+	retries := sdkRetries || opts.RetryOptions != nil
+	if !retries && opts.Headers != nil {
 		return opts
-	case opts == nil:
-		return noRetryOptions
 	}
 	out := *opts
-	out.RetryOptions = noRetry
+	if retries {
+		out.RetryOptions = noRetry
+	}
+	if out.Headers == nil {
+		out.Headers = noHeaders
+	}
 	return &out
 }
 
@@ -287,10 +298,13 @@ func callConfig(user *genai.GenerateContentConfig, sdkRetries bool) *genai.Gener
 	return &cfg
 }
 
-// Shared, read-only values of callConfig; the SDK only reads them.
+// Shared, read-only values of callConfig. The SDK only reads them: it fills
+// in a per-call HTTPOptions.Headers when that is nil (a data race on a shared
+// value), so noRetryOptions carries an empty map it merges from instead.
 var (
 	noRetry                  = &genai.HTTPRetryOptions{Attempts: genai.Ptr[int32](1)}
-	noRetryOptions           = &genai.HTTPOptions{RetryOptions: noRetry}
+	noHeaders                = http.Header{}
+	noRetryOptions           = &genai.HTTPOptions{RetryOptions: noRetry, Headers: noHeaders}
 	noContinuation           = genai.Ptr(false)
 	defaultCallConfig        = &genai.GenerateContentConfig{AutomaticContinuation: noContinuation}
 	defaultCallConfigNoRetry = &genai.GenerateContentConfig{AutomaticContinuation: noContinuation, HTTPOptions: noRetryOptions}

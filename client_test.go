@@ -3,6 +3,7 @@ package geminiguard_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -218,14 +219,16 @@ func TestCallerConfigIsNotMutated(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		system := &genai.Content{Parts: []*genai.Part{{Text: "be terse"}}} // no Role: the SDK would set one in place
-		cfg := &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](0.2), SystemInstruction: system}
-		want, wantSystem := *cfg, *system
+		options := &genai.HTTPOptions{}                                    // no Headers: the SDK would fill them in place
+		cfg := &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](0.2), SystemInstruction: system, HTTPOptions: options}
+		want, wantSystem, wantOptions := *cfg, *system, *options
 
 		_, err := c.GenerateContent(t.Context(), "", genai.Text("hi"), cfg)
 
 		require.NoError(t, err)
 		assert.Equal(t, want, *cfg)
 		assert.Equal(t, wantSystem, *system)
+		assert.Equal(t, wantOptions, *options)
 		assert.Contains(t, string(srv.Requests(flash)[0].Body), `"systemInstruction":{"parts":[{"text":"be terse"}],"role":"user"}`)
 	})
 }
@@ -301,5 +304,32 @@ func TestPausedAnswerIsCompletedThroughTheChain(t *testing.T) {
 		st := c.Stats()
 		assert.Equal(t, int64(1), st.Calls, "one call, however many hops")
 		assert.Equal(t, int64(2), st.Models[0].Requests)
+	})
+}
+
+func TestWrappedSDKClientIsSafeForConcurrentCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const embedder = "gemini-embedding-001"
+		srv := fakegemini.New(fakegemini.Model{Name: flash}, fakegemini.Model{Name: embedder})
+		cfg := srv.ClientConfig()
+		cfg.HTTPOptions.RetryOptions = &genai.HTTPRetryOptions{}
+		sdk, err := genai.NewClient(t.Context(), cfg)
+		require.NoError(t, err)
+		c, err := geminiguard.New(t.Context(), geminiguard.WithGenAIClient(sdk), geminiguard.WithCascade(flash))
+		require.NoError(t, err)
+
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				_, err := c.GenerateContent(t.Context(), "", genai.Text("hi"), nil)
+				assert.NoError(t, err)
+				_, err = c.EmbedContent(t.Context(), embedder, genai.Text("hi"), nil)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+
+		assert.Equal(t, 8, srv.Hits(flash, fakegemini.VerbGenerate), "one request per call, every call answered")
+		assert.Equal(t, 8, srv.Hits(embedder, fakegemini.VerbEmbed))
 	})
 }
