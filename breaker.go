@@ -48,6 +48,7 @@ const (
 	DefaultHalfOpenProbes     = 1                // probes in flight in half-open, and successes that close it
 	DefaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
 	DefaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
+	DefaultAllOpenProbeEvery  = 2 * time.Second  // spacing of early probes while every model of a call is open
 )
 
 // windowBuckets is the number of slices the failure-rate window is kept in:
@@ -58,8 +59,8 @@ const windowBuckets = 10
 // and endpoint). Only failures that say the model is unwell count (5xx,
 // timeouts, network errors: Verdict.Counts); quota answers cool the model
 // down instead, and caller cancellations and request errors count for
-// nothing. A zero field means its default; a negative or contradictory value
-// is an error from New. The zero value is the default configuration. It is a
+// nothing. A zero field means its default; a negative (except
+// AllOpenProbeEvery's) or contradictory value is an error from New. The zero value is the default configuration. It is a
 // plain value: the Client keeps its own copy.
 type BreakerSettings struct {
 	// FailureThreshold is the number of consecutive counted failures that
@@ -71,7 +72,8 @@ type BreakerSettings struct {
 	// Default: DefaultFailureThreshold (5).
 	FailureThreshold int
 	// OpenFor is how long an open breaker refuses requests before it lets
-	// probes through (half-open). It is counted again from each reopening.
+	// probes through (half-open), unless every model is open (see
+	// AllOpenProbeEvery). It is counted again from each reopening.
 	// Default: DefaultOpenFor (30s).
 	OpenFor time.Duration
 	// HalfOpenProbes is both the number of probes a half-open breaker lets
@@ -94,6 +96,21 @@ type BreakerSettings struct {
 	// failure rate is not judged. Only with FailureRate.
 	// Default: DefaultBreakerMinRequests (10) when FailureRate is set.
 	MinRequests int
+	// AllOpenProbeEvery spaces the early probes of a total outage. When a
+	// call finds the breaker of every model it may use open (nothing else
+	// keeps them out: no quota cool-down, no probe in flight), it would be
+	// refused anyway, so it probes instead: the model open the longest, if
+	// for at least AllOpenProbeEvery, goes half-open before its OpenFor ends
+	// and the call is its probe. At most
+	// one such call per AllOpenProbeEvery across the Client probes; the
+	// others are refused at once as before. The outage thus costs at most
+	// one request per AllOpenProbeEvery, and its end is found within about
+	// that long instead of within OpenFor. When the probe succeeds, the
+	// other open models of the call go half-open too: they went down
+	// together and are likely back together, and each gets one probe. A
+	// negative value turns early probes off (recovery waits for OpenFor).
+	// Default: DefaultAllOpenProbeEvery (2s).
+	AllOpenProbeEvery time.Duration
 }
 
 // withDefaults returns s with every zero field set to its default. Negative
@@ -107,6 +124,9 @@ func (s BreakerSettings) withDefaults() BreakerSettings {
 	}
 	if s.HalfOpenProbes == 0 {
 		s.HalfOpenProbes = DefaultHalfOpenProbes
+	}
+	if s.AllOpenProbeEvery == 0 {
+		s.AllOpenProbeEvery = DefaultAllOpenProbeEvery
 	}
 	if s.FailureRate > 0 {
 		if s.Window == 0 {
@@ -135,6 +155,9 @@ func (s BreakerSettings) validate() error {
 	}
 	if s.HalfOpenProbes < 0 {
 		add("HalfOpenProbes is %d: use a positive count, or 0 for the default (%d)", s.HalfOpenProbes, DefaultHalfOpenProbes)
+	}
+	if s.AllOpenProbeEvery > 0 && s.AllOpenProbeEvery < time.Second {
+		add("AllOpenProbeEvery is %v: use at least 1s (a probe a second at most during an outage), 0 for the default (%v), or a negative value to turn early probes off", s.AllOpenProbeEvery, DefaultAllOpenProbeEvery)
 	}
 	if !(s.FailureRate >= 0 && s.FailureRate <= 1) {
 		add("FailureRate is %v: use a fraction in (0, 1], e.g. 0.5, or 0 to turn the rule off", s.FailureRate)
@@ -361,6 +384,26 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 		}
 	}
 	return nil
+}
+
+// openEarly ends an open breaker's open period at now, as if OpenFor had
+// passed: it turns half-open, so that the next allow grants a probe, and
+// returns that transition. It does nothing and returns nil unless the
+// breaker is open at now.
+func (b *breaker) openEarly(now time.Time) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateAt(now) != StateOpen {
+		return nil
+	}
+	return b.setState(StateHalfOpen, now)
+}
+
+// openUntilNanos returns when an open breaker turns half-open, in Unix
+// nanoseconds, read without the lock; meaningless unless state is
+// StateOpen.
+func (b *breaker) openUntilNanos() int64 {
+	return b.openUntilNano.Load()
 }
 
 // state returns the state at now without changing anything: an open breaker

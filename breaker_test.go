@@ -34,13 +34,13 @@ func TestBreakerSettingsWithDefaults(t *testing.T) {
 		in   BreakerSettings
 		want BreakerSettings
 	}{
-		{"zero", BreakerSettings{}, BreakerSettings{FailureThreshold: 5, OpenFor: 30 * time.Second, HalfOpenProbes: 1}},
-		{"set fields kept", BreakerSettings{FailureThreshold: 3, OpenFor: time.Minute, HalfOpenProbes: 2},
-			BreakerSettings{FailureThreshold: 3, OpenFor: time.Minute, HalfOpenProbes: 2}},
+		{"zero", BreakerSettings{}, BreakerSettings{FailureThreshold: 5, OpenFor: 30 * time.Second, HalfOpenProbes: 1, AllOpenProbeEvery: 2 * time.Second}},
+		{"set fields kept", BreakerSettings{FailureThreshold: 3, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second},
+			BreakerSettings{FailureThreshold: 3, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second}},
 		{"failure rate fills window and min requests", BreakerSettings{FailureRate: 0.5},
-			BreakerSettings{FailureThreshold: 5, OpenFor: 30 * time.Second, HalfOpenProbes: 1, FailureRate: 0.5, Window: time.Minute, MinRequests: 10}},
-		{"negative kept for validate", BreakerSettings{FailureThreshold: -1, OpenFor: -time.Second, HalfOpenProbes: -2},
-			BreakerSettings{FailureThreshold: -1, OpenFor: -time.Second, HalfOpenProbes: -2}},
+			BreakerSettings{FailureThreshold: 5, OpenFor: 30 * time.Second, HalfOpenProbes: 1, FailureRate: 0.5, Window: time.Minute, MinRequests: 10, AllOpenProbeEvery: 2 * time.Second}},
+		{"negative kept for validate, or to turn early probes off", BreakerSettings{FailureThreshold: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1},
+			BreakerSettings{FailureThreshold: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +64,8 @@ func TestBreakerSettingsValidate(t *testing.T) {
 		{"negative threshold", BreakerSettings{FailureThreshold: -1}, []string{"BreakerSettings.FailureThreshold is -1: use a positive count, or 0 for the default (5)"}},
 		{"negative open for", BreakerSettings{OpenFor: -time.Second}, []string{"BreakerSettings.OpenFor is -1s"}},
 		{"negative probes", BreakerSettings{HalfOpenProbes: -1}, []string{"BreakerSettings.HalfOpenProbes is -1"}},
+		{"early probes off", BreakerSettings{AllOpenProbeEvery: -1}, nil},
+		{"early probes too often", BreakerSettings{AllOpenProbeEvery: 10 * time.Millisecond}, []string{"BreakerSettings.AllOpenProbeEvery is 10ms: use at least 1s"}},
 		{"rate above 1", BreakerSettings{FailureRate: 50}, []string{"BreakerSettings.FailureRate is 50: use a fraction in (0, 1]"}},
 		{"rate negative", BreakerSettings{FailureRate: -0.1}, []string{"BreakerSettings.FailureRate is -0.1"}},
 		{"rate NaN", BreakerSettings{FailureRate: math.NaN()}, []string{"BreakerSettings.FailureRate is NaN"}},

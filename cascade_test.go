@@ -299,3 +299,107 @@ func TestRoundsComeBackToThePrimary(t *testing.T) {
 		assert.Equal(t, 2, srv.Total(flash))
 	})
 }
+
+// Every model open: a refused call becomes an early probe once per
+// AllOpenProbeEvery, and the outage's end is found within about that long
+// instead of within OpenFor.
+func TestEveryModelOpenProbesEarly(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		every         time.Duration
+		outageProbes  []string      // models probed during the 10s of outage, in order
+		firstAnswerIn time.Duration // from the recovery to the first answer
+	}{
+		{"default", 0, []string{pro, flash, pro, flash}, time.Second}, // the next probe is due as the outage ends: pro answers in 1s
+		{"off", -1, nil, 21 * time.Second},                            // pro opened at 0.9s: half-open at 30.9s, probed by the call at 31.2s
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded, Latency: 300 * time.Millisecond}, P: 1}}
+				srv := fakegemini.New(
+					fakegemini.Model{Name: pro, Latency: time.Second, Faults: down},
+					fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond, Faults: down})
+				var mu sync.Mutex
+				var changes []string
+				hooks := geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
+					mu.Lock()
+					defer mu.Unlock()
+					changes = append(changes, e.Model+":"+e.To.String())
+				}}
+				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
+					geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
+					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, AllOpenProbeEvery: tt.every}))
+				for range 2 {
+					_, _, err := ask(t.Context(), c, "")
+					require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+				}
+				require.Equal(t, []string{pro + ":open", flash + ":open"}, changes)
+				sent := func() int { return srv.Total(pro) + srv.Total(flash) }
+				require.Equal(t, 4, sent())
+
+				// 10s of outage, a call every 0.5s: refused at once, but for
+				// the early probes, one every 2s once a model has been open 2s.
+				var probed []string
+				for range 20 {
+					before, start := sent(), time.Now()
+					_, rec, err := ask(t.Context(), c, "")
+					require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+					if sent() == before {
+						assert.Zero(t, time.Since(start), "refused at once")
+						assert.ErrorIs(t, err, geminiguard.ErrCircuitOpen)
+					} else {
+						assert.Equal(t, 300*time.Millisecond, time.Since(start), "a probe: one request")
+						probed = append(probed, rec.Attempts[len(rec.Attempts)-1].Model)
+					}
+					time.Sleep(500*time.Millisecond - time.Since(start))
+				}
+				assert.Equal(t, tt.outageProbes, probed, "the model open the longest goes first")
+
+				// Both recover; calls go on every 0.5s.
+				srv.SetModel(fakegemini.Model{Name: pro, Latency: time.Second})
+				srv.SetModel(fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+				recovered := time.Now()
+				for {
+					start := time.Now()
+					_, rec, err := ask(t.Context(), c, "")
+					if err == nil {
+						assert.Equal(t, tt.firstAnswerIn, time.Since(recovered))
+						if tt.every == 0 {
+							assert.Equal(t, pro, rec.Model, "pro was open the longest")
+						}
+						break
+					}
+					time.Sleep(500*time.Millisecond - time.Since(start))
+				}
+				if tt.every == 0 {
+					_, rec, err := ask(t.Context(), c, "")
+					require.NoError(t, err)
+					assert.Equal(t, pro, rec.Model)
+					mu.Lock()
+					assert.Equal(t, []string{pro + ":closed", flash + ":half-open"}, changes[len(changes)-2:],
+						"the probe's success closed pro and sent flash half-open: they went down together")
+					mu.Unlock()
+				}
+			})
+		})
+	}
+}
+
+// A failure that opens the breaker ends the model's retries at once: the
+// retry would only be refused after its backoff.
+func TestFailureThatOpensTheBreakerIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded, Latency: 300 * time.Millisecond}, P: 1}}
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: down})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2}))
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+		assert.Equal(t, 2, srv.Total(flash), "the second failure opened the breaker: no third attempt")
+		require.Len(t, rec.Attempts, 2, "no refusal recorded after the breaker opened")
+		assert.Equal(t, 600*time.Millisecond+rec.Attempts[1].Delay, time.Since(start), "two 0.3s attempts and the backoff between them: none after")
+	})
+}

@@ -32,16 +32,19 @@ type modelsAPI interface {
 // protect what goes through the same Client. The zero value is not usable:
 // create it with New.
 type Client struct {
-	api      modelsAPI
-	cfg      config
-	cascade  []string      // configured models, primary first
-	states   []*modelState // the cascade's models, in its order
-	budget   *retryBudget
-	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
-	stats    clientStats
-	mu       sync.RWMutex           // guards models
-	models   map[string]*modelState // per model name (without "models/")
-	shutdown map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
+	api     modelsAPI
+	cfg     config
+	cascade []string      // configured models, primary first
+	states  []*modelState // the cascade's models, in its order
+	budget  *retryBudget
+	project coolDown // the whole project cooling down (spend cap, invalid key, ...)
+	// allOpenProbeAt is the earliest time (Unix nanoseconds) of the next
+	// early probe when every model of a call is open.
+	allOpenProbeAt atomic.Int64
+	stats          clientStats
+	mu             sync.RWMutex           // guards models
+	models         map[string]*modelState // per model name (without "models/")
+	shutdown       map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
 
 	sdkRetries bool // the SDK client retries on its own: turn it off per call
 }
@@ -520,6 +523,16 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 			}
 		}
 		if len(call.later) == 0 {
+			if pass == 1 {
+				if resp, next, err, probed := call.probeAllOpen(ctx); probed {
+					switch {
+					case err == nil:
+						return call.finish(ctx, resp, true, nil)
+					case next == stepStop:
+						return call.finish(ctx, zero, false, err)
+					}
+				}
+			}
 			return call.finish(ctx, zero, false, nil)
 		}
 		switch err := call.pause(ctx, pass); {
@@ -718,7 +731,9 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 		return stepStop
 	case v.Scope == ScopeProject:
 		return stepProject
-	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts:
+	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts, m.breakers[call.endpoint].state(call.now) == StateOpen:
+		// (The last: this failure opened the breaker, which would refuse
+		// the retry after its backoff.)
 		return stepNext
 	case call.hasNext(m), len(call.later) > 0:
 		// Another model can answer now, or the call will come back to one
