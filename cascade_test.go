@@ -47,13 +47,8 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 			fakegemini.Model{Name: pro, Latency: time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}},
 			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
 		)
-		var mu sync.Mutex
-		var changes []string
-		hooks := geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
-			mu.Lock()
-			defer mu.Unlock()
-			changes = append(changes, e.Model+":"+e.To.String())
-		}}
+		changes := &stateChanges{}
+		hooks := changes.hooks()
 		logs := &logBuffer{}
 		c := newClient(t, srv, logs, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
@@ -88,9 +83,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		wg.Wait()
 		assert.Equal(t, 4, srv.Total(pro), "exactly one probe request")
 		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State, "the probe's success closed the breaker")
-		mu.Lock()
-		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes)
-		mu.Unlock()
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get())
 		assert.Contains(t, logs.String(), `"level":"INFO","msg":"geminiguard: breaker state changed","model":"`+pro+`","endpoint":"generate","from":"closed","to":"open"`)
 		assert.Contains(t, logs.String(), `"level":"DEBUG","msg":"geminiguard: attempt"`)
 		assert.NotContains(t, logs.String(), "Say hi", "never a prompt in the log")
@@ -319,13 +312,8 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 				srv := fakegemini.New(
 					fakegemini.Model{Name: pro, Latency: time.Second, Faults: down},
 					fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond, Faults: down})
-				var mu sync.Mutex
-				var changes []string
-				hooks := geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
-					mu.Lock()
-					defer mu.Unlock()
-					changes = append(changes, e.Model+":"+e.To.String())
-				}}
+				changes := &stateChanges{}
+				hooks := changes.hooks()
 				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
 					geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
 					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, AllOpenProbeEvery: tt.every}))
@@ -333,7 +321,7 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 					_, _, err := ask(t.Context(), c, "")
 					require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
 				}
-				require.Equal(t, []string{pro + ":open", flash + ":open"}, changes)
+				require.Equal(t, []string{pro + ":open", flash + ":open"}, changes.get())
 				sent := func() int { return srv.Total(pro) + srv.Total(flash) }
 				require.Equal(t, 4, sent())
 
@@ -375,10 +363,9 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 					_, rec, err := ask(t.Context(), c, "")
 					require.NoError(t, err)
 					assert.Equal(t, pro, rec.Model)
-					mu.Lock()
-					assert.Equal(t, []string{pro + ":closed", flash + ":half-open"}, changes[len(changes)-2:],
+					got := changes.get()
+					assert.Equal(t, []string{pro + ":closed", flash + ":half-open"}, got[len(got)-2:],
 						"the probe's success closed pro and sent flash half-open: they went down together")
-					mu.Unlock()
 				}
 			})
 		})

@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +51,29 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// stateChanges records the breaker state changes a Client reports, as
+// "model:state".
+type stateChanges struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// hooks returns the Hooks that record into s.
+func (s *stateChanges) hooks() geminiguard.Hooks {
+	return geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.list = append(s.list, e.Model+":"+e.To.String())
+	}}
+}
+
+// get returns the changes so far.
+func (s *stateChanges) get() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.list)
 }
 
 // newClient builds a Client on the fake's in-memory transport (usable inside
