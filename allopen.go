@@ -5,19 +5,21 @@ import (
 	"log/slog"
 )
 
-// probeAllOpen makes the call an early probe when it sent nothing because
-// every model it may use is out (BreakerSettings.AllOpenProbeEvery): each is
-// open or cooling down, at least one is open, and none has a probe in
-// flight. The model whose breaker has been open the longest, if for at least
-// AllOpenProbeEvery, turns half-open and the call tries it, as its probe; on
+// probeAllOpen makes the call an early probe when it has no model left to
+// try and at least one is open (BreakerSettings.AllOpenProbeEvery): each of
+// its models is open, cooling down, or already failed in this call, and
+// none has a probe in flight. The call would fail anyway; instead the model
+// whose breaker has been open the longest, if for at least
+// AllOpenProbeEvery, turns half-open and the call tries it, as its probe. On
 // success the call's other open models turn half-open too. At most one call
-// per AllOpenProbeEvery across the Client probes early. It returns what tryModel returns, and false,
-// having done nothing, when the call does not probe.
+// per AllOpenProbeEvery across the Client probes early. It returns what
+// tryModel returns, and false, having done nothing, when the call does not
+// probe.
 func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 	var zero R
 	c := call.c
 	every := c.cfg.breaker.AllOpenProbeEvery
-	if every < 0 || call.sent() {
+	if every < 0 {
 		return zero, 0, nil, false
 	}
 	now := call.now
@@ -30,8 +32,8 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 			if until := br.openUntilNanos(); pick == nil || until < pickUntil {
 				pick, pickUntil = m, until
 			}
-		case m.cooling(now) == nil:
-			return zero, 0, nil, false // a model the call could not use for another reason, or a probe in flight
+		case m.cooling(now) == nil && !call.tried(m):
+			return zero, 0, nil, false // usable for all we know, or a probe in flight
 		}
 	}
 	due := c.allOpenProbeAt.Load()
@@ -56,10 +58,10 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 	return resp, next, err, true
 }
 
-// sent reports whether the call made an upstream request so far.
-func (call *call[R]) sent() bool {
+// tried reports whether the call sent m a request.
+func (call *call[R]) tried(m *modelState) bool {
 	for _, a := range call.attempts {
-		if !a.Skipped {
+		if !a.Skipped && a.Model == m.name {
 			return true
 		}
 	}

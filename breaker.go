@@ -48,7 +48,7 @@ const (
 	DefaultHalfOpenProbes     = 1                // probes in flight in half-open, and successes that close it
 	DefaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
 	DefaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
-	DefaultAllOpenProbeEvery  = 2 * time.Second  // spacing of early probes while every model of a call is open
+	DefaultAllOpenProbeEvery  = 2 * time.Second  // spacing of early probes when a call has no model left but open ones
 )
 
 // windowBuckets is the number of slices the failure-rate window is kept in:
@@ -96,19 +96,19 @@ type BreakerSettings struct {
 	// failure rate is not judged. Only with FailureRate.
 	// Default: DefaultBreakerMinRequests (10) when FailureRate is set.
 	MinRequests int
-	// AllOpenProbeEvery spaces the early probes of a total outage. When a
-	// call finds the breaker of every model it may use open (nothing else
-	// keeps them out: no quota cool-down, no probe in flight), it would be
-	// refused anyway, so it probes instead: the model open the longest, if
-	// for at least AllOpenProbeEvery, goes half-open before its OpenFor ends
-	// and the call is its probe. At most
+	// AllOpenProbeEvery spaces the early probes of an outage. When a call
+	// has no model left to try and at least one is open (each of its models
+	// is open, cooling down, or already failed in this call, and none has a
+	// probe in flight), it would fail anyway, so it probes instead: the
+	// model open the longest, if for at least AllOpenProbeEvery, goes
+	// half-open before its OpenFor ends and the call is its probe. At most
 	// one such call per AllOpenProbeEvery across the Client probes; the
-	// others are refused at once as before. The outage thus costs at most
-	// one request per AllOpenProbeEvery, and its end is found within about
-	// that long instead of within OpenFor. When the probe succeeds, the
-	// other open models of the call go half-open too: they went down
-	// together and are likely back together, and each gets one probe. A
-	// negative value turns early probes off (recovery waits for OpenFor).
+	// others fail at once as before. A total outage thus costs at most one
+	// request per AllOpenProbeEvery, and its end is found within about that
+	// long instead of within OpenFor. When the probe succeeds, the other
+	// open models of the call go half-open too: they went down together and
+	// are likely back together, and each gets one probe. A negative value
+	// turns early probes off (recovery waits for OpenFor).
 	// Default: DefaultAllOpenProbeEvery (2s).
 	AllOpenProbeEvery time.Duration
 }

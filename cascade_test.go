@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -389,4 +390,41 @@ func TestFailureThatOpensTheBreakerIsNotRetried(t *testing.T) {
 		require.Len(t, rec.Attempts, 2, "no refusal recorded after the breaker opened")
 		assert.Equal(t, 600*time.Millisecond+rec.Attempts[1].Delay, time.Since(start), "two 0.3s attempts and the backoff between them: none after")
 	})
+}
+
+// A call that failed on every model it could use probes an open one rather
+// than give up.
+func TestCallWithNothingLeftProbesTheOpenModel(t *testing.T) {
+	for _, every := range []time.Duration{0, -1} {
+		t.Run(fmt.Sprint("AllOpenProbeEvery=", every), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}
+				srv := fakegemini.New(fakegemini.Model{Name: pro, Faults: down}, fakegemini.Model{Name: flash})
+				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
+					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 4, AllOpenProbeEvery: every}))
+				for range 4 { // pro fails, flash answers; pro opens
+					_, rec, err := ask(t.Context(), c, "")
+					require.NoError(t, err)
+					require.Equal(t, flash, rec.Model)
+				}
+				require.Equal(t, geminiguard.StateOpen, c.Stats().Models[0].State)
+
+				time.Sleep(5 * time.Second)
+				srv.SetModel(fakegemini.Model{Name: pro})
+				srv.SetModel(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}})
+				_, rec, err := ask(t.Context(), c, "")
+
+				assert.Equal(t, 4+3, srv.Total(flash), "flash failed its 3 attempts (and stays closed)")
+				if every < 0 {
+					require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+					assert.Equal(t, 4, srv.Total(pro), "pro stays open until OpenFor")
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "the open model, probed early, answered")
+				assert.Equal(t, 5, srv.Total(pro))
+				assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State)
+			})
+		})
+	}
 }

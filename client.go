@@ -523,14 +523,12 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 			}
 		}
 		if len(call.later) == 0 {
-			if pass == 1 {
-				if resp, next, err, probed := call.probeAllOpen(ctx); probed {
-					switch {
-					case err == nil:
-						return call.finish(ctx, resp, true, nil)
-					case next == stepStop:
-						return call.finish(ctx, zero, false, err)
-					}
+			if resp, next, err, probed := call.probeAllOpen(ctx); probed {
+				switch {
+				case err == nil:
+					return call.finish(ctx, resp, true, nil)
+				case next == stepStop:
+					return call.finish(ctx, zero, false, err)
 				}
 			}
 			return call.finish(ctx, zero, false, nil)

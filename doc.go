@@ -22,7 +22,9 @@
 //   - breaker: per model and endpoint, closed → open after consecutive
 //     failures that say the model is unwell (5xx, timeouts, network, cut
 //     streams) → half-open after OpenFor → closed after probe successes
-//     (WithBreaker). Quota answers do not count: they cool the model down —
+//     (WithBreaker). A call left with nothing but open models probes one
+//     early, once per AllOpenProbeEvery across the Client, so the end of an
+//     outage is found in seconds. Quota answers do not count: they cool the model down —
 //     until RetryInfo's delay for a per-minute 429, until midnight
 //     America/Los_Angeles for a daily one, until CheckCascade sees it again
 //     for a 404 or a zero limit. Project-wide failures (spend cap, invalid or
