@@ -42,7 +42,7 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 		return zero, 0, nil, false
 	}
 	if l := c.cfg.logger; l != nil {
-		l.LogAttrs(ctx, slog.LevelInfo, "geminiguard: every model is open: probing one early",
+		l.LogAttrs(ctx, slog.LevelInfo, "geminiguard: no model left but open ones: probing one early",
 			slog.String("model", pick.name), slog.String("endpoint", call.endpoint.String()))
 	}
 	c.stateChanged(pick.name, call.endpoint, pick.breakers[call.endpoint].openEarly(now))

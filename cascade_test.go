@@ -3,6 +3,7 @@ package geminiguard_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -315,7 +316,8 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 					fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond, Faults: down})
 				changes := &stateChanges{}
 				hooks := changes.hooks()
-				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
+				logs := &logBuffer{}
+				c := newClient(t, srv, logs, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
 					geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
 					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, AllOpenProbeEvery: tt.every}))
 				for range 2 {
@@ -343,6 +345,8 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 					time.Sleep(500*time.Millisecond - time.Since(start))
 				}
 				assert.Equal(t, tt.outageProbes, probed, "the model open the longest goes first")
+				probeLog := `"level":"INFO","msg":"geminiguard: no model left but open ones: probing one early","model":"` + pro + `","endpoint":"generate"`
+				assert.Equal(t, tt.every == 0, strings.Contains(logs.String(), probeLog), "an early probe is logged")
 
 				// Both recover; calls go on every 0.5s.
 				srv.SetModel(fakegemini.Model{Name: pro, Latency: time.Second})

@@ -32,21 +32,19 @@ type modelsAPI interface {
 // protect what goes through the same Client. The zero value is not usable:
 // create it with New.
 type Client struct {
-	api     modelsAPI
-	cfg     config
-	cascade []string      // configured models, primary first
-	states  []*modelState // the cascade's models, in its order
-	budget  *retryBudget
-	project coolDown // the whole project cooling down (spend cap, invalid key, ...)
-	// allOpenProbeAt is the earliest time (Unix nanoseconds) of the next
-	// early probe when every model of a call is open.
-	allOpenProbeAt atomic.Int64
-	stats          clientStats
-	mu             sync.RWMutex           // guards models
-	models         map[string]*modelState // per model name (without "models/")
-	shutdown       map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
+	api      modelsAPI
+	cfg      config
+	cascade  []string      // configured models, primary first
+	states   []*modelState // the cascade's models, in its order
+	budget   *retryBudget
+	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
+	stats    clientStats
+	mu       sync.RWMutex           // guards models
+	models   map[string]*modelState // per model name (without "models/")
+	shutdown map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
 
-	sdkRetries bool // the SDK client retries on its own: turn it off per call
+	sdkRetries     bool         // the SDK client retries on its own: turn it off per call
+	allOpenProbeAt atomic.Int64 // Unix nanoseconds: no early probe before (see probeAllOpen)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
