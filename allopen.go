@@ -18,11 +18,10 @@ import (
 func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 	var zero R
 	c := call.c
-	every := c.cfg.breaker.AllOpenProbeEvery
-	if every < 0 {
+	every, now, due := c.cfg.breaker.AllOpenProbeEvery, call.now, c.allOpenProbeAt.Load()
+	if every < 0 || now.UnixNano() < due {
 		return zero, 0, nil, false
 	}
-	now := call.now
 	var pick *modelState
 	var pickUntil int64
 	for _, m := range call.order() {
@@ -36,8 +35,7 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 			return zero, 0, nil, false // usable for all we know, or a probe in flight
 		}
 	}
-	due := c.allOpenProbeAt.Load()
-	if pick == nil || now.UnixNano() < max(due, pickUntil-int64(c.cfg.breaker.OpenFor-every)) ||
+	if pick == nil || now.UnixNano() < pickUntil-int64(c.cfg.breaker.OpenFor-every) ||
 		!c.allOpenProbeAt.CompareAndSwap(due, now.Add(every).UnixNano()) {
 		return zero, 0, nil, false
 	}
