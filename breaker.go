@@ -108,7 +108,8 @@ type BreakerSettings struct {
 	// long instead of within OpenFor. When the probe succeeds, the other
 	// open models of the call go half-open too: they went down together and
 	// are likely back together, and each gets one probe. A negative value
-	// turns early probes off (recovery waits for OpenFor).
+	// turns early probes off (recovery waits for OpenFor); a positive one
+	// must be at least 1s.
 	// Default: DefaultAllOpenProbeEvery (2s).
 	AllOpenProbeEvery time.Duration
 }
