@@ -17,6 +17,7 @@ import (
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/internal/paired"
 )
 
 // The overhead benchmarks: the raw SDK, the failsafe arm and geminiguard
@@ -176,26 +177,13 @@ func BenchmarkPaired(b *testing.B) {
 			for i, arm := range overheadArms {
 				calls[i] = healthyCall(b, arm, w)
 			}
-			spent := make([]time.Duration, len(calls))
-			turn := 0
-			for b.Loop() {
-				turn++
-				for j := range calls {
-					i := (turn + j) % len(calls) // who goes first changes every turn
-					start := time.Now()
-					if err := calls[i](); err != nil {
-						b.Fatal(err)
-					}
-					spent[i] += time.Since(start)
-				}
-			}
-			per := func(i int) float64 { return float64(spent[i]) / float64(b.N) }
+			per := paired.Run(b, calls)
 			for i, arm := range overheadArms {
-				b.ReportMetric(per(i)/1e3, arm.Name+"-µs")
+				b.ReportMetric(per[i]/1e3, arm.Name+"-µs")
 			}
-			b.ReportMetric(per(2)/per(0), "gg/raw")
-			b.ReportMetric(per(2)-per(0), "chain-ns")
-			b.ReportMetric(per(1)-per(0), "stack-ns")
+			b.ReportMetric(per[2]/per[0], "gg/raw")
+			b.ReportMetric(per[2]-per[0], "chain-ns")
+			b.ReportMetric(per[1]-per[0], "stack-ns")
 		})
 	}
 }
