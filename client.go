@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,6 +154,7 @@ func (c *Client) model(name string) *modelState {
 // decided the outcome; WithCallRecord gives the attempts.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	call := c.newGenerateCall(ctx, model, contents, config)
+	defer releaseGenerateCall(call)
 	resp, err := call.run(ctx)
 	if err != nil || continuationOf(resp) == nil {
 		return resp, err
@@ -185,6 +187,7 @@ func (c *Client) continueAnswer(ctx context.Context, first *generateCall, resp *
 		if first.rec != nil {
 			first.rec.Attempts = append(first.rec.Attempts, hop.attempts...)
 		}
+		releaseGenerateCall(hop)
 		if err != nil {
 			return nil, err
 		}
@@ -381,7 +384,7 @@ type call[R any] struct {
 	deadline time.Time
 	tokens   int // input token estimate; -1 until computed
 	start    time.Time
-	now      time.Time // the latest clock reading: refreshed only when time may have passed
+	now      time.Time // the latest clock reading, taken at the start and after whatever takes time (upstream requests, waits, the token count, the Fallback): a call reads the clock at no other moment
 	attempts []Attempt
 	buf      [2]Attempt // backing of attempts for the common short calls
 	rec      *CallRecord
@@ -413,34 +416,59 @@ func (c *Client) settle(h heldPermit, now time.Time, err error, v Verdict) {
 	h.m.count(err, v)
 }
 
-// newCall starts a call. Its deadline is the caller's or the call timeout,
-// whichever comes first: every wait and attempt is bounded by it, so no
-// context of its own is needed.
+// newCall starts a call.
 func newCall[R any](ctx context.Context, c *Client, e endpoint, model string, contents []*genai.Content) *call[R] {
+	call := new(call[R])
+	call.init(ctx, c, e, model, contents)
+	return call
+}
+
+// init starts a call in a zero call state. Its deadline is the caller's or
+// the call timeout, whichever comes first: every wait and attempt is bounded
+// by it, so no context of its own is needed.
+func (call *call[R]) init(ctx context.Context, c *Client, e endpoint, model string, contents []*genai.Content) {
 	now := time.Now()
 	deadline := now.Add(c.cfg.callTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	call := &call[R]{
-		c:        c,
-		first:    strings.TrimPrefix(model, "models/"),
-		contents: contents,
-		endpoint: e,
-		deadline: deadline,
-		tokens:   -1,
-		start:    now,
-		now:      now,
-		rec:      callRecordFrom(ctx),
-	}
+	call.c = c
+	call.first = strings.TrimPrefix(model, "models/")
+	call.contents = contents
+	call.endpoint = e
+	call.deadline = deadline
+	call.tokens = -1
+	call.start, call.now = now, now
+	call.rec = callRecordFrom(ctx)
 	call.attempts = call.buf[:0]
-	return call
+}
+
+// generateCalls holds the states of unary generate calls that returned, for
+// the next calls to reuse: a call on the success path then allocates no
+// state of its own. Only releaseGenerateCall puts a state back; see there
+// why that is safe.
+var generateCalls = sync.Pool{New: func() any { return new(generateCall) }}
+
+// releaseGenerateCall puts back, cleared, the state of a unary generate call
+// (or continuation hop) that has returned. Nothing that outlives the call
+// points into its state: finish hands out copies of the attempts (in the
+// *CascadeError, the CallRecord), every other value a call hands out (its
+// errors, the response) is a heap value of its own, and calls are
+// synchronous, so no goroutine holds the state either. A stream's call is
+// never released: its open stream keeps the state (it is then just garbage
+// when the stream ends). Clearing keeps no caller data in the pool.
+func releaseGenerateCall(call *generateCall) {
+	*call = generateCall{}
+	generateCalls.Put(call)
 }
 
 // newGenerateCall starts a generate (or stream) call: the cascade, the
-// Fallback, token reconciliation from usageMetadata.
+// Fallback, token reconciliation from usageMetadata. Its state comes from
+// generateCalls; a unary call gives it back with releaseGenerateCall once
+// it has returned.
 func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *generateCall {
-	call := newCall[*genai.GenerateContentResponse](ctx, c, endpointGenerate, model, contents)
+	call := generateCalls.Get().(*generateCall)
+	call.init(ctx, c, endpointGenerate, model, contents)
 	call.config, call.user = callConfig(config, c.sdkRetries), config
 	call.send = generateOnce
 	call.usage = func(r *genai.GenerateContentResponse) int32 {
@@ -579,10 +607,9 @@ func (call *call[R]) pause(ctx context.Context, pass int) error {
 	}
 	first.delay = d
 	c.retrying(RetryEvent{Model: first.m.name, Attempt: first.tries, Err: call.attempts[len(call.attempts)-1].Err, Delay: d})
-	if err := sleep(ctx, d); err != nil {
+	if err := call.sleep(ctx, d); err != nil {
 		return call.fail(first.m.name, err, d, 0)
 	}
-	call.now = time.Now()
 	return nil
 }
 
@@ -655,12 +682,11 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 			return zero, stepNext, err
 		}
 		if wait > 0 {
-			if err := sleep(ctx, wait); err != nil {
-				g.cancel(time.Now())
+			if err := call.sleep(ctx, wait); err != nil {
+				g.cancel(call.now)
 				return zero, stepStop, call.fail(m.name, err, delay+wait, 0)
 			}
 			delay += wait
-			call.now = time.Now()
 		}
 		p, tr, err := br.allow(call.now)
 		c.stateChanged(m.name, call.endpoint, tr)
@@ -676,8 +702,7 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 			m.counters.retries.Add(1)
 		}
 		resp, v, elapsed, err := call.attempt(ctx, m)
-		end := time.Now()
-		call.now = end
+		end := call.now
 		if err == nil && call.stream != nil {
 			// A stream's outcome is known when it ends: hold the permit.
 			call.stream.held = heldPermit{m: m, br: br, p: p, endpoint: call.endpoint}
@@ -712,10 +737,9 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 			return zero, stepNext, err
 		}
 		c.retrying(RetryEvent{Model: m.name, Attempt: n, Err: err, Verdict: v, Delay: d})
-		if err := sleep(ctx, d); err != nil {
+		if err := call.sleep(ctx, d); err != nil {
 			return zero, stepStop, call.fail(m.name, err, d, 0)
 		}
-		call.now = time.Now()
 		delay, prev = d, d
 	}
 }
@@ -742,18 +766,21 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 }
 
 // attempt makes one upstream request under the attempt timeout and
-// classifies its outcome.
+// classifies its outcome. The request starts at call.now (nothing that takes
+// time comes between the latest clock reading and it); call.now is then its
+// end, the one clock reading of an attempt.
 func (call *call[R]) attempt(ctx context.Context, m *modelState) (R, Verdict, time.Duration, error) {
-	deadline := time.Now().Add(call.c.cfg.attemptTimeout)
+	start := call.now
+	deadline := start.Add(call.c.cfg.attemptTimeout)
 	if call.deadline.Before(deadline) {
 		deadline = call.deadline
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	m.counters.requests.Add(1)
-	start := time.Now()
 	resp, err := call.send(actx, call, m)
-	elapsed := time.Since(start)
+	call.now = time.Now()
+	elapsed := call.now.Sub(start)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		err = &attemptTimeoutError{err: err}
 	}
@@ -780,6 +807,7 @@ func (call *call[R]) inputTokens(ctx context.Context, m *modelState) int {
 			if r, err := call.c.api.CountTokens(ctx, m.name, call.contents, nil); err == nil {
 				call.tokens = int(r.TotalTokens)
 			}
+			call.now = time.Now()
 		}
 	}
 	return call.tokens
@@ -812,23 +840,33 @@ func (call *call[R]) finish(ctx context.Context, resp R, ok bool, stopErr error)
 	c := call.c
 	err := stopErr
 	fallback := false
-	if !ok && err == nil {
-		cerr := &CascadeError{Attempts: call.attempts}
+	// What outlives the call gets its own copy of the attempts: the call's
+	// state may be reused once it has returned (releaseGenerateCall).
+	failed := !ok && err == nil
+	recorded := call.rec != nil && call.stream == nil && !call.hop // a stream records its call when it ends; a hop is part of its call
+	var attempts []Attempt
+	if failed || recorded {
+		attempts = slices.Clone(call.attempts)
+	}
+	if failed {
+		cerr := &CascadeError{Attempts: attempts}
 		err = cerr
 		if call.fallback != nil && ctx.Err() == nil {
-			if fresp, fok := call.fallback(ctx, cerr); fok {
+			fresp, fok := call.fallback(ctx, cerr)
+			call.now = time.Now()
+			if fok {
 				resp, err, fallback = fresp, nil, true
 				c.fellBack(FallbackEvent{Model: call.firstModel(), Err: cerr})
 			}
 		}
 	}
-	if call.stream == nil && !call.hop { // a stream records its call when it ends; a hop is part of its call
-		latency := time.Since(call.start)
+	if call.stream == nil && !call.hop {
+		latency := call.now.Sub(call.start)
 		c.stats.record(err == nil, fallback, latency)
-		if call.rec != nil {
-			*call.rec = CallRecord{Attempts: call.attempts, Fallback: fallback, Latency: latency}
+		if recorded {
+			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
 			if err == nil && !fallback {
-				call.rec.Model = call.attempts[len(call.attempts)-1].Model
+				call.rec.Model = attempts[len(attempts)-1].Model
 			}
 		}
 	}
@@ -837,6 +875,14 @@ func (call *call[R]) finish(ctx context.Context, resp R, ok bool, stopErr error)
 		return zero, err
 	}
 	return resp, nil
+}
+
+// sleep waits d or until ctx is done, whichever is first, and then reads
+// the clock into call.now.
+func (call *call[R]) sleep(ctx context.Context, d time.Duration) error {
+	err := sleep(ctx, d)
+	call.now = time.Now()
+	return err
 }
 
 // sleep waits d or until ctx is done, whichever is first.

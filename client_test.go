@@ -3,6 +3,7 @@ package geminiguard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -331,5 +332,44 @@ func TestWrappedSDKClientIsSafeForConcurrentCalls(t *testing.T) {
 
 		assert.Equal(t, 8, srv.Hits(flash, fakegemini.VerbGenerate), "one request per call, every call answered")
 		assert.Equal(t, 8, srv.Hits(embedder, fakegemini.VerbEmbed))
+	})
+}
+
+// The attempts a call hands out (its CallRecord, its *CascadeError) stay as
+// they were when it returned, however many calls the Client makes after it.
+func TestAttemptsHandedOutStayTheCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		overloaded := []fakegemini.Step{{Fault: fakegemini.Overloaded}}
+		srv := fakegemini.New(fakegemini.Model{Name: pro, Script: overloaded}, fakegemini.Model{Name: flash, Script: overloaded})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
+		_, failed, err := ask(t.Context(), c, "")
+		var cerr *geminiguard.CascadeError
+		require.ErrorAs(t, err, &cerr)
+		_, answered, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		check := func(when string) {
+			summary := func(as []geminiguard.Attempt) (out []string) {
+				for _, a := range as {
+					out = append(out, fmt.Sprintf("%s failed=%t", a.Model, a.Err != nil))
+				}
+				return out
+			}
+			assert.Equal(t, []string{pro + " failed=true", flash + " failed=true"}, summary(failed.Attempts), when)
+			assert.Equal(t, []string{pro + " failed=true", flash + " failed=true"}, summary(cerr.Attempts), when)
+			assert.Equal(t, []string{pro + " failed=false"}, summary(answered.Attempts), when)
+		}
+		check("at once")
+
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 10 {
+					_, _, err := ask(t.Context(), c, flash)
+					assert.NoError(t, err)
+				}
+			})
+		}
+		wg.Wait()
+		check("after other calls")
 	})
 }

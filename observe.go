@@ -58,7 +58,7 @@ type CallRecord struct {
 	Attempts []Attempt     // in order, skipped models included
 	Fallback bool          // the Fallback answered
 	Resumes  int           // streams: times the stream was cut and resumed (WithStreamResume)
-	Latency  time.Duration // whole call, waits included
+	Latency  time.Duration // whole call, waits included: from its start to the end of its last upstream request, wait or Fallback (0 for a call refused without a request)
 }
 
 type callRecordKey struct{}

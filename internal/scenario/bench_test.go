@@ -17,6 +17,7 @@ import (
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/internal/paired"
 )
 
 // The overhead benchmarks: the raw SDK, the failsafe arm and geminiguard
@@ -147,6 +148,28 @@ func healthyCall(tb testing.TB, arm Arm, w wire) func() error {
 	return direct(tb, c)
 }
 
+// asSentCall returns a raw SDK call over w on a healthy upstream, given
+// what geminiguard sends on each attempt: a context with the attempt's
+// deadline (DefaultAttemptTimeout) and a config with the automatic
+// continuation off. Set against a raw call, it is what those inputs cost
+// (making the context, and the SDK's reaction to both); set against a
+// geminiguard call, what is left is the chain's own.
+func asSentCall(tb testing.TB, w wire) func() error {
+	c, _ := build(tb, RawArm(), w, nil)
+	raw := c.(*sdkCaller)
+	ctx, contents := context.Background(), genai.Text(Prompt(1))
+	config := &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(false)}
+	return func() error {
+		actx, cancel := context.WithTimeout(ctx, geminiguard.DefaultAttemptTimeout)
+		defer cancel()
+		resp, err := raw.models.GenerateContent(actx, raw.model, contents, config)
+		if err == nil && resp.Text() == "" {
+			return errors.New("empty answer")
+		}
+		return err
+	}
+}
+
 // BenchmarkCall is one call on a healthy upstream, one caller at a time.
 func BenchmarkCall(b *testing.B) {
 	for _, w := range []wire{loopback, memory, canned} {
@@ -164,38 +187,34 @@ func BenchmarkCall(b *testing.B) {
 	}
 }
 
-// BenchmarkPaired makes the three arms' calls in turn on one wire, so that
-// the machine's drift and noise fall on all alike, and reports each arm's
-// time per call (raw-µs, failsafe-µs, geminiguard-µs), geminiguard's over
-// raw's (gg/raw), and what the chain and the failsafe-go stack add to a raw
-// SDK call (chain-ns, stack-ns). ns/op is the three calls together.
+// BenchmarkPaired makes the three arms' calls and a raw call "as sent"
+// (asSentCall) in turn on one wire, so that the machine's drift and noise
+// fall on all alike, and reports each one's time per call (raw-µs,
+// failsafe-µs, geminiguard-µs, as-sent-µs), geminiguard's over raw's
+// (gg/raw), and what the chain and the failsafe-go stack add to a raw SDK
+// call (chain-ns, stack-ns). chain-ns splits into inputs-ns (as sent less
+// raw: the attempt's deadline context and the continuation-off config, and
+// the SDK's reaction to them) and own-ns (geminiguard less as sent: the
+// chain itself). ns/op is the four calls together.
 func BenchmarkPaired(b *testing.B) {
 	for _, w := range []wire{loopback, memory, canned} {
 		b.Run(w.name, func(b *testing.B) {
-			calls := make([]func() error, len(overheadArms))
+			calls := make([]func() error, len(overheadArms), len(overheadArms)+1)
 			for i, arm := range overheadArms {
 				calls[i] = healthyCall(b, arm, w)
 			}
-			spent := make([]time.Duration, len(calls))
-			turn := 0
-			for b.Loop() {
-				turn++
-				for j := range calls {
-					i := (turn + j) % len(calls) // who goes first changes every turn
-					start := time.Now()
-					if err := calls[i](); err != nil {
-						b.Fatal(err)
-					}
-					spent[i] += time.Since(start)
-				}
-			}
-			per := func(i int) float64 { return float64(spent[i]) / float64(b.N) }
+			calls = append(calls, asSentCall(b, w))
+			per := paired.Run(b, calls)
 			for i, arm := range overheadArms {
-				b.ReportMetric(per(i)/1e3, arm.Name+"-µs")
+				b.ReportMetric(per[i]/1e3, arm.Name+"-µs")
 			}
-			b.ReportMetric(per(2)/per(0), "gg/raw")
-			b.ReportMetric(per(2)-per(0), "chain-ns")
-			b.ReportMetric(per(1)-per(0), "stack-ns")
+			raw, fs, gg, sent := per[0], per[1], per[2], per[3]
+			b.ReportMetric(sent/1e3, "as-sent-µs")
+			b.ReportMetric(gg/raw, "gg/raw")
+			b.ReportMetric(gg-raw, "chain-ns")
+			b.ReportMetric(fs-raw, "stack-ns")
+			b.ReportMetric(sent-raw, "inputs-ns")
+			b.ReportMetric(gg-sent, "own-ns")
 		})
 	}
 }
@@ -261,17 +280,21 @@ func BenchmarkRefused(b *testing.B) {
 	}
 }
 
-// The chain's own allocations on the success path: a geminiguard call
-// over the canned transport less a raw SDK call over it.
+// The chain's allocations on the success path: a geminiguard call over the
+// canned transport less a raw SDK call over it, split into what the inputs
+// geminiguard sends cost (a raw call as sent, less a raw call) and the
+// chain's own (a geminiguard call less a raw call as sent).
 func TestChainAllocations(t *testing.T) {
-	allocs := func(arm Arm) float64 {
-		call := healthyCall(t, arm, canned)
+	allocs := func(call func() error) float64 {
 		require.NoError(t, call())
 		return testing.AllocsPerRun(200, func() { require.NoError(t, call()) })
 	}
-	raw, guard, fs := allocs(RawArm()), allocs(GeminiguardArm("geminiguard")), allocs(FailsafeArm())
-	t.Logf("allocations per call: raw SDK %.0f, geminiguard %.0f (chain %+.0f), failsafe %.0f (stack %+.0f)", raw, guard, guard-raw, fs, fs-raw)
+	raw, sent := allocs(healthyCall(t, RawArm(), canned)), allocs(asSentCall(t, canned))
+	guard, fs := allocs(healthyCall(t, GeminiguardArm("geminiguard"), canned)), allocs(healthyCall(t, FailsafeArm(), canned))
+	t.Logf("allocations per call: raw SDK %.0f, as sent %.0f, geminiguard %.0f (chain %+.0f: inputs %+.0f, own %+.0f), failsafe %.0f (stack %+.0f)",
+		raw, sent, guard, guard-raw, sent-raw, guard-sent, fs, fs-raw)
 	check(t, "overhead: the chain allocates ≤ 4 times per call", guard-raw <= 4, "%+.0f allocations", guard-raw)
+	check(t, "overhead: the chain's own code allocates ≤ 4 times per call", guard-sent <= 4, "%+.0f allocations beyond the inputs it sends", guard-sent)
 }
 
 // A call refused by every open breaker sends nothing and says why.

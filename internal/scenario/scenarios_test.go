@@ -32,7 +32,7 @@ var knownMisses = map[string]knownMiss{
 	"fullOutage: success not behind raw": {sometimes: true,
 		why: "the calls started after the outage's end before the next early probe (one per 2s) has answered are refused; raw sends each call and answers from the first"},
 	"fullOutage: success not behind sdk-retry":         {why: "as fullOutage success vs raw; sdk-retry's 15s of retries also carry calls over the outage's end, where geminiguard's calls fail fast"},
-	"overhead: the chain allocates ≤ 4 times per call": {why: "geminiguard's own code allocates once (the call state); the rest is the SDK reacting to what the chain must send: the attempt deadline (its context and timer, the X-Server-Timeout header) and the per-call config that turns automatic continuation off"},
+	"overhead: the chain allocates ≤ 4 times per call": {why: "all of it comes with what the chain must send on each attempt (TestChainAllocations: a raw SDK call as sent allocates as much): the attempt deadline (its context and timer, the X-Server-Timeout header the SDK derives from it) and the per-call config that turns automatic continuation off"},
 }
 
 // check reports whether the named target holds, failing the test when a

@@ -1,0 +1,252 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/fallback"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/internal/paired"
+)
+
+// The chain's own cost, apart from the SDK. The Client's upstream is replaced
+// by inertAPI, which answers at once with a fixed response, so what is left
+// is the chain alone: limiter, breaker, retry and cascade bookkeeping, the
+// per-attempt deadline context, the call record and the statistics. Beside
+// it, in the same run, the failsafe-go stack of internal/scenario's failsafe
+// arm around the same inert call, and the inert call itself.
+//
+//	go test -run '^$' -bench ChainOwn -benchmem -count 6 | tee own.txt
+//
+// The figures end to end, through the real SDK on three wires, are
+// internal/scenario's BenchmarkPaired and friends: there the SDK's own
+// reaction to what the chain sends per attempt (a deadline, a config with
+// the automatic continuation off) counts too.
+
+// chainModels is the cascade of the benchmarks: internal/scenario's
+// overhead scenario.
+var chainModels = []string{"gemini-3.5-flash", "gemini-2.5-flash-lite"}
+
+// inertAPI is an upstream that answers every GenerateContent at once with
+// resp, or with fail when set, and counts the calls. It is not safe for
+// concurrent use.
+type inertAPI struct {
+	resp  *genai.GenerateContentResponse
+	fail  error
+	calls int
+}
+
+func (a *inertAPI) GenerateContent(context.Context, string, []*genai.Content, *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	a.calls++
+	if a.fail != nil {
+		return nil, a.fail
+	}
+	return a.resp, nil
+}
+
+func (a *inertAPI) GenerateContentStream(context.Context, string, []*genai.Content, *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error] {
+	panic("inertAPI: not used by the benchmarks")
+}
+
+func (a *inertAPI) List(context.Context, *genai.ListModelsConfig) (genai.Page[genai.Model], error) {
+	panic("inertAPI: not used by the benchmarks")
+}
+
+func (a *inertAPI) CountTokens(context.Context, string, []*genai.Content, *genai.CountTokensConfig) (*genai.CountTokensResponse, error) {
+	panic("inertAPI: not used by the benchmarks")
+}
+
+func (a *inertAPI) EmbedContent(context.Context, string, []*genai.Content, *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
+	panic("inertAPI: not used by the benchmarks")
+}
+
+// newInertAPI returns an upstream answering a valid, complete response, as
+// the fake's default text does.
+func newInertAPI() *inertAPI {
+	return &inertAPI{resp: &genai.GenerateContentResponse{
+		Candidates: []*genai.Candidate{{
+			Content:      genai.NewContentFromText("Hello from the inert upstream.", genai.RoleModel),
+			FinishReason: genai.FinishReasonStop,
+		}},
+		UsageMetadata: &genai.GenerateContentResponseUsageMetadata{PromptTokenCount: 4, CandidatesTokenCount: 6, TotalTokenCount: 10},
+		ModelVersion:  chainModels[0],
+	}}
+}
+
+// overloaded is the error the inert upstream fails with to open breakers: a
+// 503 UNAVAILABLE as the SDK reports it.
+var overloaded = genai.APIError{Code: 503, Status: "UNAVAILABLE", Message: "The model is overloaded. Please try again later."}
+
+// inertClient returns a Client with the cascade chainModels, at its defaults
+// plus opts, whose upstream is api. It is built over the fake's in-memory
+// transport, which no call reaches.
+func inertClient(tb testing.TB, api modelsAPI, opts ...Option) *Client {
+	tb.Helper()
+	srv := fakegemini.New()
+	base := []Option{
+		WithAPIKey(fakegemini.Key),
+		WithBaseURL(fakegemini.BaseURL),
+		WithHTTPClient(srv.HTTPClient()),
+		WithCascade(chainModels...),
+		WithStartupCheck(false),
+	}
+	c, err := New(context.Background(), append(base, opts...)...)
+	require.NoError(tb, err)
+	c.api = api
+	return c
+}
+
+// failsafeStack is the failsafe arm of internal/scenario/failsafe.go (which
+// this package cannot import: it imports geminiguard) around a generate
+// function: per model, Fallback(next model) → RetryPolicy (3 attempts,
+// backoff 1s→30s, ±25% jitter, ReturnLastFailure) → CircuitBreaker (5
+// consecutive failures, open 30s), on every error but its own refusals; no
+// RateLimiter (the overhead scenario has no quotas). As in the arm, the
+// executors are built once and a call's attempt travels in its context.
+// Keep it in step with that file.
+type failsafeStack struct {
+	execs    []failsafe.Executor[*genai.GenerateContentResponse]
+	breakers []circuitbreaker.CircuitBreaker[*genai.GenerateContentResponse]
+}
+
+type failsafeTryKey struct{}
+
+// failsafeTry is one attempt of a failsafe call on a model.
+type failsafeTry func(ctx context.Context, model string) (*genai.GenerateContentResponse, error)
+
+func newFailsafeStack(openFor time.Duration) *failsafeStack {
+	type R = *genai.GenerateContentResponse
+	handled := func(_ R, err error) bool {
+		return err != nil && !errors.Is(err, circuitbreaker.ErrOpen) && !errors.Is(err, context.Canceled)
+	}
+	s := &failsafeStack{execs: make([]failsafe.Executor[R], len(chainModels)), breakers: make([]circuitbreaker.CircuitBreaker[R], len(chainModels))}
+	retry := retrypolicy.NewBuilder[R]().HandleIf(handled).WithMaxAttempts(3).
+		WithBackoff(time.Second, 30*time.Second).WithJitterFactor(0.25).ReturnLastFailure().Build()
+	for i := len(chainModels) - 1; i >= 0; i-- {
+		var policies []failsafe.Policy[R]
+		if next := i + 1; next < len(chainModels) {
+			policies = append(policies, fallback.NewWithFunc(func(e failsafe.Execution[R]) (R, error) {
+				return s.get(e.Context(), next)
+			}))
+		}
+		s.breakers[i] = circuitbreaker.NewBuilder[R]().HandleIf(handled).WithFailureThreshold(5).WithDelay(openFor).Build()
+		s.execs[i] = failsafe.With(append(policies, retry, s.breakers[i])...)
+	}
+	return s
+}
+
+// get runs the attempt carried by ctx on model i through its stack.
+func (s *failsafeStack) get(ctx context.Context, i int) (*genai.GenerateContentResponse, error) {
+	try := ctx.Value(failsafeTryKey{}).(failsafeTry)
+	return s.execs[i].WithContext(ctx).GetWithExecution(func(e failsafe.Execution[*genai.GenerateContentResponse]) (*genai.GenerateContentResponse, error) {
+		return try(e.Context(), chainModels[i])
+	})
+}
+
+// GenerateContent makes one call through the stack, each attempt a call of api.
+func (s *failsafeStack) GenerateContent(ctx context.Context, api modelsAPI, contents []*genai.Content) (*genai.GenerateContentResponse, error) {
+	try := failsafeTry(func(ctx context.Context, model string) (*genai.GenerateContentResponse, error) {
+		return api.GenerateContent(ctx, model, contents, nil)
+	})
+	return s.get(context.WithValue(ctx, failsafeTryKey{}, try), 0)
+}
+
+// chainCalls returns one call each of the upstream alone, a geminiguard
+// Client, the failsafe-go stack on the same inert upstream, and the upstream
+// under a context with a deadline as the chain's attempt makes it (its
+// largest single cost, kept: see attempt), in the order of their names.
+func chainCalls(tb testing.TB) (names []string, calls []func() error) {
+	api := newInertAPI()
+	c := inertClient(tb, api)
+	fs := newFailsafeStack(30 * time.Second)
+	ctx, contents := context.Background(), genai.Text("Say hi")
+	check := func(resp *genai.GenerateContentResponse, err error) error {
+		if err == nil && resp != api.resp {
+			return errors.New("not the upstream's answer")
+		}
+		return err
+	}
+	return []string{"upstream", "geminiguard", "failsafe", "deadline"}, []func() error{
+		func() error { return check(api.GenerateContent(ctx, chainModels[0], contents, nil)) },
+		func() error { return check(c.GenerateContent(ctx, "", contents, nil)) },
+		func() error { return check(fs.GenerateContent(ctx, api, contents)) },
+		func() error {
+			actx, cancel := context.WithDeadline(ctx, time.Now().Add(DefaultAttemptTimeout))
+			defer cancel()
+			return check(api.GenerateContent(actx, chainModels[0], contents, nil))
+		},
+	}
+}
+
+// BenchmarkChainOwn is one call on an upstream that answers at once:
+// upstream is the inert call alone, geminiguard and failsafe the same call
+// through each chain, deadline the inert call under an attempt's deadline
+// context and nothing else of the chain; paired makes the four in turn (so
+// the machine's drift falls on all alike) and reports each one's time per
+// call, geminiguard's own cost over failsafe-go's (own/failsafe), and the
+// same without the deadline context (rest/failsafe).
+func BenchmarkChainOwn(b *testing.B) {
+	names, calls := chainCalls(b)
+	for i, name := range names {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := calls[i](); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("paired", func(b *testing.B) {
+		per := paired.Run(b, calls)
+		for i, name := range names {
+			b.ReportMetric(per[i], name+"-ns")
+		}
+		stack := per[2] - per[0]
+		b.ReportMetric((per[1]-per[0])/stack, "own/failsafe")
+		b.ReportMetric((per[1]-per[3])/stack, "rest/failsafe")
+	})
+}
+
+// BenchmarkChainOwnRefused is a call refused by open breakers on every
+// model, the upstream never reached.
+func BenchmarkChainOwnRefused(b *testing.B) {
+	api := newInertAPI()
+	api.fail = overloaded
+	c := inertClient(b, api, WithRetry(RetryPolicy{MaxAttempts: 1}), WithBreaker(BreakerSettings{OpenFor: time.Hour}))
+	fs := newFailsafeStack(time.Hour)
+	ctx, contents := context.Background(), genai.Text("Say hi")
+	for _, cb := range fs.breakers {
+		cb.Open() // failing calls would open them too, after seconds of backoff
+	}
+	for range 2 * DefaultFailureThreshold { // every model's threshold
+		_, _ = c.GenerateContent(ctx, "", contents, nil)
+	}
+	calls := map[string]func() error{
+		"geminiguard": func() error { _, err := c.GenerateContent(ctx, "", contents, nil); return err },
+		"failsafe":    func() error { _, err := fs.GenerateContent(ctx, api, contents); return err },
+	}
+	for _, name := range []string{"geminiguard", "failsafe"} {
+		call := calls[name]
+		before := api.calls
+		require.Error(b, call())
+		require.Equal(b, before, api.calls, "%s: every breaker is open: no request leaves", name)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if call() == nil {
+					b.Fatal("answered with every breaker open")
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,36 @@
+// Package paired times competing calls in one benchmark loop: each turn
+// makes every call once, the one going first changing every turn, so that
+// the drift and noise of a shared machine fall on all of them alike. The
+// overhead benchmarks of geminiguard (its own chain, and end to end in
+// internal/scenario) use it to report ratios measured side by side.
+package paired
+
+import (
+	"testing"
+	"time"
+)
+
+// Run makes the calls in turn until b's loop ends and returns each one's mean
+// time per call, in nanoseconds, in the order of calls. It fails b at the
+// first error. b's ns/op is then the time of one turn, all calls together.
+func Run(b *testing.B, calls []func() error) []float64 {
+	b.Helper()
+	spent := make([]time.Duration, len(calls))
+	turn := 0
+	for b.Loop() {
+		turn++
+		for j := range calls {
+			i := (turn + j) % len(calls)
+			start := time.Now()
+			if err := calls[i](); err != nil {
+				b.Fatal(err)
+			}
+			spent[i] += time.Since(start)
+		}
+	}
+	per := make([]float64, len(calls))
+	for i, d := range spent {
+		per[i] = float64(d) / float64(b.N)
+	}
+	return per
+}
