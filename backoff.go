@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -318,4 +319,31 @@ func (b *retryBudget) advance(now time.Time) int {
 		b.head = n
 	}
 	return int(b.head % budgetSlots)
+}
+
+// jitterDraws draws the uniform numbers in [0, 1) that randomise retry
+// delays: from math/rand/v2's global generator, or, with a source
+// (WithJitterSource), from it under a lock. Safe for concurrent use. The
+// zero value draws from the global generator.
+type jitterDraws struct {
+	mu  sync.Mutex
+	rnd *rand.Rand // nil: the global generator
+}
+
+// newJitterDraws returns the draws of src; nil src: the global generator.
+func newJitterDraws(src rand.Source) *jitterDraws {
+	if src == nil {
+		return &jitterDraws{}
+	}
+	return &jitterDraws{rnd: rand.New(src)}
+}
+
+// float64 returns the next draw.
+func (j *jitterDraws) float64() float64 {
+	if j.rnd == nil {
+		return rand.Float64()
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.rnd.Float64()
 }

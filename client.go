@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -38,6 +37,7 @@ type Client struct {
 	cascade  []string      // configured models, primary first
 	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
+	jitter   *jitterDraws
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats    clientStats
 	mu       sync.RWMutex           // guards models
@@ -78,6 +78,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		// is built without, an app's may have them.
 		sdkRetries: cfg.genaiClient != nil && cfg.genaiClient.ClientConfig().HTTPOptions.RetryOptions != nil,
 		cascade:    cfg.cascade,
+		jitter:     newJitterDraws(cfg.jitterSource),
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		models:     make(map[string]*modelState, len(cfg.cascade)),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
@@ -590,7 +591,7 @@ var errNoTimeForRound = errors.New("geminiguard: no time left for another round"
 func (call *call[R]) pause(ctx context.Context, pass int) error {
 	c := call.c
 	first := &call.later[0]
-	d, _ := c.cfg.retry.retryDelay(0, first.prev, pass, rand.Float64())
+	d, _ := c.cfg.retry.retryDelay(0, first.prev, pass, c.jitter.float64())
 	if !call.now.Add(d).Before(call.deadline) {
 		for i := len(call.attempts) - 1; i >= 0; i-- {
 			if a := call.attempts[i]; !a.Skipped { // skips share their errors: never modify those
@@ -723,7 +724,7 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 			sl.prev = prev
 			return zero, next, err
 		}
-		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, rand.Float64())
+		d, ok := c.cfg.retry.retryDelay(v.RetryAfter, prev, n, c.jitter.float64())
 		if !ok {
 			return zero, stepNext, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -207,9 +208,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		geminiguard.WithLimits(flash, geminiguard.Limits{RPM: -1}),
 		geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: -2}),
 		geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: -1}),
+		geminiguard.WithJitterSource(nil),
 	)
 	require.Error(t, err)
-	for _, want := range []string{"WithCascade", "WithHeadroom", "WithTimeouts", "RPM", "MaxAttempts", "FailureThreshold"} {
+	for _, want := range []string{"WithCascade", "WithHeadroom", "WithTimeouts", "RPM", "MaxAttempts", "FailureThreshold", "WithJitterSource(nil)"} {
 		assert.Contains(t, err.Error(), want)
 	}
 	requireNoKey(t, err.Error())
@@ -372,4 +374,27 @@ func TestAttemptsHandedOutStayTheCallers(t *testing.T) {
 		wg.Wait()
 		check("after other calls")
 	})
+}
+
+// A seeded jitter source makes the retry delays of a run repeat.
+func TestSeededJitterRepeats(t *testing.T) {
+	delays := func(seed uint64) []time.Duration {
+		var got []time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
+			srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{overloaded, overloaded, overloaded, overloaded}})
+			c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithJitterSource(rand.NewPCG(seed, 0)),
+				geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 5}), geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 10}))
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			for _, a := range rec.Attempts[1:] {
+				got = append(got, a.Delay)
+			}
+		})
+		return got
+	}
+	first := delays(1)
+	require.Len(t, first, 4)
+	assert.Equal(t, first, delays(1), "the same seed, the same delays")
+	assert.NotEqual(t, first, delays(2))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ type config struct {
 	projectCoolDown time.Duration
 	exactTokens     bool
 	shutdowns       map[string]Shutdown
+	jitterSource    rand.Source
 	problems        []error // found while applying options; reported by validate
 }
 
@@ -225,6 +227,21 @@ func WithExactTokenCount(on bool) Option {
 // (Shutdowns).
 func WithShutdowns(table map[string]Shutdown) Option {
 	return optionFunc(func(cfg *config) { cfg.shutdowns = cloneMap(table) })
+}
+
+// WithJitterSource draws the random part of retry delays (see Jitter) from
+// src instead of a process-wide generator. Seeded (rand.NewPCG(1, 2)), it
+// makes the delays of a run repeat in the next: for tests and benchmarks
+// that must give the same figures every time. The Client serialises its
+// draws, so src need not be safe for concurrent use; nothing else may draw
+// from it. Default: math/rand/v2's global generator.
+func WithJitterSource(src rand.Source) Option {
+	return optionFunc(func(cfg *config) {
+		if src == nil {
+			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithJitterSource(nil): pass a source, e.g. rand.NewPCG(1, 2), or leave the option out"))
+		}
+		cfg.jitterSource = src
+	})
 }
 
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {

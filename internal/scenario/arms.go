@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"iter"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -140,6 +141,8 @@ func GeminiguardArm(name string, opts ...geminiguard.Option) Arm {
 			geminiguard.WithHTTPClient(env.HTTPClient),
 			geminiguard.WithCascade(env.Scenario.names()...),
 			geminiguard.WithStartupCheck(true),
+			// Seeded, so that the arm's figures repeat from run to run.
+			geminiguard.WithJitterSource(rand.NewPCG(1, 2)),
 		}
 		for _, m := range env.Scenario.Models {
 			if q := m.Quota; q.RPM > 0 || q.TPM > 0 || q.RPD > 0 {
