@@ -254,6 +254,28 @@ func TestTimeoutsNest(t *testing.T) {
 	})
 }
 
+// A caller's deadline shorter than the attempt timeout bounds the attempt:
+// the server is told, and running out of it is the caller's, not the model's.
+func TestCallerDeadlineBoundsTheAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Hour}) // hangs
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(10*time.Second, 20*time.Second))
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+
+		start := time.Now()
+		_, rec, err := ask(ctx, c, "")
+
+		assert.Equal(t, 3*time.Second, time.Since(start))
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, "3", srv.Requests(flash)[0].Header.Get("X-Server-Timeout"), "the server is told when we stop waiting")
+		require.Len(t, rec.Attempts, 1)
+		assert.False(t, geminiguard.Classify(rec.Attempts[0].Err).Counts, "the caller's deadline says nothing about the model")
+		assert.Zero(t, c.Stats().Models[0].Failures[geminiguard.ClassTimeout], "not a timeout of the model")
+	})
+}
+
 func TestWrappedSDKClientDoesNotRetryBehindOurBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}})
