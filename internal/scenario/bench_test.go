@@ -119,24 +119,50 @@ func build(tb testing.TB, arm Arm, w wire, sc *Scenario) (Caller, *fakegemini.Se
 // with the prompt built once: what it measures is the client, not this
 // package's harness.
 func direct(tb testing.TB, c Caller) func() error {
+	return directIn(tb, c, background)
+}
+
+// callerContext makes the context of one call as its caller would.
+type callerContext func() (context.Context, context.CancelFunc)
+
+// background: every call on context.Background(), no deadline.
+func background() (context.Context, context.CancelFunc) { return context.Background(), func() {} }
+
+// requestDeadline: every call on a context of its own with a 30s deadline,
+// as a request handler's: it comes before the attempt timeout
+// (DefaultAttemptTimeout, 60s), so geminiguard's attempt makes no deadline
+// context of its own, and the SDK tells the server about it in every arm.
+func requestDeadline() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+// directIn is direct with each call on a context from callerCtx.
+func directIn(tb testing.TB, c Caller, callerCtx callerContext) func() error {
 	tb.Helper()
-	ctx, contents := context.Background(), genai.Text(Prompt(1))
+	contents := genai.Text(Prompt(1))
 	answer := func(resp *genai.GenerateContentResponse, err error) error {
 		if err == nil && resp.Text() == "" {
 			return errors.New("empty answer")
 		}
 		return err
 	}
+	in := func(call func(ctx context.Context) error) func() error {
+		return func() error {
+			ctx, cancel := callerCtx()
+			defer cancel()
+			return call(ctx)
+		}
+	}
 	switch c := c.(type) {
 	case *sdkCaller:
-		return func() error { return answer(c.models.GenerateContent(ctx, c.model, contents, nil)) }
+		return in(func(ctx context.Context) error { return answer(c.models.GenerateContent(ctx, c.model, contents, nil)) })
 	case *guardCaller:
-		return func() error { return answer(c.c.GenerateContent(ctx, "", contents, nil)) }
+		return in(func(ctx context.Context) error { return answer(c.c.GenerateContent(ctx, "", contents, nil)) })
 	case *failsafeCaller:
 		try := func(ctx context.Context, model string) (Outcome, error) {
 			return Outcome{}, answer(c.api.GenerateContent(ctx, model, contents, nil))
 		}
-		return func() error { return c.run(ctx, try).Err }
+		return in(func(ctx context.Context) error { return c.run(ctx, try).Err })
 	}
 	tb.Fatalf("no direct call for %T", c)
 	return nil
@@ -144,25 +170,36 @@ func direct(tb testing.TB, c Caller) func() error {
 
 // healthyCall returns a direct call of arm over w on a healthy upstream.
 func healthyCall(tb testing.TB, arm Arm, w wire) func() error {
-	c, _ := build(tb, arm, w, nil)
-	return direct(tb, c)
+	return healthyCallIn(tb, arm, w, background)
 }
 
-// asSentCall returns a raw SDK call over w on a healthy upstream, given
-// what geminiguard sends on each attempt: a context with the attempt's
-// deadline (DefaultAttemptTimeout) and a config with the automatic
-// continuation off. Set against a raw call, it is what those inputs cost
-// (making the context, and the SDK's reaction to both); set against a
-// geminiguard call, what is left is the chain's own.
-func asSentCall(tb testing.TB, w wire) func() error {
+// healthyCallIn is healthyCall with each call on a context from callerCtx.
+func healthyCallIn(tb testing.TB, arm Arm, w wire, callerCtx callerContext) func() error {
+	c, _ := build(tb, arm, w, nil)
+	return directIn(tb, c, callerCtx)
+}
+
+// asSentCall returns a raw SDK call over w on a healthy upstream, each on a
+// context from callerCtx, given what geminiguard sends on each attempt: a
+// context with the attempt's deadline (DefaultAttemptTimeout) unless the
+// caller's comes first, and a config with the automatic continuation off.
+// Set against a raw call, it is what those inputs cost (making the context,
+// and the SDK's reaction to both); set against a geminiguard call, what is
+// left is the chain's own.
+func asSentCall(tb testing.TB, w wire, callerCtx callerContext) func() error {
 	c, _ := build(tb, RawArm(), w, nil)
 	raw := c.(*sdkCaller)
-	ctx, contents := context.Background(), genai.Text(Prompt(1))
+	contents := genai.Text(Prompt(1))
 	config := &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(false)}
 	return func() error {
-		actx, cancel := context.WithTimeout(ctx, geminiguard.DefaultAttemptTimeout)
+		ctx, cancel := callerCtx()
 		defer cancel()
-		resp, err := raw.models.GenerateContent(actx, raw.model, contents, config)
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > geminiguard.DefaultAttemptTimeout {
+			actx, cancel := context.WithTimeout(ctx, geminiguard.DefaultAttemptTimeout)
+			defer cancel()
+			ctx = actx
+		}
+		resp, err := raw.models.GenerateContent(ctx, raw.model, contents, config)
 		if err == nil && resp.Text() == "" {
 			return errors.New("empty answer")
 		}
@@ -195,27 +232,34 @@ func BenchmarkCall(b *testing.B) {
 // call (chain-ns, stack-ns). chain-ns splits into inputs-ns (as sent less
 // raw: the attempt's deadline context and the continuation-off config, and
 // the SDK's reaction to them) and own-ns (geminiguard less as sent: the
-// chain itself). ns/op is the four calls together.
+// chain itself). ns/op is the four calls together. Each wire runs twice:
+// with every call on context.Background(), and (.../request-deadline) on a
+// context of its own with a 30s deadline, as a request handler's calls are.
 func BenchmarkPaired(b *testing.B) {
 	for _, w := range []wire{loopback, memory, canned} {
-		b.Run(w.name, func(b *testing.B) {
-			calls := make([]func() error, len(overheadArms), len(overheadArms)+1)
-			for i, arm := range overheadArms {
-				calls[i] = healthyCall(b, arm, w)
-			}
-			calls = append(calls, asSentCall(b, w))
-			per := paired.Run(b, calls)
-			for i, arm := range overheadArms {
-				b.ReportMetric(per[i]/1e3, arm.Name+"-µs")
-			}
-			raw, fs, gg, sent := per[0], per[1], per[2], per[3]
-			b.ReportMetric(sent/1e3, "as-sent-µs")
-			b.ReportMetric(gg/raw, "gg/raw")
-			b.ReportMetric(gg-raw, "chain-ns")
-			b.ReportMetric(fs-raw, "stack-ns")
-			b.ReportMetric(sent-raw, "inputs-ns")
-			b.ReportMetric(gg-sent, "own-ns")
-		})
+		for _, mode := range []struct {
+			suffix    string
+			callerCtx callerContext
+		}{{"", background}, {"/request-deadline", requestDeadline}} {
+			b.Run(w.name+mode.suffix, func(b *testing.B) {
+				calls := make([]func() error, len(overheadArms), len(overheadArms)+1)
+				for i, arm := range overheadArms {
+					calls[i] = healthyCallIn(b, arm, w, mode.callerCtx)
+				}
+				calls = append(calls, asSentCall(b, w, mode.callerCtx))
+				per := paired.Run(b, calls)
+				for i, arm := range overheadArms {
+					b.ReportMetric(per[i]/1e3, arm.Name+"-µs")
+				}
+				raw, fs, gg, sent := per[0], per[1], per[2], per[3]
+				b.ReportMetric(sent/1e3, "as-sent-µs")
+				b.ReportMetric(gg/raw, "gg/raw")
+				b.ReportMetric(gg-raw, "chain-ns")
+				b.ReportMetric(fs-raw, "stack-ns")
+				b.ReportMetric(sent-raw, "inputs-ns")
+				b.ReportMetric(gg-sent, "own-ns")
+			})
+		}
 	}
 }
 
@@ -289,7 +333,7 @@ func TestChainAllocations(t *testing.T) {
 		require.NoError(t, call())
 		return testing.AllocsPerRun(200, func() { require.NoError(t, call()) })
 	}
-	raw, sent := allocs(healthyCall(t, RawArm(), canned)), allocs(asSentCall(t, canned))
+	raw, sent := allocs(healthyCall(t, RawArm(), canned)), allocs(asSentCall(t, canned, background))
 	guard, fs := allocs(healthyCall(t, GeminiguardArm("geminiguard"), canned)), allocs(healthyCall(t, FailsafeArm(), canned))
 	t.Logf("allocations per call: raw SDK %.0f, as sent %.0f, geminiguard %.0f (chain %+.0f: inputs %+.0f, own %+.0f), failsafe %.0f (stack %+.0f)",
 		raw, sent, guard, guard-raw, sent-raw, guard-sent, fs, fs-raw)
