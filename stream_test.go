@@ -288,3 +288,33 @@ func TestStreamStallMidwayResumesWithinIdleDeadline(t *testing.T) {
 		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbStream))
 	})
 }
+
+// A stream opened while every model is open probes one early, like a unary
+// call; the probe's outcome is known when the stream ends.
+func TestStreamProbesEarlyWhenEveryModelIsOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}
+		srv := fakegemini.New(fakegemini.Model{Name: pro, Faults: down}, fakegemini.Model{Name: flash, Faults: down})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 1}))
+		_, _, err := streamed(t.Context(), c, "")
+		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+		_, _, err = streamed(t.Context(), c, "")
+		require.ErrorIs(t, err, geminiguard.ErrCircuitOpen, "both open: refused at once")
+		require.Equal(t, 2, srv.Total(pro)+srv.Total(flash))
+
+		time.Sleep(geminiguard.DefaultAllOpenProbeEvery)
+		srv.SetModel(fakegemini.Model{Name: pro})
+		srv.SetModel(fakegemini.Model{Name: flash})
+		text, _, err := streamed(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.NotEmpty(t, text)
+		assert.Equal(t, 2, srv.Total(pro), "pro opened first: probed early, one request")
+		assert.Equal(t, 1, srv.Total(flash))
+		st := c.Stats().Models
+		assert.Equal(t, geminiguard.StateClosed, st[0].State, "the stream's end closed pro's breaker")
+		assert.Equal(t, geminiguard.StateHalfOpen, st[1].State, "flash may come back too: half-open")
+	})
+}
