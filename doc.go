@@ -24,8 +24,8 @@
 //     streams) → half-open after OpenFor → closed after probe successes
 //     (WithBreaker). A call left with nothing but open models probes one
 //     early, once per AllOpenProbeEvery across the Client, so the end of an
-//     outage is found in seconds. Quota answers do not count: they cool the model down —
-//     until RetryInfo's delay for a per-minute 429, until midnight
+//     outage is found in seconds. Quota answers do not count: they cool the
+//     model down — until RetryInfo's delay for a per-minute 429, until midnight
 //     America/Los_Angeles for a daily one, until CheckCascade sees it again
 //     for a 404 or a zero limit. Project-wide failures (spend cap, invalid or
 //     leaked key, API disabled) cool the whole Client down.
