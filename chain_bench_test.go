@@ -7,13 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go"
-	"github.com/failsafe-go/failsafe-go/circuitbreaker"
-	"github.com/failsafe-go/failsafe-go/fallback"
-	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
+	"github.com/geminiguard/geminiguard/internal/failsafestack"
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
@@ -22,8 +19,9 @@ import (
 // by inertAPI, which answers at once with a fixed response, so what is left
 // is the chain alone: limiter, breaker, retry and cascade bookkeeping, the
 // per-attempt deadline context, the call record and the statistics. Beside
-// it, in the same run, the failsafe-go stack of internal/scenario's failsafe
-// arm around the same inert call, and the inert call itself.
+// it, in the same run, the failsafe-go stack of the scenarios' failsafe
+// arm (internal/failsafestack) around the same inert call, and the inert
+// call itself.
 //
 //	go test -run '^$' -bench ChainOwn -benchmem -count 6 | tee own.txt
 //
@@ -105,59 +103,22 @@ func inertClient(tb testing.TB, api modelsAPI, opts ...Option) *Client {
 	return c
 }
 
-// failsafeStack is the failsafe arm of internal/scenario/failsafe.go (which
-// this package cannot import: it imports geminiguard) around a generate
-// function: per model, Fallback(next model) → RetryPolicy (3 attempts,
-// backoff 1s→30s, ±25% jitter, ReturnLastFailure) → CircuitBreaker (5
-// consecutive failures, open 30s), on every error but its own refusals; no
-// RateLimiter (the overhead scenario has no quotas). As in the arm, the
-// executors are built once and a call's attempt travels in its context.
-// Keep it in step with that file.
-type failsafeStack struct {
-	execs    []failsafe.Executor[*genai.GenerateContentResponse]
-	breakers []circuitbreaker.CircuitBreaker[*genai.GenerateContentResponse]
-}
-
-type failsafeTryKey struct{}
-
-// failsafeTry is one attempt of a failsafe call on a model.
-type failsafeTry func(ctx context.Context, model string) (*genai.GenerateContentResponse, error)
-
-func newFailsafeStack(openFor time.Duration) *failsafeStack {
-	type R = *genai.GenerateContentResponse
-	handled := func(_ R, err error) bool {
-		return err != nil && !errors.Is(err, circuitbreaker.ErrOpen) && !errors.Is(err, context.Canceled)
+// newFailsafeStack returns the failsafe arm's stack (internal/failsafestack)
+// over chainModels, with no RateLimiter (the overhead scenario has no
+// quotas), its breakers open for openFor.
+func newFailsafeStack(openFor time.Duration) *failsafestack.Stack[*genai.GenerateContentResponse] {
+	models := make([]failsafestack.Model, len(chainModels))
+	for i, name := range chainModels {
+		models[i] = failsafestack.Model{Name: name}
 	}
-	s := &failsafeStack{execs: make([]failsafe.Executor[R], len(chainModels)), breakers: make([]circuitbreaker.CircuitBreaker[R], len(chainModels))}
-	retry := retrypolicy.NewBuilder[R]().HandleIf(handled).WithMaxAttempts(3).
-		WithBackoff(time.Second, 30*time.Second).WithJitterFactor(0.25).ReturnLastFailure().Build()
-	for i := len(chainModels) - 1; i >= 0; i-- {
-		var policies []failsafe.Policy[R]
-		if next := i + 1; next < len(chainModels) {
-			policies = append(policies, fallback.NewWithFunc(func(e failsafe.Execution[R]) (R, error) {
-				return s.get(e.Context(), next)
-			}))
-		}
-		s.breakers[i] = circuitbreaker.NewBuilder[R]().HandleIf(handled).WithFailureThreshold(5).WithDelay(openFor).Build()
-		s.execs[i] = failsafe.With(append(policies, retry, s.breakers[i])...)
-	}
-	return s
+	return failsafestack.New[*genai.GenerateContentResponse](models, openFor)
 }
 
-// get runs the attempt carried by ctx on model i through its stack.
-func (s *failsafeStack) get(ctx context.Context, i int) (*genai.GenerateContentResponse, error) {
-	try := ctx.Value(failsafeTryKey{}).(failsafeTry)
-	return s.execs[i].WithContext(ctx).GetWithExecution(func(e failsafe.Execution[*genai.GenerateContentResponse]) (*genai.GenerateContentResponse, error) {
-		return try(e.Context(), chainModels[i])
-	})
-}
-
-// GenerateContent makes one call through the stack, each attempt a call of api.
-func (s *failsafeStack) GenerateContent(ctx context.Context, api modelsAPI, contents []*genai.Content) (*genai.GenerateContentResponse, error) {
-	try := failsafeTry(func(ctx context.Context, model string) (*genai.GenerateContentResponse, error) {
+// failsafeCall makes one call through the stack, each attempt a call of api.
+func failsafeCall(ctx context.Context, s *failsafestack.Stack[*genai.GenerateContentResponse], api modelsAPI, contents []*genai.Content) (*genai.GenerateContentResponse, error) {
+	return s.Run(ctx, func(ctx context.Context, model string) (*genai.GenerateContentResponse, error) {
 		return api.GenerateContent(ctx, model, contents, nil)
 	})
-	return s.get(context.WithValue(ctx, failsafeTryKey{}, try), 0)
 }
 
 // chainCalls returns one call each of the upstream alone, a geminiguard
@@ -185,7 +146,7 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 	return []string{"upstream", "geminiguard", "failsafe", "deadline", "caller-deadline"}, []func() error{
 		func() error { return check(api.GenerateContent(ctx, chainModels[0], contents, nil)) },
 		func() error { return check(c.GenerateContent(ctx, "", contents, nil)) },
-		func() error { return check(fs.GenerateContent(ctx, api, contents)) },
+		func() error { return check(failsafeCall(ctx, fs, api, contents)) },
 		func() error {
 			actx, cancel := context.WithDeadline(ctx, time.Now().Add(DefaultAttemptTimeout))
 			defer cancel()
@@ -236,7 +197,7 @@ func BenchmarkChainOwnRefused(b *testing.B) {
 	c := inertClient(b, api, WithRetry(RetryPolicy{MaxAttempts: 1}), WithBreaker(BreakerSettings{OpenFor: time.Hour}))
 	fs := newFailsafeStack(time.Hour)
 	ctx, contents := context.Background(), genai.Text("Say hi")
-	for _, cb := range fs.breakers {
+	for _, cb := range fs.Breakers {
 		cb.Open() // failing calls would open them too, after seconds of backoff
 	}
 	for range 2 * DefaultFailureThreshold { // every model's threshold
@@ -244,7 +205,7 @@ func BenchmarkChainOwnRefused(b *testing.B) {
 	}
 	calls := map[string]func() error{
 		"geminiguard": func() error { _, err := c.GenerateContent(ctx, "", contents, nil); return err },
-		"failsafe":    func() error { _, err := fs.GenerateContent(ctx, api, contents); return err },
+		"failsafe":    func() error { _, err := failsafeCall(ctx, fs, api, contents); return err },
 	}
 	for _, name := range []string{"geminiguard", "failsafe"} {
 		call := calls[name]

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/failsafestack"
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
@@ -294,7 +295,7 @@ func refusing(tb testing.TB, arm Arm) func() error {
 	sc.Script = func(Request) fakegemini.Step { return fakegemini.Step{Fault: fakegemini.Overloaded} }
 	c, srv := build(tb, arm, memory, sc)
 	call := direct(tb, c)
-	for range 2 * failsafeThreshold * failsafeAttempts {
+	for range 2 * failsafestack.Threshold * failsafestack.Attempts {
 		_ = call()
 	}
 	before := srv.Total(flash) + srv.Total(lite)

@@ -10,9 +10,10 @@
 //     &genai.HTTPRetryOptions{} (5 attempts, 1s initial delay doubling,
 //     1s jitter, 60s cap), primary model only.
 //   - failsafe: the stack a Go developer assembles from failsafe-go (see
-//     failsafe.go for every setting and why).
+//     internal/failsafestack for every setting and why).
 //   - geminiguard: this module's Client at its defaults, with the
-//     scenario's cascade, the quotas as WithLimits and the startup check on.
+//     scenario's cascade, the quotas as WithLimits, the startup check on and
+//     a seeded jitter source (WithJitterSource).
 //   - oracle: the SDK calling, for each call, a model the script says will
 //     answer now (and whose quota has room): the floor no client can beat.
 //
@@ -29,10 +30,11 @@
 //
 // Randomness is seeded: arrivals, latency spreads and fault draws are pure
 // functions of the scenario's seed, the model, the call and the fake time,
-// so every arm meets exactly the same faults and latencies. What is not
-// seeded is the jitter inside the SDK's retry, failsafe-go and geminiguard
-// (they draw from math/rand's global source): their figures may move by a
-// few per mille between runs.
+// so every arm meets exactly the same faults and latencies, and so is
+// geminiguard's jitter: its figures are the same on every run. What is not
+// seeded is the jitter inside the SDK's retry and failsafe-go (they draw
+// from math/rand's global source): their figures may move by a few per
+// mille between runs.
 //
 // # Figures
 //
