@@ -324,18 +324,10 @@ func (b *retryBudget) advance(now time.Time) int {
 // jitterDraws draws the uniform numbers in [0, 1) that randomise retry
 // delays: from math/rand/v2's global generator, or, with a source
 // (WithJitterSource), from it under a lock. Safe for concurrent use. The
-// zero value draws from the global generator.
+// zero value draws from the global generator; it must not be copied.
 type jitterDraws struct {
 	mu  sync.Mutex
 	rnd *rand.Rand // nil: the global generator
-}
-
-// newJitterDraws returns the draws of src; nil src: the global generator.
-func newJitterDraws(src rand.Source) *jitterDraws {
-	if src == nil {
-		return &jitterDraws{}
-	}
-	return &jitterDraws{rnd: rand.New(src)}
 }
 
 // float64 returns the next draw.

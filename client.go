@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -37,7 +38,7 @@ type Client struct {
 	cascade  []string      // configured models, primary first
 	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
-	jitter   *jitterDraws
+	jitter   jitterDraws
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats    clientStats
 	mu       sync.RWMutex           // guards models
@@ -78,10 +79,12 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		// is built without, an app's may have them.
 		sdkRetries: cfg.genaiClient != nil && cfg.genaiClient.ClientConfig().HTTPOptions.RetryOptions != nil,
 		cascade:    cfg.cascade,
-		jitter:     newJitterDraws(cfg.jitterSource),
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		models:     make(map[string]*modelState, len(cfg.cascade)),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
+	}
+	if cfg.jitterSource != nil {
+		c.jitter.rnd = rand.New(cfg.jitterSource)
 	}
 	c.states = make([]*modelState, len(cfg.cascade))
 	for i, name := range cfg.cascade {
