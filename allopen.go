@@ -13,14 +13,14 @@ import (
 // AllOpenProbeEvery, turns half-open and the call tries it, as its probe. On
 // success the call's other open models turn half-open too. At most one call
 // per AllOpenProbeEvery across the Client probes early. It returns what
-// tryModel returns, and false, having done nothing, when the call does not
-// probe.
-func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
+// retry returns, with the model probed; stepNext and no error, having done
+// nothing, when the call does not probe.
+func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, error) {
 	var zero R
 	c := call.c
 	every, now, due := c.cfg.breaker.AllOpenProbeEvery, call.now, c.allOpenProbeAt.Load()
 	if every < 0 || now.UnixNano() < due {
-		return zero, 0, nil, false
+		return zero, nil, stepNext, nil
 	}
 	var pick *modelState
 	var pickUntil int64
@@ -32,12 +32,12 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 				pick, pickUntil = m, until
 			}
 		case m.cooling(now) == nil && !call.tried(m):
-			return zero, 0, nil, false // usable for all we know, or a probe in flight
+			return zero, nil, stepNext, nil // usable for all we know, or a probe in flight
 		}
 	}
 	if pick == nil || now.UnixNano() < pickUntil-int64(c.cfg.breaker.OpenFor-every) ||
 		!c.allOpenProbeAt.CompareAndSwap(due, now.Add(every).UnixNano()) {
-		return zero, 0, nil, false
+		return zero, nil, stepNext, nil
 	}
 	if l := c.cfg.logger; l != nil {
 		l.LogAttrs(ctx, slog.LevelInfo, "geminiguard: no model left but open ones: probing one early",
@@ -45,15 +45,15 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, step, error, bool) {
 	}
 	c.stateChanged(pick.name, call.endpoint, pick.breakers[call.endpoint].openEarly(now))
 	sl := retrySlot{m: pick}
-	resp, next, err := call.tryModel(ctx, &sl)
-	if err == nil {
+	resp, next, err := call.retry(ctx, &sl)
+	if next == stepDone {
 		for _, m := range call.order() {
 			if m != pick {
 				c.stateChanged(m.name, call.endpoint, m.breakers[call.endpoint].openEarly(call.now))
 			}
 		}
 	}
-	return resp, next, err, true
+	return resp, pick, next, err
 }
 
 // tried reports whether the call sent m a request.

@@ -805,6 +805,13 @@ func number(v any) (int, bool) {
 //     or "NO_PARTS" when it is STOP or unset;
 //   - anything else, MAX_TOKENS with text included, is an answer: nil.
 func responseError(model string, resp *genai.GenerateContentResponse) error {
+	return answerError(model, resp, false)
+}
+
+// answerError is responseError for the last response of an answer that had
+// an answer part before it (answeredBefore: a stream's earlier chunks), so
+// that a stream and a unary answer fail by the same rules.
+func answerError(model string, resp *genai.GenerateContentResponse, answeredBefore bool) error {
 	fail := func(kind error, reason string) error {
 		return &ResponseError{Kind: kind, Model: model, Reason: reason, Response: resp}
 	}
@@ -824,7 +831,7 @@ func responseError(model string, resp *genai.GenerateContentResponse) error {
 	case genai.FinishReasonMalformedFunctionCall, genai.FinishReasonUnexpectedToolCall:
 		return fail(ErrEmptyResponse, reason)
 	}
-	if hasAnswer(c.Content) {
+	if answeredBefore || hasAnswer(c.Content) {
 		return nil
 	}
 	switch c.FinishReason {

@@ -85,7 +85,7 @@ type Stats struct {
 	// Latency percentiles of the last latencyWindow calls (failed ones included).
 	LatencyP50, LatencyP95, LatencyP99 time.Duration
 	ProjectCoolDownUntil               time.Time    // zero when the project is not cooling down
-	Models                             []ModelStats // cascade models first, in order, then others by first use
+	Models                             []ModelStats // cascade models first, in order, then the others kept (at most 256, the most recently called), by name
 }
 
 // ModelStats are one model's counters.
@@ -168,17 +168,13 @@ func (c *Client) Stats() Stats {
 	if until, _, ok := c.project.until(now); ok {
 		st.ProjectCoolDownUntil = until
 	}
-	c.mu.RLock()
-	names := make([]string, 0, len(c.models))
-	for name := range c.models {
-		if !slices.Contains(c.cascade, name) {
-			names = append(names, name)
-		}
+	for _, m := range c.states {
+		st.Models = append(st.Models, m.stats(now))
 	}
-	c.mu.RUnlock()
-	slices.Sort(names)
-	for _, name := range append(slices.Clone(c.cascade), names...) {
-		st.Models = append(st.Models, c.model(name).stats(now))
+	for _, name := range c.otherModels() {
+		if m, ok := c.others.Peek(name); ok {
+			st.Models = append(st.Models, m.stats(now))
+		}
 	}
 	return st
 }

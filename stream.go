@@ -47,7 +47,7 @@ func (c *Client) GenerateContentStream(ctx context.Context, model string, conten
 // than its first-chunk or idle deadline.
 var errStalled = errors.New("geminiguard: stream stalled")
 
-// streamRun is one GenerateContentStream call across its resumes.
+// streamRun is one GenerateContentStream call across its resumes and hops.
 type streamRun struct {
 	c        *Client
 	ctx      context.Context
@@ -58,14 +58,18 @@ type streamRun struct {
 	rec      *CallRecord
 	attempts []Attempt
 	partial  strings.Builder // text yielded so far
+	yielded  int             // chunks yielded so far
 	fallback bool
-	resumes  int // cuts healed by a resume
+	resumes  int  // cuts healed by a resume
+	finished bool // counted in the statistics
 }
 
 func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) {
 	c := s.c
 	c.stats.calls.Add(1)
+	defer s.recordUnfinished()
 	err := s.stream(yield)
+	s.finished = true
 	latency := time.Since(s.start)
 	c.stats.record(err == nil, s.fallback, latency)
 	if s.rec != nil {
@@ -76,23 +80,38 @@ func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) 
 	}
 }
 
-// maxContinuationHops bounds the CONTINUATION hops of one answer (the SDK's
-// own loop has no bound).
-const maxContinuationHops = 32
+// recordUnfinished counts a stream that a panic (the caller's loop body's,
+// the SDK's) ended as a failure, so the statistics stay consistent; the
+// panic goes on to the caller.
+func (s *streamRun) recordUnfinished() {
+	if !s.finished {
+		s.finished = true
+		s.c.stats.record(false, false, time.Since(s.start))
+	}
+}
+
+// emit yields one chunk of the answer.
+func (s *streamRun) emit(yield func(*genai.GenerateContentResponse, error) bool, resp *genai.GenerateContentResponse) bool {
+	s.partial.WriteString(textOf(resp))
+	s.yielded++
+	return yield(resp, nil)
+}
 
 // stream yields the answer and returns the error that ended it (already
 // yielded), nil when it ended normally or the caller stopped.
 func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) bool) error {
 	model, config := s.model, s.config
+	hop := false  // the next request continues a paused answer with its token
 	progress := 0 // length of the text yielded when the last resume began
 	for resumes, hops := 0, 0; ; {
 		contents := s.contents
-		if s.partial.Len() > 0 && (config == nil || config.ContinuationToken == nil) {
+		if s.partial.Len() > 0 && !hop {
 			contents = append(contents[:len(contents):len(contents)], genai.NewContentFromText(s.partial.String(), genai.RoleModel))
 		}
-		first, call, err := s.open(model, contents, config)
-		if err != nil && s.partial.Len() > 0 {
-			// The resume found no model: the cut stands, with its text.
+		first, call, err := s.open(model, contents, config, hop)
+		if err != nil && s.yielded > 0 {
+			// The resume or hop found no model: the answer stands cut, with
+			// its text.
 			err = &StreamError{Model: model, Partial: s.partial.String(), Err: err}
 		}
 		if err != nil {
@@ -101,11 +120,11 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 		}
 		if call.stream.session == nil { // the Fallback answered
 			s.fallback = true
-			yield(first, nil)
+			s.emit(yield, first)
 			return nil
 		}
 		model = call.stream.held.m.name
-		end := s.follow(call, first, s.partial.Len() > 0, yield)
+		end := s.follow(call, first, s.partial.Len() > 0 && !hop, yield)
 		if !end.done && end.token == nil {
 			// The attempt that answered was cut: the record says so.
 			s.attempts[len(s.attempts)-1].Err = &ModelError{Model: model, Verdict: cutVerdict(end.err), Err: end.err}
@@ -115,25 +134,26 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 			return end.err
 		case end.token != nil && hops < maxContinuationHops:
 			// The server paused the answer: the next hop goes through the
-			// chain like any request, so the limiter counts it.
+			// chain like any request, to the same model alone.
 			hops++
 			var next genai.GenerateContentConfig
 			if config != nil {
 				next = *config
 			}
 			next.ContinuationToken = end.token
-			config = &next
+			config, hop = &next, true
 			continue
 		case end.token != nil:
 			end.err = errTooManyHops
 		}
+		hop = false
 		// A resume that brought new text starts the count again: only
 		// resumes without progress are bounded (like the SDK's own
 		// continuation, which allows 3 reconnects without progress).
 		if s.partial.Len() > progress {
 			progress, resumes = s.partial.Len(), 0
 		}
-		if !s.c.cfg.resume || resumes >= s.c.cfg.retry.MaxAttempts || s.ctx.Err() != nil {
+		if !s.c.cfg.resume || resumes >= s.c.cfg.retry.MaxAttempts || s.ctx.Err() != nil || !cutVerdict(end.err).Retryable {
 			serr := &StreamError{Model: model, Partial: s.partial.String(), Err: end.err}
 			yield(nil, serr)
 			return serr
@@ -153,16 +173,15 @@ func cutVerdict(err error) Verdict {
 	return Classify(err)
 }
 
-// errTooManyHops ends an answer (unary or streamed) whose server kept
-// answering CONTINUATION.
-var errTooManyHops = errors.New("geminiguard: answer paused with CONTINUATION more than 32 times")
-
-// open runs the chain until a model sends a first chunk.
-func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, *generateCall, error) {
+// open runs the chain until a model sends a first chunk. A hop goes to model
+// alone: its continuation token is that model's. Once anything was yielded,
+// the Fallback no longer answers: a canned answer cannot continue a model's.
+func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig, hop bool) (*genai.GenerateContentResponse, *generateCall, error) {
 	call := s.c.newGenerateCall(s.ctx, model, contents, config)
-	call.send, call.stream = openStream, &streamCall{parent: s.ctx}
-	if s.partial.Len() > 0 {
-		call.fallback = nil // a canned answer cannot continue a text already yielded
+	call.send, call.stream = openStream, &streamCall{parent: s.ctx, continues: s.partial.Len() > 0}
+	call.only = hop
+	if s.yielded > 0 {
+		call.fallback = nil
 	}
 	first, err := call.run(s.ctx)
 	s.attempts = append(s.attempts, call.attempts...)
@@ -176,10 +195,16 @@ type streamEnd struct {
 	token []byte // a CONTINUATION pause: send the next hop with this token
 }
 
-// follow yields the chunks of an open stream and reports how it ended.
+// follow yields the chunks of an open stream and reports how it ended. A
+// resumed stream's first chunk loses the text already yielded when the model
+// started over. The
+// answering model's admission is settled on every path, a panic in the
+// caller's loop body included.
 func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) streamEnd {
-	c, ss, held := s.c, call.stream.session, call.stream.held
+	c, ss, held := s.c, call.stream.session, &call.stream.held
 	defer ss.close()
+	defer held.abandon()
+	answered := false // this stream sent an answer part
 	resp, err := first, error(nil)
 	for n := 0; ; n++ {
 		if n > 0 {
@@ -198,6 +223,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 			c.settle(held, time.Now(), errNoFinishReason, cutVerdict(errNoFinishReason))
 			return streamEnd{err: errNoFinishReason}
 		}
+		answered = answered || hasAnswer(contentOf(resp))
 		if n == 0 && resumed {
 			trimRepeat(resp, s.partial.String())
 		}
@@ -207,25 +233,31 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 			yield(nil, rerr)
 			return streamEnd{err: rerr, done: true}
 		}
-		if finish == genai.FinishReasonContinuation {
+		switch finish {
+		case "":
+			if !s.emit(yield, resp) {
+				c.settle(held, time.Now(), nil, Verdict{})
+				return streamEnd{done: true}
+			}
+		case genai.FinishReasonContinuation:
 			c.settle(held, time.Now(), nil, Verdict{})
 			resp.Candidates[0].FinishReason = "" // the answer goes on: do not show the pause
-			s.partial.WriteString(textOf(resp))
-			if !yield(resp, nil) {
+			if !s.emit(yield, resp) {
 				return streamEnd{done: true}
 			}
 			if tok := resp.Candidates[0].ContinuationToken; len(tok) > 0 {
 				return streamEnd{token: tok}
 			}
 			return streamEnd{err: errNoFinishReason}
-		}
-		s.partial.WriteString(textOf(resp))
-		if !yield(resp, nil) {
+		default:
+			// The last chunk: the answer as a whole is judged as a unary
+			// answer is (one definition of a quiet failure).
+			if rerr := answerError(held.m.name, resp, answered || call.stream.continues && endMarker(resp)); rerr != nil {
+				c.settle(held, time.Now(), rerr, Classify(rerr))
+				return streamEnd{err: rerr}
+			}
 			c.settle(held, time.Now(), nil, Verdict{})
-			return streamEnd{done: true}
-		}
-		if finish != "" {
-			c.settle(held, time.Now(), nil, Verdict{})
+			s.emit(yield, resp)
 			return streamEnd{done: true}
 		}
 	}
@@ -233,7 +265,8 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
-// left in call.stream.session.
+// left in call.stream.session. A first chunk that ends the answer is judged
+// as a unary answer is: a quiet failure is the attempt's error.
 func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	c := call.c
 	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
@@ -244,18 +277,25 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 	// and a watchdog cancels it when it stalls.
 	sctx, cancel := context.WithCancelCause(call.stream.parent)
 	ss := &streamSession{ctx: sctx, cancel: cancel, model: m.name}
+	defer func() {
+		if call.stream.session != ss { // not opened: an error, or a panic of the SDK
+			ss.close()
+		}
+	}()
 	ss.next2, ss.stop = iter.Pull2(c.api.GenerateContentStream(sctx, m.name, call.contents, call.config))
 	first, err := ss.next(wait)
 	switch {
 	case err != nil:
-		ss.close()
 		return nil, err
 	case first == nil:
-		ss.close()
 		return nil, &StreamError{Model: m.name, Err: errNoFinishReason}
 	}
-	if rerr := blockedFinish(m.name, first, finishReasonOf(first)); rerr != nil {
-		ss.close()
+	finish := finishReasonOf(first)
+	if finish != "" && finish != genai.FinishReasonContinuation {
+		if rerr := answerError(m.name, first, call.stream.continues && endMarker(first)); rerr != nil {
+			return nil, rerr
+		}
+	} else if rerr := blockedFinish(m.name, first, finish); rerr != nil {
 		return nil, rerr
 	}
 	call.stream.session = ss
@@ -289,7 +329,9 @@ func (ss *streamSession) next(wait time.Duration) (*genai.GenerateContentRespons
 
 // close releases the stream: its connection and its watchdog.
 func (ss *streamSession) close() {
-	ss.stop()
+	if ss.stop != nil {
+		ss.stop()
+	}
 	ss.cancel(nil)
 }
 
@@ -314,6 +356,27 @@ func blockedFinish(model string, resp *genai.GenerateContentResponse, finish gen
 		return rerr
 	}
 	return nil
+}
+
+// endMarker reports a chunk that ends an answer without adding to it:
+// finishReason STOP or MAX_TOKENS with a part, empty as it may be. It ends
+// a resumed or continued stream whose answer so far had text (the cut came
+// after the last text); a candidate with no parts at all does not.
+func endMarker(resp *genai.GenerateContentResponse) bool {
+	switch finishReasonOf(resp) {
+	case genai.FinishReasonStop, genai.FinishReasonMaxTokens:
+		c := contentOf(resp)
+		return c != nil && len(c.Parts) > 0
+	}
+	return false
+}
+
+// contentOf returns the first candidate's content, nil when none.
+func contentOf(resp *genai.GenerateContentResponse) *genai.Content {
+	if len(resp.Candidates) == 0 || resp.Candidates[0] == nil {
+		return nil
+	}
+	return resp.Candidates[0].Content
 }
 
 // textOf returns the text of the first candidate's non-thought parts.

@@ -1,0 +1,336 @@
+package geminiguard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// A call is one Client method call across its attempts and models. Its
+// layers each have a file: the cascade walk (cascade.go: rounds, pauses,
+// order, the early probe) asks retry (retry.go) for a model's attempts,
+// each of which is admitted and released by the gate (gate.go: limiter grant
+// and breaker permit together); this file holds the call's state, one
+// upstream attempt, and the call's end (the Fallback, the record, the
+// statistics).
+
+// generateCall is a generate or stream call.
+type generateCall = call[*genai.GenerateContentResponse]
+
+// call is the state of one Client call across its attempts and models. R is
+// the SDK's response type of the endpoint called.
+type call[R any] struct {
+	c        *Client
+	first    string
+	endpoint endpoint
+	only     bool // the first model alone, no cascade (embeddings: other models' vectors do not mix; continuation hops)
+	contents []*genai.Content
+	send     func(ctx context.Context, call *call[R], m *modelState) (R, error)         // one upstream request
+	usage    func(R) int32                                                              // input tokens the response reports; nil: none
+	fallback func(ctx context.Context, err *CascadeError) (R, bool)                     // the last resort; nil: none
+	complete func(ctx context.Context, call *call[R], resp R, m *modelState) (R, error) // completes a model's answer (continuation hops); nil: none
+	config   *genai.GenerateContentConfig                                               // generate: what is sent, the caller's with SDK retry and continuation off
+	user     *genai.GenerateContentConfig                                               // generate: the caller's, untouched
+	deadline time.Time
+	tokens   int // input token estimate; -1 until computed
+	start    time.Time
+	// now is the latest clock reading, taken at the start and after
+	// whatever takes time (upstream requests, waits, the token count, the
+	// Fallback): a call reads the clock at no other moment.
+	now      time.Time
+	attempts []Attempt
+	buf      [2]Attempt // backing of attempts for the common short calls
+	rec      *CallRecord
+	finished bool // finish ran: the call is counted in the statistics
+
+	stream *streamCall // nil unless the call opens a stream
+	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
+}
+
+// streamCall is what a call that opens a stream keeps for it.
+type streamCall struct {
+	parent  context.Context // the caller's context, which an open stream lives on
+	held    admission       // the answering model's admission: its outcome is known when the stream ends
+	session *streamSession  // the open stream of the answering attempt
+	// continues: the request continues an answer whose text was yielded (a
+	// resume, or a CONTINUATION hop): a chunk that only ends it is an answer.
+	continues bool
+}
+
+// newCall starts a call.
+func newCall[R any](ctx context.Context, c *Client, e endpoint, model string, contents []*genai.Content) *call[R] {
+	call := new(call[R])
+	call.init(ctx, c, e, model, contents)
+	return call
+}
+
+// init starts a call in a zero call state. Its deadline is the caller's or
+// the call timeout, whichever comes first: every wait and attempt is bounded
+// by it, so no context of its own is needed.
+func (call *call[R]) init(ctx context.Context, c *Client, e endpoint, model string, contents []*genai.Content) {
+	now := time.Now()
+	deadline := now.Add(c.cfg.callTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	call.c = c
+	call.first = strings.TrimPrefix(model, "models/")
+	call.contents = contents
+	call.endpoint = e
+	call.deadline = deadline
+	call.tokens = -1
+	call.start, call.now = now, now
+	call.rec = callRecordFrom(ctx)
+	call.attempts = call.buf[:0]
+}
+
+// generateCalls holds the states of unary generate calls that returned, for
+// the next calls to reuse: a call on the success path then allocates no
+// state of its own. Only releaseGenerateCall puts a state back; see there
+// why that is safe.
+var generateCalls = sync.Pool{New: func() any { return new(generateCall) }}
+
+// releaseGenerateCall puts back, cleared, the state of a unary generate call
+// that has returned. Nothing that outlives the call points into its state:
+// finish hands out copies of the attempts (in the *CascadeError, the
+// CallRecord), every other value a call hands out (its errors, the response)
+// is a heap value of its own, and calls are synchronous, so no goroutine
+// holds the state either. A stream's call is never released: its open
+// stream keeps the state (it is then just garbage when the stream ends).
+// Clearing keeps no caller data in the pool.
+func releaseGenerateCall(call *generateCall) {
+	*call = generateCall{}
+	generateCalls.Put(call)
+}
+
+// newGenerateCall starts a generate (or stream) call: the cascade, the
+// Fallback, token reconciliation from usageMetadata. Its state comes from
+// generateCalls; a unary call gives it back with releaseGenerateCall once
+// it has returned.
+func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *generateCall {
+	call := generateCalls.Get().(*generateCall)
+	call.init(ctx, c, endpointGenerate, model, contents)
+	call.config, call.user = callConfig(config, c.sdkRetries), config
+	call.send = generateOnce
+	call.usage = promptTokens
+	if c.cfg.fallback != nil {
+		call.fallback = func(ctx context.Context, err *CascadeError) (*genai.GenerateContentResponse, bool) {
+			resp, ferr := c.cfg.fallback(ctx, FallbackRequest{Model: call.firstModel(), Contents: contents, Config: config, Err: err})
+			if ferr != nil || resp == nil {
+				return nil, false
+			}
+			if resp.ModelVersion == "" {
+				// The Fallback's response may be shared (a cached value):
+				// mark a copy, never the value it returned.
+				marked := *resp
+				marked.ModelVersion = FallbackModelVersion
+				resp = &marked
+			}
+			return resp, true
+		}
+	}
+	return call
+}
+
+// promptTokens returns the input tokens a response reports, 0 when none.
+func promptTokens(r *genai.GenerateContentResponse) int32 {
+	if r.UsageMetadata == nil {
+		return 0
+	}
+	return r.UsageMetadata.PromptTokenCount
+}
+
+// generateOnce is one unary upstream request to m.
+func generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
+	resp, err := call.c.api.GenerateContent(ctx, m.name, call.contents, call.config)
+	if err != nil {
+		return nil, err
+	}
+	if rerr := responseError(m.name, resp); rerr != nil {
+		return resp, rerr
+	}
+	return resp, nil
+}
+
+func (call *call[R]) firstModel() string {
+	if call.first != "" {
+		return call.first
+	}
+	return call.c.cascade[0]
+}
+
+// attempt makes one upstream request to the admitted model under the attempt
+// timeout and classifies its outcome. The request starts at call.now
+// (nothing that takes time comes between the latest clock reading and it);
+// call.now is then its end, the one clock reading of an attempt.
+func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
+	m, start := a.m, call.now
+	deadline := start.Add(call.c.cfg.attemptTimeout)
+	if call.deadline.Before(deadline) {
+		deadline = call.deadline
+	}
+	actx := ctx
+	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
+		// The caller's deadline does not bound the attempt already. (When it
+		// does, the context and timer are saved: half the chain's own cost.)
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	m.counters.requests.Add(1)
+	a.sent = true
+	resp, err := call.send(actx, call, m)
+	call.now = time.Now()
+	elapsed := call.now.Sub(start)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		err = &attemptTimeoutError{err: err}
+	}
+	var v Verdict
+	if err != nil {
+		v = Classify(err)
+	}
+	if l := call.c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
+			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()))
+	}
+	return resp, v, elapsed, err
+}
+
+// maxCountWait bounds the countTokens request of WithExactTokenCount: a
+// count that takes longer is abandoned for the local estimate.
+const maxCountWait = 5 * time.Second
+
+// inputTokens returns the call's input token estimate for models that limit
+// tokens, computing it once. With WithExactTokenCount it asks the API,
+// within maxCountWait and a quarter of the call's remaining time; a count
+// that fails or takes longer falls back to the local estimate and blames no
+// model.
+func (call *call[R]) inputTokens(ctx context.Context, m *modelState) int {
+	if !m.lim.limitsTokens() {
+		return 0
+	}
+	if call.tokens < 0 {
+		call.tokens = estimateTokens(call.contents, call.user)
+		if call.c.cfg.exactTokens {
+			wait := min(maxCountWait, call.deadline.Sub(call.now)/4)
+			cctx, cancel := context.WithTimeout(ctx, wait)
+			if r, err := call.c.api.CountTokens(cctx, m.name, call.contents, nil); err == nil && r != nil {
+				call.tokens = int(r.TotalTokens)
+			}
+			cancel()
+			call.now = time.Now()
+		}
+	}
+	return call.tokens
+}
+
+// errCallTimeout: the call timeout of WithTimeouts passed before any model
+// answered.
+var errCallTimeout = fmt.Errorf("geminiguard: the call timeout (WithTimeouts) passed: %w", context.DeadlineExceeded)
+
+// skip records a model that was not sent a request.
+func (call *call[R]) skip(m *modelState, err error, delay time.Duration) {
+	call.attempts = append(call.attempts, Attempt{Model: m.name, Err: err, Delay: delay, Skipped: true})
+	m.counters.skipped.Add(1)
+}
+
+// fail records a failed attempt and returns its error.
+func (call *call[R]) fail(model string, err error, delay, elapsed time.Duration) error {
+	if _, ok := err.(*ModelError); !ok {
+		err = &ModelError{Model: model, Verdict: Classify(err), Err: err}
+	}
+	call.attempts = append(call.attempts, Attempt{Model: model, Err: err, Delay: delay, Elapsed: elapsed})
+	return err
+}
+
+// answered records the attempt that answered.
+func (call *call[R]) answered(model string, delay, elapsed time.Duration) {
+	call.attempts = append(call.attempts, Attempt{Model: model, Delay: delay, Elapsed: elapsed})
+}
+
+// finish ends the call: with m's answer (m non-nil), completed first when
+// the call completes answers; with a request-scoped error (stopErr); or,
+// when every model failed, with the Fallback's answer or a *CascadeError.
+// It fills the CallRecord and the client's statistics.
+func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr error) (R, error) {
+	c := call.c
+	err := stopErr
+	if m != nil && call.complete != nil {
+		if resp, err = call.complete(ctx, call, resp, m); err != nil {
+			m = nil // a failed completion fails the call: never the Fallback
+		}
+	}
+	fallback := false
+	// What outlives the call gets its own copy of the attempts: the call's
+	// state may be reused once it has returned (releaseGenerateCall).
+	failed := m == nil && err == nil
+	recorded := call.rec != nil && call.stream == nil // a stream records its call when it ends
+	var attempts []Attempt
+	if failed || recorded {
+		attempts = slices.Clone(call.attempts)
+	}
+	if failed {
+		cerr := &CascadeError{Attempts: attempts}
+		err = cerr
+		if call.fallback != nil && ctx.Err() == nil {
+			fresp, fok := call.fallback(ctx, cerr)
+			call.now = time.Now()
+			if fok {
+				resp, err, fallback = fresp, nil, true
+				c.fellBack(FallbackEvent{Model: call.firstModel(), Err: cerr})
+			}
+		}
+	}
+	call.finished = true
+	if call.stream == nil {
+		latency := call.now.Sub(call.start)
+		c.stats.record(err == nil, fallback, latency)
+		if recorded {
+			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
+			if err == nil && !fallback {
+				call.rec.Model = attempts[len(attempts)-1].Model
+			}
+		}
+	}
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return resp, nil
+}
+
+// recordUnfinished counts a call that a panic (the SDK's, a hook's, the
+// Fallback's) ended before finish, as a failure, so that the statistics
+// stay consistent; the panic goes on to the caller. Deferred by run.
+func (call *call[R]) recordUnfinished() {
+	if !call.finished && call.stream == nil {
+		call.finished = true
+		call.c.stats.record(false, false, time.Since(call.start))
+	}
+}
+
+// sleep waits d or until ctx is done, whichever is first, and then reads
+// the clock into call.now.
+func (call *call[R]) sleep(ctx context.Context, d time.Duration) error {
+	err := sleep(ctx, d)
+	call.now = time.Now()
+	return err
+}
+
+// sleep waits d or until ctx is done, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,119 @@
+package geminiguard
+
+import (
+	"context"
+	"time"
+)
+
+// The gate of one model: admit takes what a request needs before it may
+// leave (the limiter's grant, the breaker's permit), and settle gives the
+// breaker the request's outcome, the two steps of gobreaker's
+// beforeRequest/afterRequest. Every admission is settled exactly once, on
+// every path: by settle when the request's outcome is known, by abandon
+// when a panic (the SDK's, a hook's, a stream consumer's) ends the call
+// first. A probe permit that was never settled would hold its slot for good.
+
+// admission is a model's leave to send one request of a call: a limiter
+// grant and a breaker permit, taken together by admit. Its zero value holds
+// nothing.
+type admission struct {
+	m        *modelState
+	br       *breaker // m's breaker of the call's endpoint
+	grant    grant
+	permit   permit
+	endpoint endpoint
+	opened   *transition // the change allow made (open → half-open), reported once the request goes
+	sent     bool        // the request left: its grant is spent whatever comes back
+	settled  bool        // the permit was handed back
+}
+
+// stepGo is admit's answer when the request may go: a step no attempt
+// outcome asks for.
+const stepGo step = -1
+
+// admit decides whether the call may send its next request to sl's model
+// now. It returns an admission and stepGo; or, having recorded why, stepNext
+// when the model cannot take the request for this call (cooling down, open,
+// out of tokens before the deadline, or out of tokens now while another
+// model can answer), or stepStop with the error that ends the call (its
+// deadline passed, the caller cancelled during a token wait). A token wait
+// is slept here, counted in sl.delay.
+func (call *call[R]) admit(ctx context.Context, sl *retrySlot) (admission, step, error) {
+	m := sl.m
+	tokens := call.inputTokens(ctx, m) // may take time: read the clock after it
+	now := call.now
+	if !now.Before(call.deadline) {
+		if err := ctx.Err(); err != nil {
+			return admission{}, stepStop, call.fail(m.name, err, sl.delay, 0)
+		}
+		return admission{}, stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
+	}
+	if err := m.cooling(now); err != nil {
+		call.skip(m, err, sl.delay)
+		return admission{}, stepNext, err
+	}
+	br := m.breakers[call.endpoint]
+	if br.state(now) == StateOpen {
+		call.skip(m, m.openErr, sl.delay)
+		return admission{}, stepNext, m.openErr
+	}
+	g, wait, err := m.lim.reserve(now, tokens, call.deadline)
+	if err != nil {
+		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
+		call.skip(m, err, sl.delay)
+		return admission{}, stepNext, err
+	}
+	if wait > 0 && call.hasNext(m) {
+		// Out of tokens for now, and another model can answer at once:
+		// skip this one rather than queue behind its quota.
+		g.cancel(now)
+		err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
+		call.skip(m, err, sl.delay)
+		return admission{}, stepNext, err
+	}
+	if wait > 0 {
+		if err := call.sleep(ctx, wait); err != nil {
+			g.cancel(call.now)
+			return admission{}, stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+		}
+		sl.delay += wait
+	}
+	p, tr, err := br.allow(call.now)
+	if err != nil {
+		g.cancel(call.now)
+		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
+		call.skip(m, err, sl.delay)
+		return admission{}, stepNext, err
+	}
+	return admission{m: m, br: br, grant: g, permit: p, endpoint: call.endpoint, opened: tr}, stepGo, nil
+}
+
+// settle hands the admission's permit back with the outcome at now of the
+// request it let through, counts the outcome in the model's counters, and
+// reports a state change after the breaker's lock is released. It does
+// nothing for an admission already settled.
+func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
+	if a.settled || a.br == nil {
+		return
+	}
+	a.settled = true
+	tr := a.br.done(a.permit, now, outcomeOf(err, v))
+	a.m.count(err, v)
+	c.stateChanged(a.m.name, a.endpoint, tr)
+}
+
+// abandon settles an admission that a panic left unsettled, saying nothing
+// about the model: its permit (a probe's slot included) is freed, and a
+// grant whose request never left is given back. Deferred wherever an
+// admission is held; it does nothing once settle ran.
+func (a *admission) abandon() {
+	if a.settled || a.br == nil {
+		return
+	}
+	a.settled = true
+	now := time.Now()
+	if !a.sent {
+		a.grant.cancel(now)
+	}
+	a.br.done(a.permit, now, outcomeIgnore) // an ignored outcome changes no state
+}

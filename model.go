@@ -1,0 +1,78 @@
+package geminiguard
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// endpoint separates breakers of one model: generation and embedding fail
+// independently.
+type endpoint uint8
+
+const (
+	endpointGenerate endpoint = iota
+	endpointEmbed
+	numEndpoints
+)
+
+func (e endpoint) String() string {
+	if e == endpointEmbed {
+		return "embed"
+	}
+	return "generate"
+}
+
+// modelState is everything the chain keeps per model. Its fields are set
+// once by newModelState; the layers inside are safe for concurrent use.
+type modelState struct {
+	name     string
+	breakers [numEndpoints]*breaker
+	cool     coolDown
+	lim      *limiter
+	counters modelCounters
+	self     []*modelState              // this model alone: the order of a call without cascade
+	openErr  *ModelError                // what a call records when a breaker is open: shared, never modified
+	coolErr  atomic.Pointer[ModelError] // what a call records while cooling down, for the current cool-down
+}
+
+func (c *Client) newModelState(name string) *modelState {
+	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom)}
+	for e := range m.breakers {
+		m.breakers[e] = newBreaker(c.cfg.breaker)
+	}
+	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
+	m.self = []*modelState{m}
+	return m
+}
+
+// maxOtherModels bounds the models outside the cascade whose state the
+// Client keeps (a gateway that forwards user-chosen names must not grow
+// without bound): past it, the least recently called one is forgotten,
+// breaker, cool-down and counters with it, and starts afresh if called again.
+const maxOtherModels = 256
+
+// model returns the state of a model: a cascade model's, or, for a model
+// outside the cascade, the state kept for it, made on first use.
+func (c *Client) model(name string) *modelState {
+	for _, m := range c.states {
+		if m.name == name {
+			return m
+		}
+	}
+	if m, ok := c.others.Get(name); ok {
+		return m
+	}
+	m := c.newModelState(name)
+	if prev, ok, _ := c.others.PeekOrAdd(name, m); ok {
+		return prev // made by a concurrent call meanwhile
+	}
+	return m
+}
+
+// otherModels returns the names of the models outside the cascade whose
+// state is kept, sorted.
+func (c *Client) otherModels() []string {
+	names := c.others.Keys()
+	slices.Sort(names)
+	return names
+}
