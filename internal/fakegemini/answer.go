@@ -175,7 +175,19 @@ func (a *answer) unary(ctx context.Context, w http.ResponseWriter) {
 		writeJSON(w, http.StatusOK, a.quiet())
 		return
 	}
-	writeJSON(w, http.StatusOK, a.chunk(a.text, utf8.RuneCountInString(a.text), true))
+	r := a.chunk(a.text, utf8.RuneCountInString(a.text), true)
+	if a.step.Thought != "" {
+		c := r.Candidates[0].Content
+		c.Parts = append([]part{{Text: a.step.Thought, Thought: true}}, c.Parts...)
+	}
+	writeJSON(w, http.StatusOK, r)
+}
+
+// thought is the event of a stream that carries the step's thought summary
+// alone.
+func (a *answer) thought() response {
+	c := candidate{Content: &content{Parts: []part{{Text: a.step.Thought, Thought: true}}, Role: genai.RoleModel}}
+	return a.response([]candidate{c}, 0)
 }
 
 // chunk is a response carrying piece; soFar is the number of characters of
@@ -286,7 +298,8 @@ type (
 		Role  string `json:"role"`
 	}
 	part struct {
-		Text string `json:"text"`
+		Text    string `json:"text"`
+		Thought bool   `json:"thought,omitempty"`
 	}
 	safetyRating struct {
 		Category    string `json:"category"`

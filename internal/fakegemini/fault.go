@@ -203,6 +203,11 @@ type Step struct {
 	Stall time.Duration
 	// Text, when not empty, replaces the model's answer text.
 	Text string
+	// Thought, when not empty, is a thought summary (what a request with
+	// includeThoughts gets) sent before the text: the first part of a unary
+	// answer, and an event of its own, counted by CutAfter, before a
+	// stream's first text event. Quiet faults ignore it.
+	Thought string
 	// Continuation makes the answer stop halfway with finishReason
 	// CONTINUATION and a candidates[0].continuationToken. A request that
 	// sends the token back (top-level "continuationToken", as the SDK's

@@ -57,6 +57,9 @@ func (a *answer) events() [][]byte {
 	if isQuietFault(a.step.Fault) {
 		rs = []response{a.quiet()}
 	} else {
+		if a.step.Thought != "" {
+			rs = append(rs, a.thought())
+		}
 		pieces := split(a.text, a.model.Chunks)
 		sent := 0
 		for i, p := range pieces {
