@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
 // State is the state of a model's circuit breaker. The zero value is
@@ -533,96 +531,4 @@ func (w *rateWindow) epoch(now time.Time) int64 {
 // reset forgets every call.
 func (w *rateWindow) reset() {
 	*w = rateWindow{span: w.span}
-}
-
-// retryAfterCoolDown is how long a per-minute quota answer without a
-// server-stated delay keeps a model out of rotation. Gemini's stated delays
-// are mostly 20–60s ("22s", "45.8s", "53s") and a per-minute window is at
-// most a minute away, so a shorter pause would mostly earn another 429.
-const retryAfterCoolDown = 30 * time.Second
-
-// coolDownForever ends a cool-down that lasts for the process lifetime
-// (CoolDownUntilRecheck): only clear ends it.
-var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
-
-// coolDown holds a model (or the whole project) out of rotation until a
-// time, after a quota answer, without counting breaker failures. It is safe
-// for concurrent use; the zero value is not cooling. The check is one atomic
-// load and one comparison. It must not be copied after first use.
-type coolDown struct {
-	cur atomic.Pointer[coolDownState] // nil: never set, or cleared
-}
-
-// coolDownState is one cool-down; values are never modified once stored.
-type coolDownState struct {
-	until  time.Time
-	reason Class
-}
-
-// set makes the cool-down last until the later of its current end and until,
-// with reason as the cause when until is the later. It reports whether the
-// end moved later, which is also the case when the current cool-down had
-// already ended (a new end computed from the present is later): the caller
-// reports the cool-down once. An until no later than the current end (or the
-// zero time) changes nothing and returns false.
-func (c *coolDown) set(until time.Time, reason Class) (extended bool) {
-	var next *coolDownState
-	for {
-		old := c.cur.Load()
-		var end time.Time
-		if old != nil {
-			end = old.until
-		}
-		if !until.After(end) {
-			return false
-		}
-		if next == nil {
-			next = &coolDownState{until: until, reason: reason}
-		}
-		if c.cur.CompareAndSwap(old, next) {
-			return true
-		}
-	}
-}
-
-// until reports whether the cool-down is on at now (now is before its end),
-// and if so its end and its reason.
-func (c *coolDown) until(now time.Time) (time.Time, Class, bool) {
-	s := c.cur.Load()
-	if s == nil || !now.Before(s.until) {
-		return time.Time{}, ClassNone, false
-	}
-	return s.until, s.reason, true
-}
-
-// clear ends the cool-down at once (CheckCascade saw the model again).
-func (c *coolDown) clear() {
-	c.cur.Store(nil)
-}
-
-// coolDownUntil returns the end of the cool-down that v asks for at now:
-//   - CoolDownRetryAfter: now + v.RetryAfter, or now +
-//     retryAfterCoolDown when the server stated no delay;
-//   - CoolDownUntilMidnight: the next midnight America/Los_Angeles, when
-//     daily quotas reset;
-//   - CoolDownUntilRecheck: a time no process reaches (year 9999): the
-//     process lifetime, unless clear ends it when CheckCascade sees the
-//     model again;
-//   - CoolDownProject: now + projectCoolDown;
-//   - CoolDownNone (and any other value): the zero time, no cool-down.
-func coolDownUntil(v Verdict, now time.Time, projectCoolDown time.Duration) time.Time {
-	switch v.CoolDown {
-	case CoolDownRetryAfter:
-		if v.RetryAfter > 0 {
-			return now.Add(v.RetryAfter)
-		}
-		return now.Add(retryAfterCoolDown)
-	case CoolDownUntilMidnight:
-		return pacific.NextMidnight(now)
-	case CoolDownUntilRecheck:
-		return coolDownForever
-	case CoolDownProject:
-		return now.Add(projectCoolDown)
-	}
-	return time.Time{}
 }

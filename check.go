@@ -1,0 +1,198 @@
+package geminiguard
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// Shutdown is an announced retirement of a model.
+type Shutdown struct {
+	Date        time.Time // the day requests start failing (00:00 UTC of that day)
+	Replacement string    // the model Google names as its replacement, "" when none
+	Source      string    // where it was announced
+}
+
+// shutdownWarnDays is how close a shutdown must be for CheckCascade to warn.
+const shutdownWarnDays = 90
+
+// Shutdowns returns the built-in table of announced shutdown dates of the
+// Gemini API (not Vertex AI), as read on the dates its Source fields give.
+// Google moves these dates; WithShutdowns adds to or overrides the table.
+func Shutdowns() map[string]Shutdown {
+	const (
+		official = "https://ai.google.dev/gemini-api/docs/deprecations (read 2026-11)"
+		dec2026  = "https://dev.to/aideprecations/what-to-do-before-gemini-25-pro-and-25-flash-are-retired-on-december-1-2026-5gg9 (Gemini API deprecations, read 2026-11-10)"
+		jun2026  = "https://docs.embabel.com (GEMINI_2_0_FLASH: shut down by Google on 2026-06-01, returns 404)"
+	)
+	day := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
+	return map[string]Shutdown{
+		"gemini-1.5-pro":               {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-pro", Source: official},
+		"gemini-1.5-flash":             {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-flash", Source: official},
+		"gemini-1.5-flash-8b":          {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-flash-lite", Source: official},
+		"gemini-2.0-flash":             {Date: day(2026, time.June, 1), Replacement: "gemini-3.5-flash", Source: jun2026},
+		"gemini-2.0-flash-001":         {Date: day(2026, time.June, 1), Replacement: "gemini-3.5-flash", Source: jun2026},
+		"gemini-2.0-flash-lite":        {Date: day(2026, time.June, 1), Replacement: "gemini-2.5-flash-lite", Source: jun2026},
+		"gemini-2.0-flash-lite-001":    {Date: day(2026, time.June, 1), Replacement: "gemini-2.5-flash-lite", Source: jun2026},
+		"gemini-2.5-pro-preview-03-25": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-2.5-pro-preview-05-06": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-2.5-pro-preview-06-05": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-3-pro-preview":         {Date: day(2026, time.March, 9), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-2.5-pro":               {Date: day(2026, time.December, 1), Replacement: "gemini-3.8-flash", Source: dec2026},
+		"gemini-2.5-flash":             {Date: day(2026, time.December, 1), Replacement: "gemini-3.5-flash-lite", Source: dec2026},
+	}
+}
+
+func mergeShutdowns(extra map[string]Shutdown) map[string]Shutdown {
+	table := Shutdowns()
+	for k, v := range extra {
+		table[strings.TrimPrefix(k, "models/")] = v
+	}
+	return table
+}
+
+// CascadeReport is what CheckCascade found.
+type CascadeReport struct {
+	Models   []ModelReport // one per cascade model, in order
+	Warnings []string      // things to fix before they break: one generation only, shutdowns near
+	Checked  time.Time
+}
+
+// Healthy reports whether every cascade model exists and none is past or
+// within the warning window of its shutdown.
+func (r *CascadeReport) Healthy() bool {
+	for _, m := range r.Models {
+		if !m.Exists || m.Verdict != "ok" {
+			return false
+		}
+	}
+	return true
+}
+
+// ModelReport is one cascade model as the API lists it.
+type ModelReport struct {
+	Model            string
+	Exists           bool
+	DisplayName      string
+	Generation       string // "2.5", "2.0", ... read from the name; "" when unknown
+	InputTokenLimit  int32
+	OutputTokenLimit int32
+	Shutdown         *Shutdown // announced shutdown, nil when none is known
+	DaysLeft         int       // days until Shutdown (negative: past); 0 when none
+	Verdict          string    // "ok", "missing", "shutdown soon", "shut down"
+}
+
+// CheckCascade lists the models the API offers to this key (paging with fresh
+// List calls) and checks the cascade against them. It returns an error
+// matching ErrModelNotFound that names every cascade model the API does not
+// list (the report is returned too), or the API's error when listing failed.
+// Warnings cover a cascade whose models all share one generation and models
+// whose announced shutdown is within 90 days or past. A model found again
+// ends its "missing" cool-down, and a successful listing ends a project
+// cool-down.
+func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
+	listed, err := c.listModels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("geminiguard: listing models for the cascade check: %w", err)
+	}
+	now := time.Now()
+	c.project.clear()
+	report := &CascadeReport{Checked: now}
+	var missing []string
+	generations := map[string]bool{}
+	for _, name := range c.cascade {
+		mr := ModelReport{Model: name, Generation: generationOf(name), Verdict: "ok"}
+		if info, ok := listed[name]; ok {
+			mr.Exists, mr.DisplayName = true, info.DisplayName
+			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit
+			c.model(name).cool.clear()
+		} else {
+			mr.Verdict = "missing"
+			missing = append(missing, name)
+			c.model(name).cool.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilRecheck}, now, 0), ClassNotFound)
+		}
+		if sd, ok := c.shutdown[name]; ok {
+			mr.Shutdown = &sd
+			mr.DaysLeft = int(math.Ceil(sd.Date.Sub(now).Hours() / 24))
+			switch {
+			case mr.DaysLeft <= 0:
+				mr.Verdict = "shut down"
+				report.Warnings = append(report.Warnings, fmt.Sprintf("%s was shut down on %s; replace it with %s", name, sd.Date.Format(time.DateOnly), orNone(sd.Replacement)))
+			case mr.DaysLeft <= shutdownWarnDays:
+				if mr.Exists {
+					mr.Verdict = "shutdown soon"
+				}
+				report.Warnings = append(report.Warnings, fmt.Sprintf("%s shuts down on %s (in %s); replace it with %s", name, sd.Date.Format(time.DateOnly), days(mr.DaysLeft), orNone(sd.Replacement)))
+			}
+		}
+		if mr.Generation != "" {
+			generations[mr.Generation] = true
+		}
+		report.Models = append(report.Models, mr)
+	}
+	if len(c.cascade) > 1 && len(generations) == 1 {
+		for g := range generations {
+			report.Warnings = append(report.Warnings, fmt.Sprintf("every cascade model is generation %s: one retirement or regional outage of that generation takes them all; add a model of another generation", g))
+		}
+	}
+	if len(missing) > 0 {
+		return report, fmt.Errorf("%w: the API does not list %s for this key: fix WithCascade (run examples/cascade-doctor to see what is listed)", ErrModelNotFound, strings.Join(missing, ", "))
+	}
+	return report, nil
+}
+
+func days(n int) string {
+	if n == 1 {
+		return "1 day"
+	}
+	return fmt.Sprintf("%d days", n)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "a current model"
+	}
+	return s
+}
+
+// listPageSize is the page size CheckCascade asks for (the API's maximum is 1000).
+const listPageSize = 1000
+
+// listModels pages through the API's model list with fresh List calls: the
+// SDK's Page.Next re-sends the first page token when one was given.
+func (c *Client) listModels(ctx context.Context) (map[string]*genai.Model, error) {
+	out := make(map[string]*genai.Model)
+	token := ""
+	for range 100 { // a bound against a server that never stops paging
+		page, err := c.api.List(ctx, &genai.ListModelsConfig{PageSize: listPageSize, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range page.Items {
+			out[strings.TrimPrefix(m.Name, "models/")] = m
+		}
+		if page.NextPageToken == "" || page.NextPageToken == token {
+			return out, nil
+		}
+		token = page.NextPageToken
+	}
+	return out, nil
+}
+
+// generationOf reads the generation from a model name: "gemini-2.5-flash" →
+// "2.5". "" when the name does not follow the gemini-<version>-... pattern.
+func generationOf(name string) string {
+	rest, ok := strings.CutPrefix(name, "gemini-")
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, "-")
+	if v == "" || !strings.ContainsAny(v[:1], "0123456789") {
+		return ""
+	}
+	return v
+}
