@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -422,6 +423,70 @@ func TestBreakerStateAndSnapshotDoNotMutate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &transition{From: StateOpen, To: StateHalfOpen, At: later}, tr, "the reads left the transition to allow")
 	assert.Equal(t, breakerStats{State: StateHalfOpen, ProbesInFlight: 1, Trips: 1}, b.snapshot(later))
+}
+
+// wallStepped returns tm with its wall clock moved by step and its monotonic
+// reading kept: what time.Now returns after the system clock was stepped
+// (NTP, a VM resumed, an operator) by step. tm must carry a monotonic reading
+// (from time.Now, not Round(0)) and step be whole seconds. It writes the
+// wall field of time.Time directly (the layout of Go 1.9+: wall with the
+// hasMonotonic bit, seconds since 1885 in bits 30-62, ext the monotonic
+// reading) and checks the result, so a change of the layout fails here.
+func wallStepped(t *testing.T, tm time.Time, step time.Duration) time.Time {
+	t.Helper()
+	require.Zero(t, step%time.Second, "whole seconds")
+	require.Contains(t, tm.String(), " m=", "tm has a monotonic reading")
+	type timeLayout struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	}
+	out := tm
+	(*timeLayout)(unsafe.Pointer(&out)).wall += uint64(int64(step/time.Second) << 30)
+	require.Equal(t, step, time.Duration(out.UnixNano()-tm.UnixNano()), "the wall clock moved")
+	require.Zero(t, out.Sub(tm), "the monotonic clock did not")
+	return out
+}
+
+// TestDefect9BreakerReadsAgreeAcrossAClockStep: after the system clock steps
+// (back or forward) while a breaker is open, the lock-free state read and the
+// locked reads (snapshot, allow) use one time base, the monotonic clock, and
+// agree: a model whose OpenFor has passed reads half-open, and the call path
+// does not skip it for the length of the step.
+func TestDefect9BreakerReadsAgreeAcrossAClockStep(t *testing.T) {
+	const openFor = 30 * time.Second
+	tests := []struct {
+		name  string
+		after time.Duration // monotonic time since the breaker opened
+		step  time.Duration // wall-clock step
+		want  State
+	}{
+		{"open, clock stepped back", 10 * time.Second, -time.Hour, StateOpen},
+		{"OpenFor passed, clock stepped back", openFor + time.Second, -time.Hour, StateHalfOpen},
+		{"open, clock stepped forward", 10 * time.Second, time.Hour, StateOpen},
+		{"OpenFor passed, clock stepped forward", openFor + time.Second, time.Hour, StateHalfOpen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: openFor})
+			opened := time.Now()
+			p, _, err := b.allow(opened)
+			require.NoError(t, err)
+			require.NotNil(t, b.done(p, opened, outcomeFailure))
+
+			now := wallStepped(t, opened.Add(tt.after), tt.step)
+			assert.Equal(t, tt.want, b.state(now), "lock-free read")
+			assert.Equal(t, tt.want, b.snapshot(now).State, "locked read")
+			_, tr, err := b.allow(now)
+			if tt.want == StateOpen {
+				assert.ErrorIs(t, err, ErrCircuitOpen, "allow refuses")
+				return
+			}
+			require.NoError(t, err, "allow grants the probe")
+			require.NotNil(t, tr)
+			assert.Equal(t, StateHalfOpen, tr.To)
+		})
+	}
 }
 
 // TestBreakerConcurrent runs allow/done from many goroutines (run it with

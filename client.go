@@ -45,8 +45,8 @@ type Client struct {
 	models   map[string]*modelState // per model name (without "models/")
 	shutdown map[string]Shutdown    // announced shutdowns, built-in table merged with WithShutdowns
 
-	sdkRetries     bool         // the SDK client retries on its own: turn it off per call
-	allOpenProbeAt atomic.Int64 // Unix nanoseconds: no early probe before (see probeAllOpen)
+	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
+	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
