@@ -13,6 +13,13 @@ import (
 // most a minute away, so a shorter pause would mostly earn another 429.
 const retryAfterCoolDown = 30 * time.Second
 
+// maxRetryAfterCoolDown caps the cool-down of a per-minute quota answer,
+// whatever delay the server states: a per-minute window resets within a
+// minute, so a longer delay is a mistake of the server or of a proxy, and
+// one answer must not take a model out for hours. If the quota is still
+// exhausted when the cap ends, the next 429 cools the model down again.
+const maxRetryAfterCoolDown = 5 * time.Minute
+
 // coolDownForever ends a cool-down that lasts for the process lifetime
 // (CoolDownUntilRecheck): only clear ends it.
 var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
@@ -73,8 +80,9 @@ func (c *coolDown) clear() {
 }
 
 // coolDownUntil returns the end of the cool-down that v asks for at now:
-//   - CoolDownRetryAfter: now + v.RetryAfter, or now +
-//     retryAfterCoolDown when the server stated no delay;
+//   - CoolDownRetryAfter: now + v.RetryAfter capped at
+//     maxRetryAfterCoolDown, or now + retryAfterCoolDown when the server
+//     stated no delay;
 //   - CoolDownUntilMidnight: the next midnight America/Los_Angeles, when
 //     daily quotas reset;
 //   - CoolDownUntilRecheck: a time no process reaches (year 9999): the
@@ -86,7 +94,7 @@ func coolDownUntil(v Verdict, now time.Time, projectCoolDown time.Duration) time
 	switch v.CoolDown {
 	case CoolDownRetryAfter:
 		if v.RetryAfter > 0 {
-			return now.Add(v.RetryAfter)
+			return now.Add(min(v.RetryAfter, maxRetryAfterCoolDown))
 		}
 		return now.Add(retryAfterCoolDown)
 	case CoolDownUntilMidnight:
