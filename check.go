@@ -91,9 +91,10 @@ type ModelReport struct {
 // matching ErrModelNotFound that names every cascade model the API does not
 // list (the report is returned too), or the API's error when listing failed.
 // Warnings cover a cascade whose models all share one generation and models
-// whose announced shutdown is within 90 days or past. A model found again
-// ends its "missing" cool-down, and a successful listing ends a project
-// cool-down.
+// whose announced shutdown is within 90 days or past. A model listed again
+// ends its cool-down when that lasts until a recheck (a 404, a limit of zero)
+// and keeps any other (a spent daily quota runs to midnight); a successful
+// listing ends a project cool-down.
 func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 	listed, err := c.listModels(ctx)
 	if err != nil {
@@ -109,7 +110,7 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 		if info, ok := listed[name]; ok {
 			mr.Exists, mr.DisplayName = true, info.DisplayName
 			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit
-			c.model(name).cool.clear()
+			c.model(name).cool.clearRecheck()
 		} else {
 			mr.Verdict = "missing"
 			missing = append(missing, name)

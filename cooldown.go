@@ -21,7 +21,7 @@ const retryAfterCoolDown = 30 * time.Second
 const maxRetryAfterCoolDown = 5 * time.Minute
 
 // coolDownForever ends a cool-down that lasts for the process lifetime
-// (CoolDownUntilRecheck): only clear ends it.
+// (CoolDownUntilRecheck): only clear or clearRecheck ends it.
 var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
 
 // coolDown holds a model (or the whole project) out of rotation until a
@@ -74,9 +74,19 @@ func (c *coolDown) until(now time.Time) (time.Time, Class, bool) {
 	return s.until, s.reason, true
 }
 
-// clear ends the cool-down at once (CheckCascade saw the model again).
+// clear ends the cool-down at once, whatever its cause (CheckCascade listed
+// the models: the project's key works).
 func (c *coolDown) clear() {
 	c.cur.Store(nil)
+}
+
+// clearRecheck ends a cool-down that lasts until a recheck (CoolDownUntilRecheck:
+// a 404, a limit of zero) and leaves any other to run to its end: CheckCascade
+// listing a model says it exists, not that its quota is back.
+func (c *coolDown) clearRecheck() {
+	if old := c.cur.Load(); old != nil && old.until.Equal(coolDownForever) {
+		c.cur.CompareAndSwap(old, nil) // lost to a set: that one stays
+	}
 }
 
 // coolDownUntil returns the end of the cool-down that v asks for at now:

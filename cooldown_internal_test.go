@@ -77,6 +77,18 @@ func TestCoolDown(t *testing.T) {
 		assert.False(t, ok)
 		assert.True(t, c.set(brkT0.Add(s), ClassRateLimit), "set again after clear")
 	})
+	t.Run("clearRecheck ends only a cool-down until a recheck", func(t *testing.T) {
+		var c coolDown
+		require.True(t, c.set(brkT0.Add(time.Hour), ClassDailyQuota))
+		c.clearRecheck()
+		_, class, ok := c.until(brkT0)
+		assert.True(t, ok, "a daily quota runs to its end")
+		assert.Equal(t, ClassDailyQuota, class)
+		require.True(t, c.set(coolDownForever, ClassNotFound))
+		c.clearRecheck()
+		_, _, ok = c.until(brkT0)
+		assert.False(t, ok, "a 404's cool-down ends")
+	})
 	t.Run("concurrent sets keep the latest", func(t *testing.T) {
 		var c coolDown
 		var extended atomic.Int64
