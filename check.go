@@ -2,7 +2,9 @@ package geminiguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
@@ -196,4 +198,104 @@ func generationOf(name string) string {
 		return ""
 	}
 	return v
+}
+
+// The background re-check that New starts when its own check could not list
+// the models for a transient reason: after recheckFirstDelay, then at
+// doubling intervals up to recheckMaxDelay, at most recheckTries times
+// (about 5 minutes in all).
+const (
+	recheckFirstDelay = time.Second
+	recheckMaxDelay   = time.Minute
+	recheckTries      = 10
+)
+
+// recheck is the background cascade check New started, if any. Its fields
+// are set by New before the Client is returned and never change.
+type recheck struct {
+	stop context.CancelFunc // ends the re-check; nil when New started none
+	done chan struct{}      // closed when the re-check goroutine has returned
+}
+
+// transientCheckError reports whether err, CheckCascade's error, is a
+// failure that passes (a 5xx, a 429, a timeout, a network error) rather than
+// an answer: a missing model, a rejected key or project, the caller's
+// cancellation.
+func transientCheckError(err error) bool {
+	return err != nil && !errors.Is(err, ErrModelNotFound) && Classify(err).Retryable
+}
+
+// startRecheck starts the goroutine that runs CheckCascade again until it
+// completes, recheckTries times at most, stopped by Close or by the end of
+// ctx. New calls it at most once, before returning the Client.
+func (c *Client) startRecheck(ctx context.Context) {
+	ctx, stop := context.WithCancel(ctx)
+	c.recheck = recheck{stop: stop, done: make(chan struct{})}
+	go c.runRecheck(ctx)
+}
+
+// runRecheck is the re-check goroutine. A model the check finds missing
+// cools down (CheckCascade does it) and is logged at Error, as is a check
+// that gives up.
+func (c *Client) runRecheck(ctx context.Context) {
+	defer close(c.recheck.done)
+	delay := recheckFirstDelay
+	for try := 1; ; try++ {
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		report, err := c.CheckCascade(ctx)
+		switch {
+		case err == nil:
+			c.log(ctx, slog.LevelInfo, "geminiguard: cascade check passed", slog.Int("try", try))
+			c.logReport(report)
+			return
+		case ctx.Err() != nil:
+			return // Close, or the end of New's context
+		case errors.Is(err, ErrModelNotFound):
+			c.log(ctx, slog.LevelError, "geminiguard: cascade check: a cascade model does not exist; it is left out until a check lists it", slog.String("error", c.redact(err)))
+			c.logReport(report)
+			return
+		case !transientCheckError(err) || try == recheckTries:
+			c.log(ctx, slog.LevelError, "geminiguard: cascade check failed; giving up (run CheckCascade to try again)", slog.Int("try", try), slog.String("error", c.redact(err)))
+			return
+		}
+		delay = min(2*delay, recheckMaxDelay)
+		c.log(ctx, slog.LevelWarn, "geminiguard: cascade check failed; retrying in the background", slog.Int("try", try), slog.Duration("retry_in", delay), slog.String("error", c.redact(err)))
+	}
+}
+
+// Close stops the Client's background work and waits for it to end: the
+// cascade re-check New starts when its own check could not list the models
+// (see New). The Client keeps working: calls made during or after Close are
+// served as before, and CheckCascade can still be called. Close is
+// idempotent and safe for concurrent use, also with calls in flight; it
+// returns nil (the error is io.Closer's).
+func (c *Client) Close() error {
+	if c.recheck.stop != nil {
+		c.recheck.stop()
+		<-c.recheck.done
+	}
+	return nil
+}
+
+// log writes one line to the Client's logger, if it has one.
+func (c *Client) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(ctx, level, msg, attrs...)
+	}
+}
+
+// redact returns err's text with the API key, if the options gave one,
+// replaced: an error from a proxy or the network may quote the request.
+func (c *Client) redact(err error) string {
+	msg := err.Error()
+	if c.cfg.apiKey != "" {
+		msg = strings.ReplaceAll(msg, c.cfg.apiKey, "[redacted]")
+	}
+	return msg
 }

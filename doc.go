@@ -40,7 +40,10 @@
 //     and out-of-token models; then WithFallback; else a *CascadeError.
 //
 // New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
-// model the API does not list and warns about announced shutdowns.
+// model the API does not list (or a key the API refuses) and warns about
+// announced shutdowns. A listing that fails for a passing reason (a 503, a
+// timeout) does not fail New: the check is retried in the background until
+// it completes, for about 5 minutes at most; Client.Close stops it.
 //
 // # Errors
 //
