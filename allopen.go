@@ -3,6 +3,7 @@ package geminiguard
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // probeAllOpen makes the call an early probe when it has no model left to
@@ -19,24 +20,24 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 	var zero R
 	c := call.c
 	every, now, due := c.cfg.breaker.AllOpenProbeEvery, call.now, c.allOpenProbeAt.Load()
-	if every < 0 || now.UnixNano() < due {
+	if every < 0 || due != nil && now.Before(*due) {
 		return zero, nil, stepNext, nil
 	}
 	var pick *modelState
-	var pickUntil int64
+	var pickUntil time.Time
 	for _, m := range call.order() {
 		br := m.breakers[call.endpoint]
 		switch {
 		case br.state(now) == StateOpen:
-			if until := br.openUntilNanos(); pick == nil || until < pickUntil {
+			if until := br.openUntil(); pick == nil || until.Before(pickUntil) {
 				pick, pickUntil = m, until
 			}
 		case m.cooling(now) == nil && !call.tried(m):
 			return zero, nil, stepNext, nil // usable for all we know, or a probe in flight
 		}
 	}
-	if pick == nil || now.UnixNano() < pickUntil-int64(c.cfg.breaker.OpenFor-every) ||
-		!c.allOpenProbeAt.CompareAndSwap(due, now.Add(every).UnixNano()) {
+	if pick == nil || now.Before(pickUntil.Add(every-c.cfg.breaker.OpenFor)) ||
+		!c.allOpenProbeAt.CompareAndSwap(due, new(now.Add(every))) {
 		return zero, nil, stepNext, nil
 	}
 	if l := c.cfg.logger; l != nil {

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
 // State is the state of a model's circuit breaker. The zero value is
@@ -252,7 +250,9 @@ type breakerStats struct {
 }
 
 // breaker is the circuit breaker of one model and endpoint: a state machine
-// over the times passed in, with a generation that changes on every state
+// over the times passed in, compared with time.Time's Before only (so by the
+// monotonic clock when they carry its reading, as time.Now's do: a step of
+// the wall clock changes nothing), with a generation that changes on every state
 // change so that outcomes of requests granted before the change are
 // dropped (the two-step allow/done of sony/gobreaker). It is safe for
 // concurrent use; it starts no goroutine, reads no clock and calls no user
@@ -268,13 +268,12 @@ type breaker struct {
 	// success resets it without mu (the closed fast path of done); failures
 	// add to it under mu.
 	consecutive atomic.Int64
-	// openUntil mirrors openUntil (as Unix nanoseconds) for state's
-	// lock-free reading; stored before cur on every change.
-	openUntilNano atomic.Int64
+	// open is, while open, the end of the open period (Until) and what
+	// allow returns; nil otherwise. Stored under mu before cur on every
+	// change; state reads it without mu.
+	open atomic.Pointer[openError]
 
-	mu        sync.Mutex // guards the fields below (and writes to cur)
-	openUntil time.Time  // end of the open period, open
-	refusal   *openError // what allow returns while open: {openUntil}
+	mu        sync.Mutex // guards the fields below (and writes to cur and open)
 	probes    int        // probes in flight, half-open
 	successes int        // probe successes, half-open
 	trips     int        // times opened
@@ -312,8 +311,8 @@ func (b *breaker) allow(now time.Time) (permit, *transition, error) {
 	case StateClosed: // closed since the load above
 		return permit{gen: gen}, nil, nil
 	case StateOpen:
-		if now.Before(b.openUntil) {
-			return permit{}, nil, b.refusal
+		if r := b.open.Load(); now.Before(r.Until) {
+			return permit{}, nil, r
 		}
 		tr = b.setState(StateHalfOpen, now)
 		gen, _ = b.load()
@@ -400,22 +399,26 @@ func (b *breaker) openEarly(now time.Time) *transition {
 	return b.setState(StateHalfOpen, now)
 }
 
-// openUntilNanos returns when an open breaker turns half-open, in Unix
-// nanoseconds, read without the lock; meaningless unless state is
-// StateOpen.
-func (b *breaker) openUntilNanos() int64 {
-	return b.openUntilNano.Load()
+// openUntil returns when an open breaker turns half-open, read without the
+// lock; the zero time unless the breaker is open.
+func (b *breaker) openUntil() time.Time {
+	if r := b.open.Load(); r != nil {
+		return r.Until
+	}
+	return time.Time{}
 }
 
 // state returns the state at now without changing anything: an open breaker
 // whose OpenFor has passed reads as half-open, which is what the next allow
 // will make it (and report). Safe for concurrent use.
 func (b *breaker) state(now time.Time) State {
-	switch st := State(b.cur.Load() & 3); {
-	case st == StateClosed:
+	switch st := State(b.cur.Load() & 3); st {
+	case StateClosed:
 		return StateClosed
-	case st == StateOpen && now.UnixNano() < b.openUntilNano.Load():
-		return StateOpen
+	case StateOpen:
+		if r := b.open.Load(); r != nil && now.Before(r.Until) {
+			return StateOpen
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -434,7 +437,7 @@ func (b *breaker) snapshot(now time.Time) breakerStats {
 		Trips:               b.trips,
 	}
 	if st.State == StateOpen {
-		st.OpenUntil = b.openUntil
+		st.OpenUntil = b.open.Load().Until
 	}
 	if b.s.FailureRate > 0 {
 		st.WindowCalls, st.WindowFailures = b.window.totals(now)
@@ -451,7 +454,7 @@ func (b *breaker) load() (uint64, State) {
 // stateAt is state's reading; callers hold mu.
 func (b *breaker) stateAt(now time.Time) State {
 	_, st := b.load()
-	if st == StateOpen && !now.Before(b.openUntil) {
+	if st == StateOpen && !now.Before(b.open.Load().Until) {
 		return StateHalfOpen
 	}
 	return st
@@ -464,13 +467,12 @@ func (b *breaker) setState(to State, now time.Time) *transition {
 	b.consecutive.Store(0)
 	b.probes, b.successes = 0, 0
 	b.window.reset()
-	b.openUntil, b.refusal = time.Time{}, nil
+	var open *openError
 	if to == StateOpen {
 		b.trips++
-		b.openUntil = now.Add(b.s.OpenFor)
-		b.refusal = &openError{Until: b.openUntil}
+		open = &openError{Until: now.Add(b.s.OpenFor)}
 	}
-	b.openUntilNano.Store(b.openUntil.UnixNano())
+	b.open.Store(open)
 	b.cur.Store((gen+1)<<2 | uint64(to))
 	return &transition{From: from, To: to, At: now}
 }
@@ -533,96 +535,4 @@ func (w *rateWindow) epoch(now time.Time) int64 {
 // reset forgets every call.
 func (w *rateWindow) reset() {
 	*w = rateWindow{span: w.span}
-}
-
-// retryAfterCoolDown is how long a per-minute quota answer without a
-// server-stated delay keeps a model out of rotation. Gemini's stated delays
-// are mostly 20–60s ("22s", "45.8s", "53s") and a per-minute window is at
-// most a minute away, so a shorter pause would mostly earn another 429.
-const retryAfterCoolDown = 30 * time.Second
-
-// coolDownForever ends a cool-down that lasts for the process lifetime
-// (CoolDownUntilRecheck): only clear ends it.
-var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
-
-// coolDown holds a model (or the whole project) out of rotation until a
-// time, after a quota answer, without counting breaker failures. It is safe
-// for concurrent use; the zero value is not cooling. The check is one atomic
-// load and one comparison. It must not be copied after first use.
-type coolDown struct {
-	cur atomic.Pointer[coolDownState] // nil: never set, or cleared
-}
-
-// coolDownState is one cool-down; values are never modified once stored.
-type coolDownState struct {
-	until  time.Time
-	reason Class
-}
-
-// set makes the cool-down last until the later of its current end and until,
-// with reason as the cause when until is the later. It reports whether the
-// end moved later, which is also the case when the current cool-down had
-// already ended (a new end computed from the present is later): the caller
-// reports the cool-down once. An until no later than the current end (or the
-// zero time) changes nothing and returns false.
-func (c *coolDown) set(until time.Time, reason Class) (extended bool) {
-	var next *coolDownState
-	for {
-		old := c.cur.Load()
-		var end time.Time
-		if old != nil {
-			end = old.until
-		}
-		if !until.After(end) {
-			return false
-		}
-		if next == nil {
-			next = &coolDownState{until: until, reason: reason}
-		}
-		if c.cur.CompareAndSwap(old, next) {
-			return true
-		}
-	}
-}
-
-// until reports whether the cool-down is on at now (now is before its end),
-// and if so its end and its reason.
-func (c *coolDown) until(now time.Time) (time.Time, Class, bool) {
-	s := c.cur.Load()
-	if s == nil || !now.Before(s.until) {
-		return time.Time{}, ClassNone, false
-	}
-	return s.until, s.reason, true
-}
-
-// clear ends the cool-down at once (CheckCascade saw the model again).
-func (c *coolDown) clear() {
-	c.cur.Store(nil)
-}
-
-// coolDownUntil returns the end of the cool-down that v asks for at now:
-//   - CoolDownRetryAfter: now + v.RetryAfter, or now +
-//     retryAfterCoolDown when the server stated no delay;
-//   - CoolDownUntilMidnight: the next midnight America/Los_Angeles, when
-//     daily quotas reset;
-//   - CoolDownUntilRecheck: a time no process reaches (year 9999): the
-//     process lifetime, unless clear ends it when CheckCascade sees the
-//     model again;
-//   - CoolDownProject: now + projectCoolDown;
-//   - CoolDownNone (and any other value): the zero time, no cool-down.
-func coolDownUntil(v Verdict, now time.Time, projectCoolDown time.Duration) time.Time {
-	switch v.CoolDown {
-	case CoolDownRetryAfter:
-		if v.RetryAfter > 0 {
-			return now.Add(v.RetryAfter)
-		}
-		return now.Add(retryAfterCoolDown)
-	case CoolDownUntilMidnight:
-		return pacific.NextMidnight(now)
-	case CoolDownUntilRecheck:
-		return coolDownForever
-	case CoolDownProject:
-		return now.Add(projectCoolDown)
-	}
-	return time.Time{}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -424,6 +425,70 @@ func TestBreakerStateAndSnapshotDoNotMutate(t *testing.T) {
 	assert.Equal(t, breakerStats{State: StateHalfOpen, ProbesInFlight: 1, Trips: 1}, b.snapshot(later))
 }
 
+// wallStepped returns tm with its wall clock moved by step and its monotonic
+// reading kept: what time.Now returns after the system clock was stepped
+// (NTP, a VM resumed, an operator) by step. tm must carry a monotonic reading
+// (from time.Now, not Round(0)) and step be whole seconds. It writes the
+// wall field of time.Time directly (the layout of Go 1.9+: wall with the
+// hasMonotonic bit, seconds since 1885 in bits 30-62, ext the monotonic
+// reading) and checks the result, so a change of the layout fails here.
+func wallStepped(t *testing.T, tm time.Time, step time.Duration) time.Time {
+	t.Helper()
+	require.Zero(t, step%time.Second, "whole seconds")
+	require.Contains(t, tm.String(), " m=", "tm has a monotonic reading")
+	type timeLayout struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	}
+	out := tm
+	(*timeLayout)(unsafe.Pointer(&out)).wall += uint64(int64(step/time.Second) << 30)
+	require.Equal(t, step, time.Duration(out.UnixNano()-tm.UnixNano()), "the wall clock moved")
+	require.Zero(t, out.Sub(tm), "the monotonic clock did not")
+	return out
+}
+
+// TestDefect9BreakerReadsAgreeAcrossAClockStep: after the system clock steps
+// (back or forward) while a breaker is open, the lock-free state read and the
+// locked reads (snapshot, allow) use one time base, the monotonic clock, and
+// agree: a model whose OpenFor has passed reads half-open, and the call path
+// does not skip it for the length of the step.
+func TestDefect9BreakerReadsAgreeAcrossAClockStep(t *testing.T) {
+	const openFor = 30 * time.Second
+	tests := []struct {
+		name  string
+		after time.Duration // monotonic time since the breaker opened
+		step  time.Duration // wall-clock step
+		want  State
+	}{
+		{"open, clock stepped back", 10 * time.Second, -time.Hour, StateOpen},
+		{"OpenFor passed, clock stepped back", openFor + time.Second, -time.Hour, StateHalfOpen},
+		{"open, clock stepped forward", 10 * time.Second, time.Hour, StateOpen},
+		{"OpenFor passed, clock stepped forward", openFor + time.Second, time.Hour, StateHalfOpen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: openFor})
+			opened := time.Now()
+			p, _, err := b.allow(opened)
+			require.NoError(t, err)
+			require.NotNil(t, b.done(p, opened, outcomeFailure))
+
+			now := wallStepped(t, opened.Add(tt.after), tt.step)
+			assert.Equal(t, tt.want, b.state(now), "lock-free read")
+			assert.Equal(t, tt.want, b.snapshot(now).State, "locked read")
+			_, tr, err := b.allow(now)
+			if tt.want == StateOpen {
+				assert.ErrorIs(t, err, ErrCircuitOpen, "allow refuses")
+				return
+			}
+			require.NoError(t, err, "allow grants the probe")
+			require.NotNil(t, tr)
+			assert.Equal(t, StateHalfOpen, tr.To)
+		})
+	}
+}
+
 // TestBreakerConcurrent runs allow/done from many goroutines (run it with
 // -race): at most HalfOpenProbes probes of one half-open period are ever in
 // flight, every state change is returned exactly once, and every probe slot
@@ -523,152 +588,6 @@ func TestBreakerAllocs(t *testing.T) {
 	assert.Zero(t, allocs, "cool-down check")
 }
 
-func TestCoolDown(t *testing.T) {
-	s := time.Second
-	type op struct {
-		set    time.Duration // set(brkT0+set, reason) when reason != ClassNone
-		reason Class
-		want   bool          // set's result
-		at     time.Duration // then until(brkT0+at)
-		until  time.Duration // want end (since brkT0); 0: not cooling
-		class  Class
-	}
-	tests := []struct {
-		name string
-		ops  []op
-	}{
-		{"zero value is not cooling", []op{{at: 0}}},
-		{"cooling until the end, not at it", []op{
-			{set: 10 * s, reason: ClassRateLimit, want: true, at: 0, until: 10 * s, class: ClassRateLimit},
-			{at: 10*s - 1, until: 10 * s, class: ClassRateLimit},
-			{at: 10 * s},
-			{at: 11 * s},
-		}},
-		{"keeps the later end", []op{
-			{set: 10 * s, reason: ClassRateLimit, want: true, at: 0, until: 10 * s, class: ClassRateLimit},
-			{set: 5 * s, reason: ClassNotFound, want: false, at: 0, until: 10 * s, class: ClassRateLimit},
-			{set: 10 * s, reason: ClassNotFound, want: false, at: 0, until: 10 * s, class: ClassRateLimit},
-			{set: 20 * s, reason: ClassDailyQuota, want: true, at: 0, until: 20 * s, class: ClassDailyQuota},
-		}},
-		{"a new cool-down after the last one ended", []op{
-			{set: 10 * s, reason: ClassRateLimit, want: true, at: 0, until: 10 * s, class: ClassRateLimit},
-			{set: 25 * s, reason: ClassRateLimit, want: true, at: 15 * s, until: 25 * s, class: ClassRateLimit},
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var c coolDown
-			for i, o := range tt.ops {
-				if o.reason != ClassNone {
-					assert.Equal(t, o.want, c.set(brkT0.Add(o.set), o.reason), "op %d: set", i)
-				}
-				end, class, ok := c.until(brkT0.Add(o.at))
-				if o.until == 0 {
-					assert.False(t, ok, "op %d: cooling", i)
-					assert.Zero(t, end, "op %d", i)
-					assert.Equal(t, ClassNone, class, "op %d", i)
-					continue
-				}
-				assert.True(t, ok, "op %d: cooling", i)
-				assert.Equal(t, brkT0.Add(o.until), end, "op %d: end", i)
-				assert.Equal(t, o.class, class, "op %d: reason", i)
-			}
-		})
-	}
-
-	t.Run("zero until changes nothing", func(t *testing.T) {
-		var c coolDown
-		assert.False(t, c.set(time.Time{}, ClassRateLimit))
-		_, _, ok := c.until(time.Time{}.Add(-time.Hour))
-		assert.False(t, ok)
-	})
-	t.Run("clear", func(t *testing.T) {
-		var c coolDown
-		require.True(t, c.set(coolDownForever, ClassNotFound))
-		c.clear()
-		_, _, ok := c.until(brkT0)
-		assert.False(t, ok)
-		assert.True(t, c.set(brkT0.Add(s), ClassRateLimit), "set again after clear")
-	})
-	t.Run("concurrent sets keep the latest", func(t *testing.T) {
-		var c coolDown
-		var extended atomic.Int64
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Go(func() {
-				for i := range 500 {
-					if c.set(brkT0.Add(time.Duration(i*8+w)*time.Millisecond), ClassRateLimit) {
-						extended.Add(1)
-					}
-					c.until(brkT0)
-				}
-			})
-		}
-		wg.Wait()
-		end, _, ok := c.until(brkT0)
-		require.True(t, ok)
-		assert.Equal(t, brkT0.Add(3999*time.Millisecond), end)
-		assert.GreaterOrEqual(t, extended.Load(), int64(500), "each worker's ends move later")
-		assert.LessOrEqual(t, extended.Load(), int64(4000))
-	})
-}
-
-func TestCoolDownUntil(t *testing.T) {
-	pacificTime := func(s string) time.Time { // UTC instant for a Los Angeles wall time given with its offset
-		tm, err := time.Parse("2006-01-02 15:04:05 -0700", s)
-		require.NoError(t, err)
-		return tm
-	}
-	tests := []struct {
-		name string
-		v    Verdict
-		now  time.Time
-		want time.Time
-	}{
-		{"none", Verdict{Class: ClassOverloaded}, brkT0, time.Time{}},
-		{"unknown kind", Verdict{CoolDown: CoolDown(42)}, brkT0, time.Time{}},
-		{"retry after", Verdict{CoolDown: CoolDownRetryAfter, RetryAfter: 22500 * time.Millisecond}, brkT0, brkT0.Add(22500 * time.Millisecond)},
-		{"retry after without a stated delay", Verdict{CoolDown: CoolDownRetryAfter}, brkT0, brkT0.Add(30 * time.Second)},
-		{"daily quota just before Pacific midnight", Verdict{CoolDown: CoolDownUntilMidnight},
-			pacificTime("2026-01-15 23:59:30 -0800"), pacificTime("2026-01-16 00:00:00 -0800")},
-		{"daily quota at Pacific midnight waits a whole day", Verdict{CoolDown: CoolDownUntilMidnight},
-			pacificTime("2026-01-16 00:00:00 -0800"), pacificTime("2026-01-17 00:00:00 -0800")},
-		{"daily quota the night DST starts", Verdict{CoolDown: CoolDownUntilMidnight},
-			pacificTime("2026-03-07 23:30:00 -0800"), pacificTime("2026-03-08 00:00:00 -0800")},
-		{"daily quota on the 23-hour day", Verdict{CoolDown: CoolDownUntilMidnight},
-			pacificTime("2026-03-08 00:00:00 -0800"), pacificTime("2026-03-09 00:00:00 -0700")},
-		{"daily quota on the 25-hour day", Verdict{CoolDown: CoolDownUntilMidnight},
-			pacificTime("2026-10-31 23:00:00 -0700"), pacificTime("2026-11-01 00:00:00 -0700")},
-		{"daily quota after DST ends", Verdict{CoolDown: CoolDownUntilMidnight},
-			pacificTime("2026-11-01 12:00:00 -0800"), pacificTime("2026-11-02 00:00:00 -0800")},
-		{"retired model", Verdict{CoolDown: CoolDownUntilRecheck}, brkT0, coolDownForever},
-		{"project", Verdict{CoolDown: CoolDownProject, RetryAfter: time.Hour}, brkT0, brkT0.Add(5 * time.Minute)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := coolDownUntil(tt.v, tt.now, 5*time.Minute)
-			assert.True(t, tt.want.Equal(got), "got %v, want %v", got, tt.want)
-		})
-	}
-
-	t.Run("a daily cool-down ends at Pacific midnight", func(t *testing.T) {
-		now := pacificTime("2026-01-15 23:59:30 -0800")
-		var c coolDown
-		require.True(t, c.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilMidnight}, now, 0), ClassDailyQuota))
-		_, class, ok := c.until(now.Add(29 * time.Second))
-		assert.True(t, ok)
-		assert.Equal(t, ClassDailyQuota, class)
-		_, _, ok = c.until(now.Add(30 * time.Second))
-		assert.False(t, ok, "the quota reset at midnight")
-	})
-	t.Run("a retired model cools for the process lifetime", func(t *testing.T) {
-		var c coolDown
-		require.True(t, c.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilRecheck}, brkT0, 0), ClassNotFound))
-		_, _, ok := c.until(brkT0.AddDate(100, 0, 0))
-		assert.True(t, ok)
-	})
-}
-
 func BenchmarkBreakerAllow(b *testing.B) {
 	b.Run("closed", func(b *testing.B) {
 		br := newBreaker(BreakerSettings{})
@@ -707,13 +626,4 @@ func BenchmarkBreakerAllow(b *testing.B) {
 			}
 		}
 	})
-}
-
-func BenchmarkCoolDownUntil(b *testing.B) {
-	var c coolDown
-	c.set(brkT0.Add(time.Minute), ClassRateLimit)
-	b.ReportAllocs()
-	for b.Loop() {
-		c.until(brkT0)
-	}
 }

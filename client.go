@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/genai"
@@ -41,15 +42,25 @@ type Client struct {
 	others   *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
 	shutdown map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
 
-	sdkRetries     bool         // the SDK client retries on its own: turn it off per call
-	allOpenProbeAt atomic.Int64 // Unix nanoseconds: no early probe before (see probeAllOpen)
+	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
+	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
+	recheck        recheck                   // the background cascade check New started, if any (see Close)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
 // validated together: every problem is reported in one error (errors.Join)
-// that says what to fix. Unless WithStartupCheck(false), New runs
-// CheckCascade and fails when a cascade model does not exist; that error
-// matches ErrModelNotFound. New never panics and never logs the API key.
+// that says what to fix.
+//
+// Unless WithStartupCheck(false), New runs CheckCascade. It fails when the
+// API says a cascade model does not exist (an error matching
+// ErrModelNotFound) or refuses the key or the project (invalid key, API
+// disabled, ...), or when ctx ends. When the listing fails for a reason
+// that passes (a 5xx, a 429, a timeout, a network error), New logs a warning
+// and returns a working Client, and runs the check again in the background:
+// after 1s, then at doubling intervals up to 1 minute, at most 10 times,
+// until it completes. A cascade model it then finds missing is left out of
+// the cascade as CheckCascade does, and logged at Error. Close, or the end of
+// ctx, stops the re-check. New never panics and never logs the API key.
 func New(ctx context.Context, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -88,10 +99,16 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	c.others, _ = lru.New[string, *modelState](maxOtherModels) // fails only for a size below 1
 	if cfg.startupCheck {
 		report, err := c.CheckCascade(ctx)
-		if err != nil {
+		switch {
+		case err == nil:
+			c.logReport(report)
+		case transientCheckError(err) && ctx.Err() == nil:
+			c.log(ctx, slog.LevelWarn, "geminiguard: cascade check failed; New goes on and retries it in the background",
+				slog.Duration("retry_in", recheckFirstDelay), slog.String("error", c.redact(err)))
+			c.startRecheck(ctx)
+		default:
 			return nil, err
 		}
-		c.logReport(report)
 	}
 	return c, nil
 }

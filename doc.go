@@ -25,10 +25,11 @@
 //     (WithBreaker). A call left with nothing but open models probes one
 //     early, once per AllOpenProbeEvery across the Client, so the end of an
 //     outage is found in seconds. Quota answers do not count: they cool the
-//     model down — until RetryInfo's delay for a per-minute 429, until midnight
-//     America/Los_Angeles for a daily one, until CheckCascade sees it again
-//     for a 404 or a zero limit. Project-wide failures (spend cap, invalid or
-//     leaked key, API disabled) cool the whole Client down.
+//     model down — until RetryInfo's delay (at most 5 minutes) for a
+//     per-minute 429, until midnight America/Los_Angeles for a daily one,
+//     until CheckCascade sees it again for a 404 or a zero limit.
+//     Project-wide failures (spend cap, invalid or leaked key, API disabled)
+//     cool the whole Client down.
 //   - retry: Classify decides for each failure whether the same model may
 //     help after a delay (the server's RetryInfo when stated, else jittered
 //     backoff), within MaxAttempts, the call's deadline and a client-wide
@@ -39,7 +40,10 @@
 //     and out-of-token models; then WithFallback; else a *CascadeError.
 //
 // New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
-// model the API does not list and warns about announced shutdowns.
+// model the API does not list (or a key the API refuses) and warns about
+// announced shutdowns. A listing that fails for a passing reason (a 503, a
+// timeout) does not fail New: the check is retried in the background until
+// it completes, for about 5 minutes at most; Client.Close stops it.
 //
 // # Errors
 //

@@ -36,6 +36,9 @@ var (
 	// ErrStreamInterrupted: a stream ended before its final chunk after some
 	// text had been yielded. The error is a *StreamError carrying that text.
 	ErrStreamInterrupted = errors.New("geminiguard: stream interrupted")
+	// ErrModelNotFound: CheckCascade did not find a cascade model among the
+	// models the API lists for this key.
+	ErrModelNotFound = errors.New("geminiguard: model not found")
 )
 
 // ResponseError reports a quiet failure: an HTTP 200 whose body carries no

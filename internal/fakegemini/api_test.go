@@ -167,6 +167,32 @@ func TestListPaging(t *testing.T) {
 	assert.Equal(t, 400, apiError(t, err).Code)
 }
 
+func TestScriptList(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := fakegemini.New(fakegemini.Model{Name: flash})
+		c := inMemory.client(t, fake)
+		fake.ScriptList(fakegemini.Step{Fault: fakegemini.Overloaded, Latency: time.Second}, fakegemini.Step{}, fakegemini.Step{Fault: fakegemini.APIKeyInvalid})
+		start := time.Now()
+		_, err := c.Models.List(t.Context(), nil)
+		assert.Equal(t, 503, apiError(t, err).Code)
+		assert.Equal(t, time.Second, time.Since(start), "the step's latency")
+		page, err := c.Models.List(t.Context(), nil)
+		require.NoError(t, err)
+		assert.Len(t, page.Items, 1)
+		_, err = c.Models.List(t.Context(), nil)
+		assert.Equal(t, 400, apiError(t, err).Code)
+		_, err = c.Models.List(t.Context(), nil)
+		require.NoError(t, err, "normal again after the script")
+		assert.Equal(t, 4, fake.Hits("", fakegemini.VerbList))
+
+		fake.ScriptList(fakegemini.Step{Fault: fakegemini.Internal})
+		fake.Reset()
+		_, err = c.Models.List(t.Context(), nil)
+		require.NoError(t, err, "Reset forgets the script")
+		assert.Panics(t, func() { fake.ScriptList(fakegemini.Step{Fault: fakegemini.FinishSafety}) })
+	})
+}
+
 func TestGet(t *testing.T) {
 	fake := fakegemini.New(fakegemini.Model{Name: flash, DisplayName: "Gemini 2.5 Flash", InputTokenLimit: 1000})
 	c := inMemory.client(t, fake)

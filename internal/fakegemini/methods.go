@@ -17,9 +17,27 @@ const (
 	maxPageSize     = 1000
 )
 
-// list answers models.list: the listed models in the order they were added,
-// paged by pageSize and pageToken. The response always has the "models" key.
+// list answers models.list: the next ScriptList step when there is one,
+// else the listed models in the order they were added, paged by pageSize and
+// pageToken. The response always has the "models" key.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	var step Step
+	if len(s.listScript) > 0 {
+		step, s.listScript = s.listScript[0], s.listScript[1:]
+	}
+	s.mu.Unlock()
+	if sleep(r.Context(), step.Latency) != nil {
+		return // the client is gone
+	}
+	switch {
+	case step.Fault == DropBeforeHeaders:
+		panic(http.ErrAbortHandler)
+	case isErrorFault(step.Fault):
+		writeFault(w, step, Model{})
+		return
+	}
+
 	q := r.URL.Query()
 	size := defaultPageSize
 	if v := q.Get("pageSize"); v != "" {

@@ -43,11 +43,12 @@ const (
 // A Server is safe for concurrent use. Create it with New; the zero value is
 // not usable.
 type Server struct {
-	mu       sync.Mutex // guards models, order, hits, requests
-	models   map[string]*modelState
-	order    []string // model names in the order they were first added
-	hits     map[hitKey]int
-	requests map[string][]Request
+	mu         sync.Mutex // guards models, order, hits, requests, listScript
+	models     map[string]*modelState
+	order      []string // model names in the order they were first added
+	hits       map[hitKey]int
+	requests   map[string][]Request
+	listScript []Step // the scripted answers of the next models.list requests (ScriptList)
 
 	responses atomic.Uint64 // numbers responseId values
 }
@@ -96,6 +97,23 @@ func (s *Server) Script(model string, steps ...Step) {
 	st.m.Script, st.pos = slices.Clone(steps), 0
 }
 
+// ScriptList makes the next models.list requests answer with steps, one
+// request each, in order; after the last, list answers normally again. Each
+// step's Latency delays its answer; its Fault is OK (a normal page), an
+// error fault (a 5xx, a quota 429, an auth 4xx, ...) or DropBeforeHeaders.
+// It replaces the steps not yet answered; Reset forgets them. It panics on
+// any other fault.
+func (s *Server) ScriptList(steps ...Step) {
+	for _, st := range steps {
+		if st.Fault != OK && st.Fault != DropBeforeHeaders && !isErrorFault(st.Fault) {
+			panic("fakegemini: ScriptList with " + st.Fault.String() + ": use OK, an error fault or DropBeforeHeaders")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listScript = slices.Clone(steps)
+}
+
 // Hits returns how many requests for model and verb the server received,
 // rejected ones included (bad key, unknown model, quota). List requests are
 // counted under the model "".
@@ -132,12 +150,14 @@ func (s *Server) FullText(model string) string {
 }
 
 // Reset zeroes the hit counters and request logs, rewinds every script and
-// fault draw, and forgets all emulated quota usage. Models stay.
+// fault draw, forgets all emulated quota usage and the ScriptList steps not
+// yet answered. Models stay.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.hits)
 	clear(s.requests)
+	s.listScript = nil
 	for _, st := range s.models {
 		st.rewind()
 	}

@@ -1,0 +1,301 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// Shutdown is an announced retirement of a model.
+type Shutdown struct {
+	Date        time.Time // the day requests start failing (00:00 UTC of that day)
+	Replacement string    // the model Google names as its replacement, "" when none
+	Source      string    // where it was announced
+}
+
+// shutdownWarnDays is how close a shutdown must be for CheckCascade to warn.
+const shutdownWarnDays = 90
+
+// Shutdowns returns the built-in table of announced shutdown dates of the
+// Gemini API (not Vertex AI), as read on the dates its Source fields give.
+// Google moves these dates; WithShutdowns adds to or overrides the table.
+func Shutdowns() map[string]Shutdown {
+	const (
+		official = "https://ai.google.dev/gemini-api/docs/deprecations (read 2026-11)"
+		dec2026  = "https://dev.to/aideprecations/what-to-do-before-gemini-25-pro-and-25-flash-are-retired-on-december-1-2026-5gg9 (Gemini API deprecations, read 2026-11-10)"
+		jun2026  = "https://docs.embabel.com (GEMINI_2_0_FLASH: shut down by Google on 2026-06-01, returns 404)"
+	)
+	day := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
+	return map[string]Shutdown{
+		"gemini-1.5-pro":               {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-pro", Source: official},
+		"gemini-1.5-flash":             {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-flash", Source: official},
+		"gemini-1.5-flash-8b":          {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-flash-lite", Source: official},
+		"gemini-2.0-flash":             {Date: day(2026, time.June, 1), Replacement: "gemini-3.5-flash", Source: jun2026},
+		"gemini-2.0-flash-001":         {Date: day(2026, time.June, 1), Replacement: "gemini-3.5-flash", Source: jun2026},
+		"gemini-2.0-flash-lite":        {Date: day(2026, time.June, 1), Replacement: "gemini-2.5-flash-lite", Source: jun2026},
+		"gemini-2.0-flash-lite-001":    {Date: day(2026, time.June, 1), Replacement: "gemini-2.5-flash-lite", Source: jun2026},
+		"gemini-2.5-pro-preview-03-25": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-2.5-pro-preview-05-06": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-2.5-pro-preview-06-05": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-3-pro-preview":         {Date: day(2026, time.March, 9), Replacement: "gemini-3.1-pro-preview", Source: official},
+		"gemini-2.5-pro":               {Date: day(2026, time.December, 1), Replacement: "gemini-3.8-flash", Source: dec2026},
+		"gemini-2.5-flash":             {Date: day(2026, time.December, 1), Replacement: "gemini-3.5-flash-lite", Source: dec2026},
+	}
+}
+
+func mergeShutdowns(extra map[string]Shutdown) map[string]Shutdown {
+	table := Shutdowns()
+	for k, v := range extra {
+		table[strings.TrimPrefix(k, "models/")] = v
+	}
+	return table
+}
+
+// CascadeReport is what CheckCascade found.
+type CascadeReport struct {
+	Models   []ModelReport // one per cascade model, in order
+	Warnings []string      // things to fix before they break: one generation only, shutdowns near
+	Checked  time.Time
+}
+
+// Healthy reports whether every cascade model exists and none is past or
+// within the warning window of its shutdown.
+func (r *CascadeReport) Healthy() bool {
+	for _, m := range r.Models {
+		if !m.Exists || m.Verdict != "ok" {
+			return false
+		}
+	}
+	return true
+}
+
+// ModelReport is one cascade model as the API lists it.
+type ModelReport struct {
+	Model            string
+	Exists           bool
+	DisplayName      string
+	Generation       string // "2.5", "2.0", ... read from the name; "" when unknown
+	InputTokenLimit  int32
+	OutputTokenLimit int32
+	Shutdown         *Shutdown // announced shutdown, nil when none is known
+	DaysLeft         int       // days until Shutdown (negative: past); 0 when none
+	Verdict          string    // "ok", "missing", "shutdown soon", "shut down"
+}
+
+// CheckCascade lists the models the API offers to this key (paging with fresh
+// List calls) and checks the cascade against them. It returns an error
+// matching ErrModelNotFound that names every cascade model the API does not
+// list (the report is returned too), or the API's error when listing failed.
+// Warnings cover a cascade whose models all share one generation and models
+// whose announced shutdown is within 90 days or past. A model listed again
+// ends its cool-down when that lasts until a recheck (a 404, a limit of zero)
+// and keeps any other (a spent daily quota runs to midnight); a successful
+// listing ends a project cool-down.
+func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
+	listed, err := c.listModels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("geminiguard: listing models for the cascade check: %w", err)
+	}
+	now := time.Now()
+	c.project.clear()
+	report := &CascadeReport{Checked: now}
+	var missing []string
+	generations := map[string]bool{}
+	for _, name := range c.cascade {
+		mr := ModelReport{Model: name, Generation: generationOf(name), Verdict: "ok"}
+		if info, ok := listed[name]; ok {
+			mr.Exists, mr.DisplayName = true, info.DisplayName
+			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit
+			c.model(name).cool.clearRecheck()
+		} else {
+			mr.Verdict = "missing"
+			missing = append(missing, name)
+			c.model(name).cool.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilRecheck}, now, 0), ClassNotFound)
+		}
+		if sd, ok := c.shutdown[name]; ok {
+			mr.Shutdown = &sd
+			mr.DaysLeft = int(math.Ceil(sd.Date.Sub(now).Hours() / 24))
+			switch {
+			case mr.DaysLeft <= 0:
+				mr.Verdict = "shut down"
+				report.Warnings = append(report.Warnings, fmt.Sprintf("%s was shut down on %s; replace it with %s", name, sd.Date.Format(time.DateOnly), orNone(sd.Replacement)))
+			case mr.DaysLeft <= shutdownWarnDays:
+				if mr.Exists {
+					mr.Verdict = "shutdown soon"
+				}
+				report.Warnings = append(report.Warnings, fmt.Sprintf("%s shuts down on %s (in %s); replace it with %s", name, sd.Date.Format(time.DateOnly), days(mr.DaysLeft), orNone(sd.Replacement)))
+			}
+		}
+		if mr.Generation != "" {
+			generations[mr.Generation] = true
+		}
+		report.Models = append(report.Models, mr)
+	}
+	if len(c.cascade) > 1 && len(generations) == 1 {
+		for g := range generations {
+			report.Warnings = append(report.Warnings, fmt.Sprintf("every cascade model is generation %s: one retirement or regional outage of that generation takes them all; add a model of another generation", g))
+		}
+	}
+	if len(missing) > 0 {
+		return report, fmt.Errorf("%w: the API does not list %s for this key: fix WithCascade (run examples/cascade-doctor to see what is listed)", ErrModelNotFound, strings.Join(missing, ", "))
+	}
+	return report, nil
+}
+
+func days(n int) string {
+	if n == 1 {
+		return "1 day"
+	}
+	return fmt.Sprintf("%d days", n)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "a current model"
+	}
+	return s
+}
+
+// listPageSize is the page size CheckCascade asks for (the API's maximum is 1000).
+const listPageSize = 1000
+
+// listModels pages through the API's model list with fresh List calls: the
+// SDK's Page.Next re-sends the first page token when one was given.
+func (c *Client) listModels(ctx context.Context) (map[string]*genai.Model, error) {
+	out := make(map[string]*genai.Model)
+	token := ""
+	for range 100 { // a bound against a server that never stops paging
+		page, err := c.api.List(ctx, &genai.ListModelsConfig{PageSize: listPageSize, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range page.Items {
+			out[strings.TrimPrefix(m.Name, "models/")] = m
+		}
+		if page.NextPageToken == "" || page.NextPageToken == token {
+			return out, nil
+		}
+		token = page.NextPageToken
+	}
+	return out, nil
+}
+
+// generationOf reads the generation from a model name: "gemini-2.5-flash" →
+// "2.5". "" when the name does not follow the gemini-<version>-... pattern.
+func generationOf(name string) string {
+	rest, ok := strings.CutPrefix(name, "gemini-")
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, "-")
+	if v == "" || !strings.ContainsAny(v[:1], "0123456789") {
+		return ""
+	}
+	return v
+}
+
+// The background re-check that New starts when its own check could not list
+// the models for a transient reason: after recheckFirstDelay, then at
+// doubling intervals up to recheckMaxDelay, at most recheckTries times
+// (about 5 minutes in all).
+const (
+	recheckFirstDelay = time.Second
+	recheckMaxDelay   = time.Minute
+	recheckTries      = 10
+)
+
+// recheck is the background cascade check New started, if any. Its fields
+// are set by New before the Client is returned and never change.
+type recheck struct {
+	stop context.CancelFunc // ends the re-check; nil when New started none
+	done chan struct{}      // closed when the re-check goroutine has returned
+}
+
+// transientCheckError reports whether err, CheckCascade's error, is a
+// failure that passes (a 5xx, a 429, a timeout, a network error) rather than
+// an answer: a missing model, a rejected key or project, the caller's
+// cancellation.
+func transientCheckError(err error) bool {
+	return err != nil && !errors.Is(err, ErrModelNotFound) && Classify(err).Retryable
+}
+
+// startRecheck starts the goroutine that runs CheckCascade again until it
+// completes, recheckTries times at most, stopped by Close or by the end of
+// ctx. New calls it at most once, before returning the Client.
+func (c *Client) startRecheck(ctx context.Context) {
+	ctx, stop := context.WithCancel(ctx)
+	c.recheck = recheck{stop: stop, done: make(chan struct{})}
+	go c.runRecheck(ctx)
+}
+
+// runRecheck is the re-check goroutine. A model the check finds missing
+// cools down (CheckCascade does it) and is logged at Error, as is a check
+// that gives up.
+func (c *Client) runRecheck(ctx context.Context) {
+	defer close(c.recheck.done)
+	delay := recheckFirstDelay
+	for try := 1; ; try++ {
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		report, err := c.CheckCascade(ctx)
+		switch {
+		case err == nil:
+			c.log(ctx, slog.LevelInfo, "geminiguard: cascade check passed", slog.Int("try", try))
+			c.logReport(report)
+			return
+		case ctx.Err() != nil:
+			return // Close, or the end of New's context
+		case errors.Is(err, ErrModelNotFound):
+			c.log(ctx, slog.LevelError, "geminiguard: cascade check: a cascade model does not exist; it is left out until a check lists it", slog.String("error", c.redact(err)))
+			c.logReport(report)
+			return
+		case !transientCheckError(err) || try == recheckTries:
+			c.log(ctx, slog.LevelError, "geminiguard: cascade check failed; giving up (run CheckCascade to try again)", slog.Int("try", try), slog.String("error", c.redact(err)))
+			return
+		}
+		delay = min(2*delay, recheckMaxDelay)
+		c.log(ctx, slog.LevelWarn, "geminiguard: cascade check failed; retrying in the background", slog.Int("try", try), slog.Duration("retry_in", delay), slog.String("error", c.redact(err)))
+	}
+}
+
+// Close stops the Client's background work and waits for it to end: the
+// cascade re-check New starts when its own check could not list the models
+// (see New). The Client keeps working: calls made during or after Close are
+// served as before, and CheckCascade can still be called. Close is
+// idempotent and safe for concurrent use, also with calls in flight; it
+// returns nil (the error is io.Closer's).
+func (c *Client) Close() error {
+	if c.recheck.stop != nil {
+		c.recheck.stop()
+		<-c.recheck.done
+	}
+	return nil
+}
+
+// log writes one line to the Client's logger, if it has one.
+func (c *Client) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	if c.cfg.logger != nil {
+		c.cfg.logger.LogAttrs(ctx, level, msg, attrs...)
+	}
+}
+
+// redact returns err's text with the API key, if the options gave one,
+// replaced: an error from a proxy or the network may quote the request.
+func (c *Client) redact(err error) string {
+	msg := err.Error()
+	if c.cfg.apiKey != "" {
+		msg = strings.ReplaceAll(msg, c.cfg.apiKey, "[redacted]")
+	}
+	return msg
+}
