@@ -1,0 +1,221 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+)
+
+// Step tables of the call's layers on their own: the gate (admit, settle,
+// abandon) and the retry decision (decide), over an inert upstream.
+
+// newTestCall starts a generate call on c, first choice the primary.
+func newTestCall(c *Client) *generateCall {
+	return c.newGenerateCall(context.Background(), "", genai.Text("Say hi"), nil)
+}
+
+// trip opens br with as many counted failures as it takes.
+func trip(br *breaker, now time.Time) {
+	for br.state(now) != StateOpen {
+		p, _, _ := br.allow(now)
+		br.done(p, now, outcomeFailure)
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	primary := chainModels[0]
+	tests := []struct {
+		name    string
+		opts    []Option
+		arrange func(c *Client, call *generateCall)
+		step    step
+		class   Class         // of the recorded attempt; ClassNone: none recorded
+		is      error         // the recorded error matches it; nil: not checked
+		delay   time.Duration // the token wait admit slept
+	}{
+		{name: "closed, no limits", step: stepGo},
+		{
+			name:    "deadline passed",
+			arrange: func(_ *Client, call *generateCall) { call.deadline = call.now },
+			step:    stepStop, class: ClassTimeout, is: context.DeadlineExceeded,
+		},
+		{
+			name: "cooling down after a daily quota",
+			arrange: func(c *Client, call *generateCall) {
+				c.states[0].cool.set(call.now.Add(time.Hour), ClassDailyQuota)
+			},
+			step: stepNext, class: ClassCircuitOpen, is: ErrQuotaExhausted,
+		},
+		{
+			name:    "breaker open",
+			arrange: func(c *Client, call *generateCall) { trip(c.states[0].breakers[endpointGenerate], call.now) },
+			step:    stepNext, class: ClassCircuitOpen, is: ErrCircuitOpen,
+		},
+		{
+			name: "half-open, its one probe in flight",
+			arrange: func(c *Client, call *generateCall) {
+				br := c.states[0].breakers[endpointGenerate]
+				trip(br, call.now.Add(-time.Hour))
+				_, _, err := br.allow(call.now)
+				require.NoError(t, err)
+			},
+			step: stepNext, class: ClassCircuitOpen, is: ErrCircuitOpen,
+		},
+		{
+			name: "out of requests for a minute, the next model free",
+			opts: []Option{WithHeadroom(1), WithLimits(primary, Limits{RPM: 1})},
+			arrange: func(c *Client, call *generateCall) {
+				_, _, err := c.states[0].lim.reserve(call.now, 0, time.Time{})
+				require.NoError(t, err)
+			},
+			step: stepNext, class: ClassLocalRateLimit, is: ErrRateLimited,
+		},
+		{
+			name: "out of requests for a minute, no other model",
+			opts: []Option{WithHeadroom(1), WithLimits(primary, Limits{RPM: 1})},
+			arrange: func(c *Client, call *generateCall) {
+				call.only = true
+				_, _, err := c.states[0].lim.reserve(call.now, 0, time.Time{})
+				require.NoError(t, err)
+			},
+			step: stepGo, delay: time.Minute,
+		},
+		{
+			name: "the day's requests spent",
+			opts: []Option{WithHeadroom(1), WithLimits(primary, Limits{RPD: 1})},
+			arrange: func(c *Client, call *generateCall) {
+				_, _, err := c.states[0].lim.reserve(call.now, 0, time.Time{})
+				require.NoError(t, err)
+			},
+			step: stepNext, class: ClassLocalRateLimit, is: ErrQuotaExhausted,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := inertClient(t, newInertAPI(), tt.opts...)
+				call := newTestCall(c)
+				if tt.arrange != nil {
+					tt.arrange(c, call)
+				}
+				sl := &retrySlot{m: c.states[0], tries: 1}
+				start := time.Now()
+
+				a, got, err := call.admit(t.Context(), sl)
+
+				assert.Equal(t, tt.step, got)
+				assert.Equal(t, tt.delay, time.Since(start))
+				assert.Equal(t, tt.delay, sl.delay)
+				if tt.class == ClassNone {
+					assert.Empty(t, call.attempts)
+					require.NoError(t, err)
+					assert.Same(t, c.states[0], a.m)
+					c.settle(&a, call.now, nil, Verdict{})
+					return
+				}
+				require.Len(t, call.attempts, 1)
+				assert.Equal(t, tt.class, Classify(call.attempts[0].Err).Class)
+				assert.Same(t, err, call.attempts[0].Err, "the recorded error is the one returned")
+				if tt.is != nil {
+					assert.ErrorIs(t, err, tt.is)
+				}
+				assert.Nil(t, a.br, "no admission")
+			})
+		})
+	}
+}
+
+func TestAbandonFreesTheProbeSlotAndTheGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := inertClient(t, newInertAPI(), WithHeadroom(1), WithLimits(chainModels[0], Limits{RPM: 2}))
+		call := newTestCall(c)
+		br := c.states[0].breakers[endpointGenerate]
+		trip(br, call.now.Add(-time.Hour))
+
+		a, step, err := call.admit(t.Context(), &retrySlot{m: c.states[0]})
+		require.NoError(t, err)
+		require.Equal(t, stepGo, step)
+		require.Equal(t, 1, br.snapshot(call.now).ProbesInFlight)
+
+		a.abandon()
+		a.abandon() // once only
+
+		st := br.snapshot(call.now)
+		assert.Equal(t, StateHalfOpen, st.State, "an abandoned probe says nothing about the model")
+		assert.Zero(t, st.ProbesInFlight, "its slot is free")
+		for range 2 { // the unsent request's RPM slot came back: two leave now
+			_, wait, err := c.states[0].lim.reserve(call.now, 0, time.Time{})
+			require.NoError(t, err)
+			assert.Zero(t, wait)
+		}
+		c.settle(&a, call.now, errors.New("late"), Verdict{Counts: true})
+		assert.Zero(t, br.snapshot(call.now).ProbesInFlight, "a settled admission is not settled again")
+		assert.Equal(t, StateHalfOpen, br.state(call.now))
+	})
+}
+
+func TestDecide(t *testing.T) {
+	retryable := Verdict{Class: ClassOverloaded, Retryable: true, Scope: ScopeModel, Counts: true}
+	tests := []struct {
+		name    string
+		v       Verdict
+		tries   int
+		only    bool                                // the primary alone: no other model to move to
+		arrange func(c *Client, call *generateCall) // before deciding
+		step    step
+		wait    bool // a retry waits a positive backoff
+		overrun bool // the error says a retry would overrun the deadline
+	}{
+		{name: "caller cancelled", v: base(ClassCanceled), tries: 1, step: stepStop},
+		{name: "bad request", v: base(ClassBadRequest), tries: 1, step: stepStop},
+		{name: "spend cap", v: base(ClassSpendCap), tries: 1, step: stepProject},
+		{name: "daily quota", v: base(ClassDailyQuota), tries: 1, step: stepNext},
+		{name: "attempts spent", v: retryable, tries: 3, only: true, step: stepNext},
+		{name: "another model free", v: retryable, tries: 1, step: stepLater},
+		{name: "nothing else: retry", v: retryable, tries: 1, only: true, step: stepRetry, wait: true},
+		{
+			name: "a retry would overrun the deadline", v: retryable, tries: 1, only: true,
+			arrange: func(_ *Client, call *generateCall) { call.deadline = call.now.Add(time.Millisecond) },
+			step:    stepNext, overrun: true,
+		},
+		{
+			name: "retry budget spent", v: retryable, tries: 1, only: true,
+			arrange: func(c *Client, call *generateCall) {
+				for c.budget.withdraw(call.now) {
+				}
+			},
+			step: stepNext,
+		},
+		{
+			name: "this failure opened the breaker", v: retryable, tries: 1, only: true,
+			arrange: func(c *Client, call *generateCall) { trip(c.states[0].breakers[endpointGenerate], call.now) },
+			step:    stepNext,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := inertClient(t, newInertAPI())
+				call := newTestCall(c)
+				call.only = tt.only
+				if tt.arrange != nil {
+					tt.arrange(c, call)
+				}
+				cause := errors.New("the attempt's error")
+
+				got, d, err := call.decide(&retrySlot{m: c.states[0], tries: tt.tries}, tt.v, cause)
+
+				assert.Equal(t, tt.step, got)
+				assert.Equal(t, tt.wait, d > 0, "backoff %v", d)
+				assert.ErrorIs(t, err, cause)
+				assert.Equal(t, tt.overrun, errors.Is(err, context.DeadlineExceeded))
+			})
+		})
+	}
+}
