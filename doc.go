@@ -55,8 +55,21 @@
 // ErrEmptyResponse and ErrStreamInterrupted with errors.Is, and carry details
 // in *CascadeError, *ModelError, *ResponseError, *StreamError and
 // *CoolingError. Quiet failures of the API — a blocked prompt, a SAFETY or
-// RECITATION finish, a 200 without candidates or parts — are errors here.
-// WithCallRecord reports every attempt of a call: model, error and wait.
+// RECITATION finish, a 200 without candidates or parts — are errors here, by
+// the same rules for a unary answer and a stream's. WithCallRecord reports
+// every attempt of a call: model, error and wait.
+//
+// An answer the server pauses with finishReason CONTINUATION is completed
+// within its call: the same deadline, the model that answered alone (its
+// token is no use to another), never the Fallback. A part that cannot be had
+// ends the call with a *StreamError holding the text so far.
+//
+// A panic — the SDK's, a hook's, a Fallback's, a stream consumer's loop
+// body's — reaches the caller as it would without this package, and leaves
+// the Client consistent: every breaker permit and unsent limiter grant of
+// the call is settled on the way out, and the call counts as failed in Stats.
+// A Client keeps per-model state for its cascade and for at most 256 other
+// models, the most recently called.
 //
 // # Streaming
 //
