@@ -107,7 +107,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 // SDK's NewClient errors print the whole ClientConfig, so they are replaced.
 func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 	cc := &genai.ClientConfig{
-		APIKey:     cfg.apiKey,
+		APIKey:     cfg.apiKey.reveal(),
 		Backend:    genai.BackendGeminiAPI,
 		HTTPClient: cfg.httpClient,
 	}
@@ -115,8 +115,8 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 	gc, err := genai.NewClient(ctx, cc)
 	if err != nil {
 		msg := err.Error()
-		if cfg.apiKey != "" {
-			msg = strings.ReplaceAll(msg, cfg.apiKey, "[redacted]")
+		if key := cfg.apiKey.reveal(); key != "" {
+			msg = strings.ReplaceAll(msg, key, redacted)
 		}
 		if i := strings.Index(msg, "ClientConfig"); i >= 0 {
 			msg = strings.TrimRight(msg[:i], " .:")
