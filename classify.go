@@ -308,13 +308,12 @@ func classify(err error) Verdict {
 		}
 		return v
 	}
+	for _, row := range classSentinels {
+		if errors.Is(err, row.sentinel) {
+			return base(row.classes[0])
+		}
+	}
 	switch {
-	case errors.Is(err, ErrCircuitOpen):
-		return base(ClassCircuitOpen)
-	case errors.Is(err, ErrRateLimited):
-		return base(ClassLocalRateLimit)
-	case errors.Is(err, ErrQuotaExhausted):
-		return base(ClassDailyQuota)
 	case errors.Is(err, ErrBlocked), errors.Is(err, ErrEmptyResponse):
 		return quietVerdict(err, "")
 	case errors.Is(err, ErrStreamInterrupted):

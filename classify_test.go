@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -899,4 +900,29 @@ func FuzzClassify(f *testing.F) {
 			require.False(t, got.Counts)
 		}
 	})
+}
+
+// TestClassSentinels spells out which sentinels each class matches, through
+// ModelError and CoolingError, and how Classify reads a bare sentinel.
+func TestClassSentinels(t *testing.T) {
+	sentinels := []error{ErrCircuitOpen, ErrRateLimited, ErrQuotaExhausted, ErrAllModelsFailed, ErrEmptyResponse, ErrBlocked, ErrStreamInterrupted}
+	want := map[Class][]error{
+		ClassRateLimit:      {ErrRateLimited},
+		ClassLocalRateLimit: {ErrRateLimited},
+		ClassDailyQuota:     {ErrQuotaExhausted},
+		ClassNoQuota:        {ErrQuotaExhausted},
+		ClassSpendCap:       {ErrQuotaExhausted},
+		ClassCircuitOpen:    {ErrCircuitOpen},
+	}
+	for c := range numClasses {
+		for _, s := range sentinels {
+			me := &ModelError{Model: "m", Verdict: Verdict{Class: c}, Err: errors.New("x")}
+			assert.Equal(t, slices.Contains(want[c], s), errors.Is(me, s), "ModelError %s is %v", c, s)
+			ce := &CoolingError{Model: "m", Reason: c}
+			assert.Equal(t, slices.Contains(want[c], s) || s == ErrCircuitOpen, errors.Is(ce, s), "CoolingError %s is %v", c, s)
+		}
+	}
+	assert.Equal(t, ClassCircuitOpen, Classify(fmt.Errorf("w: %w", ErrCircuitOpen)).Class)
+	assert.Equal(t, ClassLocalRateLimit, Classify(fmt.Errorf("w: %w", ErrRateLimited)).Class)
+	assert.Equal(t, ClassDailyQuota, Classify(fmt.Errorf("w: %w", ErrQuotaExhausted)).Class)
 }
