@@ -175,7 +175,8 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // It reads, in this order: a *CascadeError (the verdict of its last failed
 // attempt), a *ModelError (its Verdict), a wait that would have overrun the
 // deadline (the failure it would have retried), context errors, our typed
-// errors (*ResponseError, *StreamError), genai.APIError (value or pointer),
+// errors (a request refused before it was sent, *ResponseError,
+// *StreamError), genai.APIError (value or pointer),
 // our sentinels, then transport errors. context.Canceled is ClassCanceled; so
 // is context.DeadlineExceeded (the caller's deadline, or the SDK's
 // HTTPOptions.Timeout, which looks the same), except inside an
@@ -184,11 +185,12 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // first (code, status, details such as QuotaFailure, RetryInfo and
 // ErrorInfo, an error object inside a JSON Message) and the message text only
 // where the API sends nothing else (spend caps, "limit: 0", "Please retry in
-// 36.4s", region blocks). A RetryInfo delay is truncated to whole seconds by
-// the API while the message states it exactly, so RetryAfter is the larger of
-// the two. A 499 CANCELLED answer is server_error: the server gave up, as our
-// own cancellation never reads a response. An error whose own methods panic
-// is ClassUnknown.
+// 36.4s", region blocks, a 404 about the URL rather than the model such as
+// "Method not found.", which is bad_request). A RetryInfo delay is truncated
+// to whole seconds by the API while the message states it exactly, so
+// RetryAfter is the larger of the two. A 499 CANCELLED answer is
+// server_error: the server gave up, as our own cancellation never reads a
+// response. An error whose own methods panic is ClassUnknown.
 //
 // The base verdict of each class (a few cases narrow it, as noted):
 //
@@ -285,6 +287,10 @@ func classify(err error) Verdict {
 		return base(ClassCanceled)
 	}
 
+	var bad *requestError
+	if errors.As(err, &bad) && bad != nil {
+		return base(ClassBadRequest)
+	}
 	var re *ResponseError
 	if errors.As(err, &re) && re != nil {
 		return quietVerdict(re.Kind, re.Reason)
@@ -547,6 +553,11 @@ func (f fault) verdict() Verdict {
 		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilRecheck
 		return v
 	case c == 404:
+		if pathText.MatchString(f.message) {
+			// The URL names no method of the API (a malformed path, a
+			// proxy's stray prefix): the request is wrong, not the model.
+			return base(ClassBadRequest)
+		}
 		return base(ClassNotFound)
 	case c == 408:
 		return base(ClassTimeout)
@@ -578,6 +589,12 @@ var (
 	serviceDisabledText = regexp.MustCompile(`(?i)has not been used in project .* or it is disabled`)
 	// keyText: messages that condemn the key or the project behind it.
 	keyText = regexp.MustCompile(`(?i)api key not valid|api key not found|api key expired|reported as leaked|unregistered callers|has been suspended`)
+	// pathText: 404s about the URL rather than a model: "Method not found."
+	// (the API's answer to a path it does not serve) and the Google front
+	// end's HTML page "The requested URL <code>/x</code> was not found on
+	// this server.". A retired model's 404 names it: "models/X is not
+	// found for API version v1beta, or is not supported for generateContent."
+	pathText = regexp.MustCompile(`(?is)\bmethod not found\b|the requested URL\b.*\bwas not found on this server`)
 	// deadlineText: 503 UNAVAILABLE "Deadline expired before operation could
 	// complete."
 	deadlineText = regexp.MustCompile(`(?i)deadline expired`)

@@ -157,6 +157,9 @@ func (c *Client) model(name string) *modelState {
 // the caller cancelled. Classify(err) gives the verdict of the failure that
 // decided the outcome; WithCallRecord gives the attempts.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	if err := checkGenerate(contents, config); err != nil {
+		return nil, err
+	}
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
 	resp, err := call.run(ctx)
@@ -237,6 +240,9 @@ func generateOnce(ctx context.Context, call *generateCall, m *modelState) (*gena
 // Errors: those of GenerateContent, where a *CascadeError lists the one
 // model's attempts; an error when model is "".
 func (c *Client) EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
+	if err := checkEmbed(contents, config); err != nil {
+		return nil, err
+	}
 	if model == "" {
 		return nil, errors.New(`geminiguard: EmbedContent needs a model name, e.g. "gemini-embedding-001"`)
 	}
