@@ -34,7 +34,7 @@ const (
 	ClassTimeout                      // 504, 503 deadline expired, attempt timeout, net timeout
 	ClassNetwork                      // connection refused / reset, EOF before the response
 	ClassStreamCut                    // a stream cut after it started (transport, in-stream error, no finishReason)
-	ClassBadRequest                   // 400 INVALID_ARGUMENT and other caller mistakes
+	ClassBadRequest                   // 400 INVALID_ARGUMENT, a 404 about the URL, a request refused before sending: caller mistakes
 	ClassAuth                         // invalid, leaked or unregistered API key (400 / 403)
 	ClassServiceDisabled              // 403 SERVICE_DISABLED: the API is not enabled for the project
 	ClassLocation                     // 400 FAILED_PRECONDITION: not available in the caller's region
