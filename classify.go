@@ -34,7 +34,7 @@ const (
 	ClassTimeout                      // 504, 503 deadline expired, attempt timeout, net timeout
 	ClassNetwork                      // connection refused / reset, EOF before the response
 	ClassStreamCut                    // a stream cut after it started (transport, in-stream error, no finishReason)
-	ClassBadRequest                   // 400 INVALID_ARGUMENT and other caller mistakes
+	ClassBadRequest                   // 400 INVALID_ARGUMENT, a 404 about the URL, a request refused before sending: caller mistakes
 	ClassAuth                         // invalid, leaked or unregistered API key (400 / 403)
 	ClassServiceDisabled              // 403 SERVICE_DISABLED: the API is not enabled for the project
 	ClassLocation                     // 400 FAILED_PRECONDITION: not available in the caller's region
@@ -175,7 +175,8 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // It reads, in this order: a *CascadeError (the verdict of its last failed
 // attempt), a *ModelError (its Verdict), a wait that would have overrun the
 // deadline (the failure it would have retried), context errors, our typed
-// errors (*ResponseError, *StreamError), genai.APIError (value or pointer),
+// errors (a request refused before it was sent, *ResponseError,
+// *StreamError), genai.APIError (value or pointer),
 // our sentinels, then transport errors. context.Canceled is ClassCanceled; so
 // is context.DeadlineExceeded (the caller's deadline, or the SDK's
 // HTTPOptions.Timeout, which looks the same), except inside an
@@ -184,11 +185,12 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // first (code, status, details such as QuotaFailure, RetryInfo and
 // ErrorInfo, an error object inside a JSON Message) and the message text only
 // where the API sends nothing else (spend caps, "limit: 0", "Please retry in
-// 36.4s", region blocks). A RetryInfo delay is truncated to whole seconds by
-// the API while the message states it exactly, so RetryAfter is the larger of
-// the two. A 499 CANCELLED answer is server_error: the server gave up, as our
-// own cancellation never reads a response. An error whose own methods panic
-// is ClassUnknown.
+// 36.4s", region blocks, a 404 about the URL rather than the model such as
+// "Method not found.", which is bad_request). A RetryInfo delay is truncated
+// to whole seconds by the API while the message states it exactly, so
+// RetryAfter is the larger of the two. A 499 CANCELLED answer is
+// server_error: the server gave up, as our own cancellation never reads a
+// response. An error whose own methods panic is ClassUnknown.
 //
 // The base verdict of each class (a few cases narrow it, as noted):
 //
@@ -285,6 +287,10 @@ func classify(err error) Verdict {
 		return base(ClassCanceled)
 	}
 
+	var bad *requestError
+	if errors.As(err, &bad) && bad != nil {
+		return base(ClassBadRequest)
+	}
 	var re *ResponseError
 	if errors.As(err, &re) && re != nil {
 		return quietVerdict(re.Kind, re.Reason)
@@ -308,13 +314,12 @@ func classify(err error) Verdict {
 		}
 		return v
 	}
+	for _, row := range classSentinels {
+		if errors.Is(err, row.sentinel) {
+			return base(row.classes[0])
+		}
+	}
 	switch {
-	case errors.Is(err, ErrCircuitOpen):
-		return base(ClassCircuitOpen)
-	case errors.Is(err, ErrRateLimited):
-		return base(ClassLocalRateLimit)
-	case errors.Is(err, ErrQuotaExhausted):
-		return base(ClassDailyQuota)
 	case errors.Is(err, ErrBlocked), errors.Is(err, ErrEmptyResponse):
 		return quietVerdict(err, "")
 	case errors.Is(err, ErrStreamInterrupted):
@@ -548,6 +553,11 @@ func (f fault) verdict() Verdict {
 		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilRecheck
 		return v
 	case c == 404:
+		if pathText.MatchString(f.message) {
+			// The URL names no method of the API (a malformed path, a
+			// proxy's stray prefix): the request is wrong, not the model.
+			return base(ClassBadRequest)
+		}
 		return base(ClassNotFound)
 	case c == 408:
 		return base(ClassTimeout)
@@ -579,6 +589,12 @@ var (
 	serviceDisabledText = regexp.MustCompile(`(?i)has not been used in project .* or it is disabled`)
 	// keyText: messages that condemn the key or the project behind it.
 	keyText = regexp.MustCompile(`(?i)api key not valid|api key not found|api key expired|reported as leaked|unregistered callers|has been suspended`)
+	// pathText: 404s about the URL rather than a model: "Method not found."
+	// (the API's answer to a path it does not serve) and the Google front
+	// end's HTML page "The requested URL <code>/x</code> was not found on
+	// this server.". A retired model's 404 names it: "models/X is not
+	// found for API version v1beta, or is not supported for generateContent."
+	pathText = regexp.MustCompile(`(?is)\bmethod not found\b|the requested URL\b.*\bwas not found on this server`)
 	// deadlineText: 503 UNAVAILABLE "Deadline expired before operation could
 	// complete."
 	deadlineText = regexp.MustCompile(`(?i)deadline expired`)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -568,6 +569,33 @@ var wireCases = []wireCase{
 		want: wantNotFound,
 	},
 
+	{
+		// https://github.com/googleapis/js-genai/issues/930: a 404 that says
+		// nothing of a URL is read as being about the model.
+		name: "404 without a message", status: 404,
+		body: `{"error":{"message":"","code":404,"status":"Not Found"}}`,
+		want: wantNotFound,
+	},
+	{
+		// https://github.com/googleapis/google-api-php-client/issues/1870: a
+		// Google API's answer to a method it does not have. The Gemini API
+		// answers so to a malformed path (the SDK posts to
+		// "v1beta/:generateContent" when it cannot encode a request).
+		name: "method not found", status: 404,
+		body: `{ "error": { "code": 404, "message": "Method not found.", "errors": [ { "message": "Method not found.", "domain": "global", "reason": "notFound" } ], "status": "NOT_FOUND" } }`,
+		want: wantBadRequest,
+	},
+	{
+		// https://github.com/8-bit-sheep/googleAnalyticsR/issues/286: the
+		// Google front end's page for a URL no API serves (the issue quotes
+		// the page's head and its message; the style sheet between them is
+		// left out here).
+		name: "front end 404 page", status: 404,
+		body: "<!DOCTYPE html>\n<html lang=en>\n  <meta charset=utf-8>\n  <meta name=viewport content=\"initial-scale=1, minimum-scale=1, width=device-width\">\n  <title>Error 404 (Not Found)!!1</title>\n" +
+			"<p>The requested URL <code>/analytics/v3/data/ga/</code> was not found on this server.  ",
+		want: wantBadRequest,
+	},
+
 	// ---- what a call returns after several models ----
 	{
 		// https://github.com/voideditor/void/issues/557, as the last attempt of
@@ -715,6 +743,7 @@ func errorCases() []errCase {
 		{"bare blocked", ErrBlocked, wantBlocked},
 		{"bare empty", ErrEmptyResponse, wantEmptyRetry},
 		{"bare interrupted", ErrStreamInterrupted, wantStreamCut},
+		{"request refused before it was sent", &requestError{where: "contents[1]", what: "is nil", fix: fixNilElement}, wantBadRequest},
 		{"cascade of skips only", &CascadeError{Attempts: []Attempt{{Model: "gemini-2.5-pro", Skipped: true, Err: ErrCircuitOpen}}}, wantCircuitOpen},
 	}
 }
@@ -899,4 +928,29 @@ func FuzzClassify(f *testing.F) {
 			require.False(t, got.Counts)
 		}
 	})
+}
+
+// TestClassSentinels spells out which sentinels each class matches, through
+// ModelError and CoolingError, and how Classify reads a bare sentinel.
+func TestClassSentinels(t *testing.T) {
+	sentinels := []error{ErrCircuitOpen, ErrRateLimited, ErrQuotaExhausted, ErrAllModelsFailed, ErrEmptyResponse, ErrBlocked, ErrStreamInterrupted}
+	want := map[Class][]error{
+		ClassRateLimit:      {ErrRateLimited},
+		ClassLocalRateLimit: {ErrRateLimited},
+		ClassDailyQuota:     {ErrQuotaExhausted},
+		ClassNoQuota:        {ErrQuotaExhausted},
+		ClassSpendCap:       {ErrQuotaExhausted},
+		ClassCircuitOpen:    {ErrCircuitOpen},
+	}
+	for c := range numClasses {
+		for _, s := range sentinels {
+			me := &ModelError{Model: "m", Verdict: Verdict{Class: c}, Err: errors.New("x")}
+			assert.Equal(t, slices.Contains(want[c], s), errors.Is(me, s), "ModelError %s is %v", c, s)
+			ce := &CoolingError{Model: "m", Reason: c}
+			assert.Equal(t, slices.Contains(want[c], s) || s == ErrCircuitOpen, errors.Is(ce, s), "CoolingError %s is %v", c, s)
+		}
+	}
+	assert.Equal(t, ClassCircuitOpen, Classify(fmt.Errorf("w: %w", ErrCircuitOpen)).Class)
+	assert.Equal(t, ClassLocalRateLimit, Classify(fmt.Errorf("w: %w", ErrRateLimited)).Class)
+	assert.Equal(t, ClassDailyQuota, Classify(fmt.Errorf("w: %w", ErrQuotaExhausted)).Class)
 }

@@ -119,7 +119,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 // SDK's NewClient errors print the whole ClientConfig, so they are replaced.
 func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 	cc := &genai.ClientConfig{
-		APIKey:     cfg.apiKey,
+		APIKey:     cfg.apiKey.reveal(),
 		Backend:    genai.BackendGeminiAPI,
 		HTTPClient: cfg.httpClient,
 	}
@@ -127,8 +127,8 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 	gc, err := genai.NewClient(ctx, cc)
 	if err != nil {
 		msg := err.Error()
-		if cfg.apiKey != "" {
-			msg = strings.ReplaceAll(msg, cfg.apiKey, "[redacted]")
+		if key := cfg.apiKey.reveal(); key != "" {
+			msg = strings.ReplaceAll(msg, key, redacted)
 		}
 		if i := strings.Index(msg, "ClientConfig"); i >= 0 {
 			msg = strings.TrimRight(msg[:i], " .:")
@@ -151,6 +151,9 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // the caller cancelled. Classify(err) gives the verdict of the failure that
 // decided the outcome; WithCallRecord gives the attempts.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	if err := checkGenerate(contents, config); err != nil {
+		return nil, err
+	}
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
 	call.complete = completeAnswer
@@ -165,6 +168,9 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 // Errors: those of GenerateContent, where a *CascadeError lists the one
 // model's attempts; an error when model is "".
 func (c *Client) EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
+	if err := checkEmbed(contents, config); err != nil {
+		return nil, err
+	}
 	if model == "" {
 		return nil, errors.New(`geminiguard: EmbedContent needs a model name, e.g. "gemini-embedding-001"`)
 	}

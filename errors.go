@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -162,22 +163,35 @@ func (e *ModelError) Error() string {
 // Unwrap returns the cause.
 func (e *ModelError) Unwrap() error { return e.Err }
 
-// Is maps the verdict's class to the package's sentinels.
-func (e *ModelError) Is(target error) bool {
-	switch target {
-	case ErrRateLimited:
-		return e.Verdict.Class == ClassRateLimit || e.Verdict.Class == ClassLocalRateLimit
-	case ErrQuotaExhausted:
-		return e.Verdict.Class.quota()
-	case ErrCircuitOpen:
-		return e.Verdict.Class == ClassCircuitOpen
-	}
-	return false
+// Is reports the sentinels of the verdict's class (see Class.matches).
+func (e *ModelError) Is(target error) bool { return e.Verdict.Class.matches(target) }
+
+// classSentinels is the one table from classes to the sentinels their
+// errors match with errors.Is: the Is methods of our errors that carry a
+// class, and Classify, read it. A class matches each sentinel of whose row it is part; a bare
+// sentinel (an error that matches it and carries nothing more precise) is
+// classified as the first class of its row, and Classify tries the rows in
+// order. ErrBlocked, ErrEmptyResponse and ErrStreamInterrupted are not
+// here: only *ResponseError and *StreamError carry them, with the detail
+// their verdict needs.
+var classSentinels = [...]struct {
+	sentinel error
+	classes  []Class
+}{
+	{ErrCircuitOpen, []Class{ClassCircuitOpen}},
+	{ErrRateLimited, []Class{ClassLocalRateLimit, ClassRateLimit}},
+	{ErrQuotaExhausted, []Class{ClassDailyQuota, ClassNoQuota, ClassSpendCap}},
 }
 
-// quota reports the classes that a short wait will not cure.
-func (c Class) quota() bool {
-	return c == ClassDailyQuota || c == ClassNoQuota || c == ClassSpendCap
+// matches reports whether an error of class c matches target, a sentinel
+// of classSentinels.
+func (c Class) matches(target error) bool {
+	for _, row := range classSentinels {
+		if row.sentinel == target {
+			return slices.Contains(row.classes, c)
+		}
+	}
+	return false
 }
 
 // CoolingError says why no request was sent to a model: it is cooling down
@@ -202,17 +216,9 @@ func (e *CoolingError) Error() string {
 	return fmt.Sprintf("geminiguard: %s cooling down after %s until %s", who, e.Reason, e.Until.UTC().Format(time.RFC3339))
 }
 
-// Is reports ErrCircuitOpen, and ErrQuotaExhausted / ErrRateLimited by reason.
+// Is reports ErrCircuitOpen, and the sentinels of Reason (see Class.matches).
 func (e *CoolingError) Is(target error) bool {
-	switch target {
-	case ErrCircuitOpen:
-		return true
-	case ErrQuotaExhausted:
-		return e.Reason.quota()
-	case ErrRateLimited:
-		return e.Reason == ClassRateLimit
-	}
-	return false
+	return target == ErrCircuitOpen || e.Reason.matches(target)
 }
 
 // waitError marks a failure whose retry was not attempted because the wait

@@ -3,9 +3,11 @@ package geminiguard
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +27,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // config is everything New needs; defaultConfig sets the defaults once.
 type config struct {
 	genaiClient     *genai.Client
-	apiKey          string
+	apiKey          secret
 	baseURL         string
 	httpClient      *http.Client
 	cascade         []string
@@ -47,7 +49,43 @@ type config struct {
 	shutdowns       map[string]Shutdown
 	jitterSource    rand.Source
 	problems        []error // found while applying options; reported by validate
+	// sdkOptions names the options given that build the SDK client
+	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
+	// validate rejects them next to WithGenAIClient.
+	sdkOptions []string
 }
+
+// gave records that the option named opt, one that builds the SDK client,
+// was given.
+func (cfg *config) gave(opt string) {
+	if !slices.Contains(cfg.sdkOptions, opt) {
+		cfg.sdkOptions = append(cfg.sdkOptions, opt)
+	}
+}
+
+// redacted is what is printed in place of an API key.
+const redacted = "[redacted]"
+
+// secret holds an API key that no fmt verb prints: String, GoString and
+// Format print "[redacted]", and where fmt cannot call them (the unexported
+// field of a struct printed with %v, which fmt reads by reflection) it finds
+// only a pointer. Only reveal gives the key, for the SDK. The zero value is
+// no key.
+type secret struct{ key *string }
+
+func newSecret(key string) secret { return secret{key: &key} }
+
+// reveal returns the key, "" when there is none.
+func (s secret) reveal() string {
+	if s.key == nil {
+		return ""
+	}
+	return *s.key
+}
+
+func (secret) String() string                { return redacted }
+func (secret) GoString() string              { return redacted }
+func (secret) Format(f fmt.State, verb rune) { io.WriteString(f, redacted) }
 
 // Defaults of the options whose doc comments name them.
 const (
@@ -78,8 +116,9 @@ func defaultConfig() config {
 
 // WithGenAIClient makes the Client call through an SDK client the app already
 // has. Its own retry is switched off per call (ours runs instead) and its
-// automatic continuation too. WithAPIKey, WithBaseURL and WithHTTPClient are
-// ignored when it is given.
+// automatic continuation too. The SDK client carries its own key, endpoint
+// and HTTP client: New rejects WithAPIKey, WithBaseURL and WithHTTPClient
+// given with it.
 // Default: a new SDK client built from WithAPIKey, WithBaseURL, WithHTTPClient.
 func WithGenAIClient(c *genai.Client) Option {
 	return optionFunc(func(cfg *config) {
@@ -95,20 +134,20 @@ func WithGenAIClient(c *genai.Client) Option {
 // line or a panic of this package.
 // Default: the SDK's environment lookup (GOOGLE_API_KEY, then GEMINI_API_KEY).
 func WithAPIKey(key string) Option {
-	return optionFunc(func(cfg *config) { cfg.apiKey = key })
+	return optionFunc(func(cfg *config) { cfg.apiKey = newSecret(key); cfg.gave("WithAPIKey") })
 }
 
 // WithBaseURL sends requests to another endpoint: a proxy, a regional
 // endpoint, a test server.
 // Default: the SDK's (https://generativelanguage.googleapis.com/).
 func WithBaseURL(url string) Option {
-	return optionFunc(func(cfg *config) { cfg.baseURL = url })
+	return optionFunc(func(cfg *config) { cfg.baseURL = url; cfg.gave("WithBaseURL") })
 }
 
 // WithHTTPClient sets the HTTP client the SDK sends requests with.
 // Default: the SDK's (an http.Client on http.DefaultTransport).
 func WithHTTPClient(c *http.Client) Option {
-	return optionFunc(func(cfg *config) { cfg.httpClient = c })
+	return optionFunc(func(cfg *config) { cfg.httpClient = c; cfg.gave("WithHTTPClient") })
 }
 
 // WithCascade sets the models to try, in order: the first is the primary.
@@ -298,6 +337,9 @@ func (cfg *config) validate() error {
 		add("WithProjectCoolDown(%v): must be positive", cfg.projectCoolDown)
 	}
 	if cfg.genaiClient != nil {
+		for _, opt := range cfg.sdkOptions {
+			add("WithGenAIClient and %s: the SDK client has its own key, endpoint and HTTP client: set it in the genai.ClientConfig and leave %s out", opt, opt)
+		}
 		if cc := cfg.genaiClient.ClientConfig(); cc.Backend == genai.BackendVertexAI {
 			add("WithGenAIClient: the client uses the Vertex AI backend; geminiguard reads the Gemini API's errors and quotas: build it with Backend: genai.BackendGeminiAPI")
 		}

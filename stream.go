@@ -38,6 +38,10 @@ import (
 // Breaking out of the loop releases the connection and the breaker permit.
 func (c *Client) GenerateContentStream(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error] {
 	return func(yield func(*genai.GenerateContentResponse, error) bool) {
+		if err := checkGenerate(contents, config); err != nil {
+			yield(nil, err)
+			return
+		}
 		s := streamRun{c: c, ctx: ctx, model: model, contents: contents, config: config, start: time.Now(), rec: callRecordFrom(ctx)}
 		s.run(yield)
 	}

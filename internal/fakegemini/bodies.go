@@ -393,7 +393,9 @@ func notFound(model string) apiError {
 			"Call ListModels to see the list of available models and their supported methods."}
 }
 
-// methodNotFound answers a path or method the API does not have.
+// methodNotFound answers a path or method the API does not have (as the
+// SDK's request to "v1beta/:generateContent" when it cannot encode a body).
+// https://github.com/googleapis/google-api-php-client/issues/1870
 func methodNotFound() apiError {
 	return apiError{Code: 404, Status: "NOT_FOUND", Message: "Method not found."}
 }
