@@ -294,8 +294,8 @@ func (c *Client) log(ctx context.Context, level slog.Level, msg string, attrs ..
 // replaced: an error from a proxy or the network may quote the request.
 func (c *Client) redact(err error) string {
 	msg := err.Error()
-	if c.cfg.apiKey != "" {
-		msg = strings.ReplaceAll(msg, c.cfg.apiKey, "[redacted]")
+	if key := c.cfg.apiKey.reveal(); key != "" {
+		msg = strings.ReplaceAll(msg, key, redacted)
 	}
 	return msg
 }
