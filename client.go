@@ -144,8 +144,13 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // the cascade is tried first and the cascade follows. The caller's config is
 // never mutated.
 //
-// Errors: a *ResponseError (ErrBlocked, ErrEmptyResponse) or the API's error
-// for request-scoped failures, returned at once; a *CascadeError
+// Errors: a request the SDK cannot send (nil elements, no contents,
+// numbers JSON cannot encode) is refused before anything is sent, with an
+// error that names what to fix and that Classify reads as ClassBadRequest;
+// such a refusal is not counted in Stats. A *ResponseError (ErrBlocked,
+// ErrEmptyResponse) or the API's error for request-scoped failures,
+// returned at once; a *StreamError (ErrStreamInterrupted) holding the text
+// so far when a CONTINUATION hop of the answer failed; a *CascadeError
 // (ErrAllModelsFailed, unwrapping to every attempt's error) when every model
 // failed or was skipped and no Fallback answered; the context's error when
 // the caller cancelled. Classify(err) gives the verdict of the failure that
@@ -166,13 +171,13 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 // of different models do not mix. The caller's config is never mutated.
 //
 // Errors: those of GenerateContent, where a *CascadeError lists the one
-// model's attempts; an error when model is "".
+// model's attempts; a refusal, as for a malformed request, when model is "".
 func (c *Client) EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
 	if err := checkEmbed(contents, config); err != nil {
 		return nil, err
 	}
 	if model == "" {
-		return nil, errors.New(`geminiguard: EmbedContent needs a model name, e.g. "gemini-embedding-001"`)
+		return nil, &requestError{where: "EmbedContent's model", what: "is empty", fix: `give the embedding model's name, e.g. "gemini-embedding-001"`}
 	}
 	ec := newCall[*genai.EmbedContentResponse](ctx, c, endpointEmbed, model, contents)
 	ec.only = true
