@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/failsafestack"
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
@@ -19,19 +18,22 @@ import (
 // by inertAPI, which answers at once with a fixed response, so what is left
 // is the chain alone: limiter, breaker, retry and cascade bookkeeping, the
 // per-attempt deadline context, the call record and the statistics. Beside
-// it, in the same run, the failsafe-go stack of the scenarios' failsafe
-// arm (internal/failsafestack) around the same inert call, and the inert
-// call itself.
+// it, in the same run, the inert call itself. The failsafe-go stack of the
+// scenarios' failsafe arm around the same inert call has the benchmarks of
+// the same names in examples/internal/failsafestack (the examples module,
+// so that failsafe-go is not a requirement of the library's); both in one
+// command, from the repository root:
 //
-//	go test -run '^$' -bench ChainOwn -benchmem -count 6 | tee own.txt
+//	go test -run '^$' -bench ChainOwn -benchmem -count 6 . ./examples/internal/failsafestack | tee own.txt
 //
 // The figures end to end, through the real SDK on three wires, are
-// internal/scenario's BenchmarkPaired and friends: there the SDK's own
+// examples/internal/scenario's BenchmarkPaired and friends: there the SDK's own
 // reaction to what the chain sends per attempt (a deadline, a config with
 // the automatic continuation off) counts too.
 
-// chainModels is the cascade of the benchmarks: internal/scenario's
-// overhead scenario.
+// chainModels is the cascade of the benchmarks: examples/internal/scenario's
+// overhead scenario (examples/internal/failsafestack's benchmarks use the
+// same).
 var chainModels = []string{"gemini-3.5-flash", "gemini-2.5-flash-lite"}
 
 // inertAPI is an upstream that answers every GenerateContent at once with
@@ -103,37 +105,17 @@ func inertClient(tb testing.TB, api modelsAPI, opts ...Option) *Client {
 	return c
 }
 
-// newFailsafeStack returns the failsafe arm's stack (internal/failsafestack)
-// over chainModels, with no RateLimiter (the overhead scenario has no
-// quotas), its breakers open for openFor.
-func newFailsafeStack(openFor time.Duration) *failsafestack.Stack[*genai.GenerateContentResponse] {
-	models := make([]failsafestack.Model, len(chainModels))
-	for i, name := range chainModels {
-		models[i] = failsafestack.Model{Name: name}
-	}
-	return failsafestack.New[*genai.GenerateContentResponse](models, openFor)
-}
-
-// failsafeCall makes one call through the stack, each attempt a call of api.
-func failsafeCall(ctx context.Context, s *failsafestack.Stack[*genai.GenerateContentResponse], api modelsAPI, contents []*genai.Content) (*genai.GenerateContentResponse, error) {
-	return s.Run(ctx, func(ctx context.Context, model string) (*genai.GenerateContentResponse, error) {
-		return api.GenerateContent(ctx, model, contents, nil)
-	})
-}
-
 // chainCalls returns one call each of the upstream alone, a geminiguard
-// Client, the failsafe-go stack on the same inert upstream, the upstream
-// under a context with a deadline as the chain's attempt makes it (its
-// largest single cost, kept: see attempt), and a geminiguard Client called
-// with a deadline of the caller's that comes before the attempt timeout
-// (as a request handler's 30s does before the default 60s; here 1h before
-// 2h, to outlast the benchmark), which spares the attempt its own deadline
-// context; in the order of their names.
+// Client, the upstream under a context with a deadline as the chain's
+// attempt makes it (its largest single cost, kept: see attempt), and a
+// geminiguard Client called with a deadline of the caller's that comes
+// before the attempt timeout (as a request handler's 30s does before the
+// default 60s; here 1h before 2h, to outlast the benchmark), which spares
+// the attempt its own deadline context; in the order of their names.
 func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 	api := newInertAPI()
 	c := inertClient(tb, api)
 	bounded := inertClient(tb, api, WithTimeouts(2*time.Hour, 3*time.Hour))
-	fs := newFailsafeStack(30 * time.Second)
 	ctx, contents := context.Background(), genai.Text("Say hi")
 	callerCtx, cancel := context.WithTimeout(ctx, time.Hour)
 	tb.Cleanup(cancel)
@@ -143,10 +125,9 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 		}
 		return err
 	}
-	return []string{"upstream", "geminiguard", "failsafe", "deadline", "caller-deadline"}, []func() error{
+	return []string{"upstream", "geminiguard", "deadline", "caller-deadline"}, []func() error{
 		func() error { return check(api.GenerateContent(ctx, chainModels[0], contents, nil)) },
 		func() error { return check(c.GenerateContent(ctx, "", contents, nil)) },
-		func() error { return check(failsafeCall(ctx, fs, api, contents)) },
 		func() error {
 			actx, cancel := context.WithDeadline(ctx, time.Now().Add(DefaultAttemptTimeout))
 			defer cancel()
@@ -157,14 +138,15 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 }
 
 // BenchmarkChainOwn is one call on an upstream that answers at once:
-// upstream is the inert call alone, geminiguard and failsafe the same call
-// through each chain, deadline the inert call under an attempt's deadline
-// context and nothing else of the chain, caller-deadline geminiguard under
-// a caller's deadline that bounds the attempt; paired makes the five in
-// turn (so the machine's drift falls on all alike) and reports each one's
-// time per call, geminiguard's own cost over failsafe-go's (own/failsafe),
-// the same without the deadline context (rest/failsafe), and under the
-// caller's deadline (caller-deadline/failsafe).
+// upstream is the inert call alone, geminiguard the same call through the
+// chain, deadline the inert call under an attempt's deadline context and
+// nothing else of the chain, caller-deadline geminiguard under a caller's
+// deadline that bounds the attempt; paired makes the four in turn (so the
+// machine's drift falls on all alike) and reports each one's time per
+// call and the chain's own cost over the inert call (own-ns), the same
+// without the deadline context (rest-ns), and under the caller's deadline
+// (caller-deadline-own-ns). The failsafe-go stack's own-ns, measured the
+// same way, is examples/internal/failsafestack's BenchmarkChainOwn.
 func BenchmarkChainOwn(b *testing.B) {
 	names, calls := chainCalls(b)
 	for i, name := range names {
@@ -182,43 +164,33 @@ func BenchmarkChainOwn(b *testing.B) {
 		for i, name := range names {
 			b.ReportMetric(per[i], name+"-ns")
 		}
-		stack := per[2] - per[0]
-		b.ReportMetric((per[1]-per[0])/stack, "own/failsafe")
-		b.ReportMetric((per[1]-per[3])/stack, "rest/failsafe")
-		b.ReportMetric((per[4]-per[0])/stack, "caller-deadline/failsafe")
+		b.ReportMetric(per[1]-per[0], "own-ns")
+		b.ReportMetric(per[1]-per[2], "rest-ns")
+		b.ReportMetric(per[3]-per[0], "caller-deadline-own-ns")
 	})
 }
 
 // BenchmarkChainOwnRefused is a call refused by open breakers on every
-// model, the upstream never reached.
+// model, the upstream never reached. The failsafe-go stack's is
+// examples/internal/failsafestack's BenchmarkChainOwnRefused.
 func BenchmarkChainOwnRefused(b *testing.B) {
 	api := newInertAPI()
 	api.fail = overloaded
 	c := inertClient(b, api, WithRetry(RetryPolicy{MaxAttempts: 1}), WithBreaker(BreakerSettings{OpenFor: time.Hour}))
-	fs := newFailsafeStack(time.Hour)
 	ctx, contents := context.Background(), genai.Text("Say hi")
-	for _, cb := range fs.Breakers {
-		cb.Open() // failing calls would open them too, after seconds of backoff
-	}
 	for range 2 * DefaultFailureThreshold { // every model's threshold
 		_, _ = c.GenerateContent(ctx, "", contents, nil)
 	}
-	calls := map[string]func() error{
-		"geminiguard": func() error { _, err := c.GenerateContent(ctx, "", contents, nil); return err },
-		"failsafe":    func() error { _, err := failsafeCall(ctx, fs, api, contents); return err },
-	}
-	for _, name := range []string{"geminiguard", "failsafe"} {
-		call := calls[name]
-		before := api.calls
-		require.Error(b, call())
-		require.Equal(b, before, api.calls, "%s: every breaker is open: no request leaves", name)
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if call() == nil {
-					b.Fatal("answered with every breaker open")
-				}
+	before := api.calls
+	_, err := c.GenerateContent(ctx, "", contents, nil)
+	require.Error(b, err)
+	require.Equal(b, before, api.calls, "every breaker is open: no request leaves")
+	b.Run("geminiguard", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.GenerateContent(ctx, "", contents, nil); err == nil {
+				b.Fatal("answered with every breaker open")
 			}
-		})
-	}
+		}
+	})
 }

@@ -13,7 +13,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
 
-	"github.com/geminiguard/geminiguard/internal/scenario"
+	"github.com/geminiguard/geminiguard/examples/internal/scenario"
 )
 
 // chartBuckets is about how many points each line of the chart has.

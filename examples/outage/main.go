@@ -11,7 +11,8 @@
 //	GEMINI_API_KEY=... go run ./examples/outage     # then a live smoke test against the real API
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
-// streamCut (internal/scenario documents each, and every arm's settings).
+// streamCut (examples/internal/scenario documents each, and every arm's
+// settings).
 package main
 
 import (
@@ -30,7 +31,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/scenario"
+	"github.com/geminiguard/geminiguard/examples/internal/scenario"
 )
 
 // stormClients and stormTrials are the retry storm's size, as in the AWS

@@ -1,7 +1,7 @@
 // Package jitter holds the backoff formulas of Marc Brooker's "Exponential
 // Backoff And Jitter" (AWS Architecture Blog, 2015) as pure functions, so
-// that the library and the retry-storm reproduction in internal/scenario
-// compute exactly the same delays.
+// that the library and the retry-storm reproduction in
+// examples/internal/scenario compute exactly the same delays.
 package jitter
 
 import (

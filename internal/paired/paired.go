@@ -2,7 +2,7 @@
 // makes every call once, the one going first changing every turn, so that
 // the drift and noise of a shared machine fall on all of them alike. The
 // overhead benchmarks of geminiguard (its own chain, and end to end in
-// internal/scenario) use it to report ratios measured side by side.
+// examples/internal/scenario) use it to report ratios measured side by side.
 package paired
 
 import (

@@ -10,8 +10,8 @@
 //     &genai.HTTPRetryOptions{} (5 attempts, 1s initial delay doubling,
 //     1s jitter, 60s cap), primary model only.
 //   - failsafe: the stack a Go developer assembles from failsafe-go (see
-//     internal/failsafestack for every setting and why).
-//   - geminiguard: this module's Client at its defaults, with the
+//     examples/internal/failsafestack for every setting and why).
+//   - geminiguard: the library's Client at its defaults, with the
 //     scenario's cascade, the quotas as WithLimits, the startup check on and
 //     a seeded jitter source (WithJitterSource).
 //   - oracle: the SDK calling, for each call, a model the script says will

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/failsafestack"
+	"github.com/geminiguard/geminiguard/examples/internal/failsafestack"
 	"github.com/geminiguard/geminiguard/internal/fakegemini"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
@@ -24,7 +24,7 @@ import (
 // The overhead benchmarks: the raw SDK, the failsafe arm and geminiguard
 // on a healthy upstream that answers at once, in real time.
 //
-//	go test ./internal/scenario -run '^$' -bench . -benchmem -count 10 | tee bench.txt
+//	go test ./examples/internal/scenario -run '^$' -bench . -benchmem -count 10 | tee bench.txt
 //	benchstat bench.txt
 
 // overhead is the healthy two-model scenario of the benchmarks: every call

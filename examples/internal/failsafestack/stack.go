@@ -23,9 +23,11 @@
 //   - Fallback: on any error, the next model's stack; the last model has
 //     none.
 //
-// The scenarios' failsafe arm (internal/scenario) and the benchmark of
-// geminiguard's chain alone (chain_bench_test.go) both use it. It is test
-// infrastructure: geminiguard itself never imports it.
+// The scenarios' failsafe arm (examples/internal/scenario) and this
+// package's counterpart of the benchmark of geminiguard's chain alone
+// (bench_test.go here, chain_bench_test.go at the root) both use it. It is
+// test infrastructure, in the examples module: geminiguard itself never
+// imports it, and failsafe-go is not a requirement of the library's module.
 package failsafestack
 
 import (

@@ -5,12 +5,12 @@ import (
 
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/failsafestack"
+	"github.com/geminiguard/geminiguard/examples/internal/failsafestack"
 )
 
-// FailsafeArm is the failsafe-go stack of internal/failsafestack around the
-// genai SDK (SDK retry off), over the scenario's cascade and its per-minute
-// quotas.
+// FailsafeArm is the failsafe-go stack of examples/internal/failsafestack
+// around the genai SDK (SDK retry off), over the scenario's cascade and its
+// per-minute quotas.
 func FailsafeArm() Arm {
 	return Arm{Name: "failsafe", New: func(ctx context.Context, env Env) (Caller, error) {
 		c, err := newClient(ctx, env, nil)
