@@ -198,11 +198,11 @@ func TestLimiterRPD(t *testing.T) {
 			_, _, err := l.reserve(tt.now, 0, deadline)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrRateLimited)
-			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
 			assert.ErrorIs(t, err, ErrQuotaExhausted)
-			var rle *rateLimitError
+			var rle *RateLimitError
 			require.ErrorAs(t, err, &rle)
-			assert.Equal(t, dimRPD, rle.Dimension)
+			assert.Equal(t, "RPD", rle.Dimension)
 			assert.Equal(t, tt.wantUntil, rle.Until.UTC())
 			assert.Contains(t, err.Error(), tt.wantUntil.Format(time.RFC3339))
 			assert.Equal(t, 40, l.snapshot().RequestsToday, "a refusal counts nothing")
@@ -243,12 +243,11 @@ func TestLimiterDeadline(t *testing.T) {
 				_, _, err = l.reserve(limStart, tt.tokens, deadline)
 				require.Error(t, err, "deadline %v", deadline.Sub(limStart))
 				assert.ErrorIs(t, err, ErrRateLimited)
-				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
 				assert.NotErrorIs(t, err, ErrQuotaExhausted)
-				var rle *rateLimitError
+				var rle *RateLimitError
 				require.ErrorAs(t, err, &rle)
-				assert.Equal(t, tt.dim, rle.Dimension)
-				assert.Equal(t, tt.wantWait, rle.Wait)
+				assert.Equal(t, tt.dim.String(), rle.Dimension)
 				assert.Equal(t, limStart.Add(tt.wantWait), rle.Until)
 				assert.Equal(t, "geminiguard: rate limited: "+tt.dim.String()+": the request could be sent in "+tt.wantWait.String()+", after the deadline", err.Error())
 			}
@@ -282,7 +281,7 @@ func TestLimiterCancel(t *testing.T) {
 		g, wait, err := l.reserve(limStart, 0, time.Time{})
 		require.NoError(t, err)
 		require.Zero(t, wait)
-		g.cancel(limStart.Add(100 * time.Millisecond))
+		g.cancel()
 		_, wait, err = l.reserve(limStart.Add(200*time.Millisecond), 0, time.Time{})
 		require.NoError(t, err)
 		assert.Zero(t, wait, "the cancelled slot is free again")
@@ -294,7 +293,7 @@ func TestLimiterCancel(t *testing.T) {
 		l := newLimiter(Limits{TPM: 1000}, 1)
 		g, _, err := l.reserve(limStart, 1000, time.Time{})
 		require.NoError(t, err)
-		g.cancel(limStart)
+		g.cancel()
 		assert.Zero(t, l.snapshot().TokensUsed)
 		_, wait, err := l.reserve(limStart, 1000, time.Time{})
 		require.NoError(t, err)
@@ -305,7 +304,7 @@ func TestLimiterCancel(t *testing.T) {
 		reserveAll(t, l, limStart, 39, 0)
 		g, _, err := l.reserve(limStart, 0, time.Time{})
 		require.NoError(t, err)
-		g.cancel(limStart)
+		g.cancel()
 		assert.Equal(t, 39, l.snapshot().RequestsToday)
 		_, wait, err := l.reserve(limStart, 0, limStart.Add(time.Second))
 		require.NoError(t, err)
@@ -317,11 +316,11 @@ func TestLimiterCancel(t *testing.T) {
 		require.NoError(t, err)
 		tomorrow := limStart.Add(24 * time.Hour)
 		reserveAll(t, l, tomorrow, 3, 0)
-		g.cancel(tomorrow)
+		g.cancel()
 		assert.Equal(t, 3, l.snapshot().RequestsToday)
 	})
 	t.Run("zero grant", func(t *testing.T) {
-		grant{}.cancel(limStart) // must not panic
+		grant{}.cancel() // must not panic
 	})
 }
 
@@ -335,10 +334,10 @@ func TestLimiterDrain(t *testing.T) {
 		_, _, err := l.reserve(limStart.Add(time.Second), 0, limStart.Add(10*time.Second))
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrRateLimited)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		var rle *rateLimitError
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
+		var rle *RateLimitError
 		require.ErrorAs(t, err, &rle)
-		assert.Equal(t, dimRPM, rle.Dimension)
+		assert.Equal(t, "RPM", rle.Dimension)
 		assert.Equal(t, until, rle.Until)
 
 		_, wait, err := l.reserve(limStart.Add(time.Second), 0, time.Time{})
@@ -379,9 +378,9 @@ func TestLimiterDrain(t *testing.T) {
 		_, _, err := l.reserve(limStart, 0, limStart.Add(time.Hour))
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrQuotaExhausted)
-		var rle *rateLimitError
+		var rle *RateLimitError
 		require.ErrorAs(t, err, &rle)
-		assert.Equal(t, dimRPD, rle.Dimension)
+		assert.Equal(t, "RPD", rle.Dimension)
 		assert.Equal(t, midnight, rle.Until)
 	})
 }
@@ -454,7 +453,7 @@ func TestLimiterZeroLimits(t *testing.T) {
 		if wait != 0 || err != nil {
 			t.Fatalf("reserve = %v, %v; want 0, nil", wait, err)
 		}
-		g.cancel(now)
+		g.cancel()
 		l.reconcile(now, 10, 20)
 	})
 	assert.Zero(t, allocs)
@@ -478,7 +477,7 @@ func TestLimiterConcurrent(t *testing.T) {
 					return
 				}
 				if i%10 == 9 {
-					g.cancel(now)
+					g.cancel()
 					continue
 				}
 				mu.Lock()
@@ -497,15 +496,17 @@ func TestLimiterConcurrent(t *testing.T) {
 
 func TestRateLimitErrorIs(t *testing.T) {
 	other := errors.New("other")
+	contexts := []error{context.DeadlineExceeded, context.Canceled}
 	tests := []struct {
 		name string
-		err  *rateLimitError
+		err  *RateLimitError
 		is   []error
 		not  []error
 	}{
-		{"too large", &rateLimitError{Dimension: dimTPM, Tokens: 9, Limit: 8}, []error{ErrRateLimited}, []error{context.DeadlineExceeded, ErrQuotaExhausted, other}},
-		{"RPM deadline", &rateLimitError{Dimension: dimRPM, deadline: true}, []error{ErrRateLimited, context.DeadlineExceeded}, []error{ErrQuotaExhausted, context.Canceled}},
-		{"RPD deadline", &rateLimitError{Dimension: dimRPD, deadline: true}, []error{ErrRateLimited, context.DeadlineExceeded, ErrQuotaExhausted}, []error{ErrCircuitOpen}},
+		{"too large", &RateLimitError{Dimension: "TPM", Tokens: 9, Limit: 8}, []error{ErrRateLimited}, append([]error{ErrQuotaExhausted, other}, contexts...)},
+		{"RPM after the deadline", &RateLimitError{Dimension: "RPM", Until: limStart}, []error{ErrRateLimited}, append([]error{ErrQuotaExhausted}, contexts...)},
+		{"RPD after the deadline", &RateLimitError{Dimension: "RPD", Until: limStart}, []error{ErrRateLimited, ErrQuotaExhausted}, append([]error{ErrCircuitOpen}, contexts...)},
+		{"skipped", &RateLimitError{Dimension: "TPM", Until: limStart, skipped: true}, []error{ErrRateLimited}, append([]error{ErrQuotaExhausted}, contexts...)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -516,8 +517,43 @@ func TestRateLimitErrorIs(t *testing.T) {
 				assert.NotErrorIs(t, tt.err, target)
 			}
 			assert.True(t, strings.HasPrefix(tt.err.Error(), "geminiguard: rate limited: "), tt.err.Error())
+			assert.Equal(t, ClassLocalRateLimit, Classify(tt.err).Class, "Classify reads a bare refusal as local")
 		})
 	}
+}
+
+// Defect 15: the failure of a model refused by its limiter says when the
+// model takes the request, in its Verdict and in the *RateLimitError.
+func TestLocalLimitErrorDefect15(t *testing.T) {
+	l := newLimiter(Limits{RPM: 1}, 1)
+	_, _, err := l.reserve(limStart, 0, time.Time{})
+	require.NoError(t, err)
+	_, _, err = l.reserve(limStart.Add(15*time.Second), 0, limStart.Add(20*time.Second))
+	require.Error(t, err)
+
+	me := localLimitError("m", err, limStart.Add(15*time.Second))
+	assert.Equal(t, Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel, RetryAfter: 45 * time.Second}, me.Verdict)
+	assert.Equal(t, me.Verdict, Classify(me))
+	assert.ErrorIs(t, me, ErrRateLimited)
+	assert.NotErrorIs(t, me, context.DeadlineExceeded)
+	var rle *RateLimitError
+	require.ErrorAs(t, me, &rle)
+	assert.Equal(t, RateLimitError{Dimension: "RPM", Until: limStart.Add(time.Minute), wait: 45 * time.Second}, *rle)
+
+	tooLarge := localLimitError("m", &RateLimitError{Dimension: "TPM", Tokens: 9, Limit: 8}, limStart)
+	assert.Zero(t, tooLarge.Verdict.RetryAfter, "no wait admits it")
+
+	l = newLimiter(Limits{TPM: 1000}, 1)
+	_, _, err = l.reserve(limStart, 1000, time.Time{})
+	require.NoError(t, err)
+	g, wait, err := l.reserve(limStart, 500, time.Time{})
+	require.NoError(t, err)
+	skipped := g.skip("gemini-x", limStart, wait)
+	assert.Equal(t, 30*time.Second, skipped.Verdict.RetryAfter)
+	assert.EqualError(t, skipped, "geminiguard: model gemini-x: local_rate_limit: rate limited: TPM: the request could be sent in 30s; the next model answers sooner")
+	_, wait, err = l.reserve(limStart, 500, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, wait, "the skipped grant was given back")
 }
 
 func TestEstimateTokens(t *testing.T) {
@@ -594,4 +630,69 @@ func TestLimiterLearnLowerKeepsTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Minute-time.Second, wait, "the sends already made still count")
 	assert.Equal(t, 4, l.snapshot().RPM)
+}
+
+// Defect 8: a cancelled grant gives back its tokens, its RPM slot and its
+// place in line; a grant cancelled behind later ones gives back what it can
+// without letting any window hold more than the limits.
+func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
+	type step struct {
+		at     time.Duration // since limStart
+		tokens int
+		cancel int           // > 0: cancel the grant of that step (1-based) instead of reserving
+		want   time.Duration // the wait
+	}
+	tests := []struct {
+		name   string
+		limits Limits
+		steps  []step
+	}{
+		{"the latest TPM grant", Limits{RPM: 60, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second}, // 8,000 more at 10,000/min
+			{at: time.Second, cancel: 2},
+			{at: time.Second, tokens: 3},                                     // 1,166 tokens: at once
+			{at: time.Second, tokens: 1_000, want: 0},                        // 1,163 left
+			{at: time.Second, tokens: 9_000, want: 53018 * time.Millisecond}, // 164 left: 8,836 more
+		}},
+		{"the RPM slot", Limits{RPM: 3, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: time.Second, cancel: 2},
+			{at: time.Second, tokens: 1},
+			{at: time.Second, tokens: 1},
+			{at: time.Second, tokens: 1, want: 59 * time.Second}, // 3 sends in the window: the first leaves at 60 s
+		}},
+		{"an RPD-held grant", Limits{RPD: 1}, []step{
+			{at: 0},
+			{at: 0, want: 19 * time.Hour}, // the Pacific midnight
+			{at: time.Hour, cancel: 2},
+			{at: time.Hour, want: 18 * time.Hour}, // still the day's second request
+		}},
+		{"a grant behind later ones", Limits{TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 6_000, want: 30 * time.Second},
+			{at: 0, tokens: 3_000, want: 48 * time.Second},
+			{at: time.Second, cancel: 2},
+			// The 3,000 stay at 48 s; the 6,000 come back in line behind them.
+			{at: time.Second, tokens: 6_000, want: 47 * time.Second},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLimiter(tt.limits, 1)
+			grants := make([]grant, len(tt.steps))
+			for i, s := range tt.steps {
+				now := limStart.Add(s.at)
+				if s.cancel > 0 {
+					grants[s.cancel-1].cancel()
+					continue
+				}
+				g, wait, err := l.reserve(now, s.tokens, time.Time{})
+				require.NoError(t, err, "step %d", i+1)
+				assert.Equal(t, s.want, wait, "step %d", i+1)
+				grants[i] = g
+			}
+		})
+	}
 }

@@ -673,21 +673,20 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 		}
 		g, wait, err := m.lim.reserve(now, call.inputTokens(ctx, m), call.deadline)
 		if err != nil {
-			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
+			err = localLimitError(m.name, err, now)
 			call.skip(m, err, delay)
 			return zero, stepNext, err
 		}
 		if wait > 0 && call.hasNext(m) {
 			// Out of tokens for now, and another model can answer at once:
 			// skip this one rather than queue behind its quota.
-			g.cancel(now)
-			err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
+			err := g.skip(m.name, now, wait)
 			call.skip(m, err, delay)
 			return zero, stepNext, err
 		}
 		if wait > 0 {
 			if err := call.sleep(ctx, wait); err != nil {
-				g.cancel(call.now)
+				g.cancel()
 				return zero, stepStop, call.fail(m.name, err, delay+wait, 0)
 			}
 			delay += wait
@@ -695,7 +694,7 @@ func (call *call[R]) tryModel(ctx context.Context, sl *retrySlot) (R, step, erro
 		p, tr, err := br.allow(call.now)
 		c.stateChanged(m.name, call.endpoint, tr)
 		if err != nil {
-			g.cancel(call.now)
+			g.cancel()
 			err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 			call.skip(m, err, delay)
 			return zero, stepNext, err
