@@ -1,10 +1,12 @@
 package geminiguard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,9 +196,11 @@ type limiter struct {
 	tokensOn atomic.Bool // TPM is limited: reserve needs the input-token estimate
 
 	mu       sync.Mutex         // guards the fields below
+	now      time.Time          // the latest time a request was made at; later ones are taken to be made no earlier
 	clock    time.Time          // send time of the latest grant; later ones are not sent before it
 	clockDim quotaDim           // the dimension that held the latest grant back
 	seq      uint64             // grants made and not given back as the latest
+	given    []order            // grants given back behind later ones, by seq; at most maxGiven
 	limit    [numDims]int       // configured or learned limits; 0 when none
 	eff      [numDims]int       // effective limits: headroom × limit, at least 1
 	blocked  [numDims]time.Time // no grants before these (server 429s)
@@ -251,27 +255,41 @@ func (l *limiter) setLimit(d quotaDim, limit int) {
 // grant is a request the limiter admitted. Its zero value (from a limiter
 // with nothing to enforce) gives nothing back.
 type grant struct {
-	l         *limiter
-	at        time.Time // send time
-	dim       quotaDim  // the dimension that held it back, when it waits
+	l      *limiter
+	at     time.Time // send time
+	dim    quotaDim  // the dimension that held it back, when it waits
+	rpm    bool      // booked in the RPM window at at
+	tpm    take      // its tokens; zero when TPM was not limited
+	tokens int       // input tokens counted against TPM
+	order
+}
+
+// order is a grant's place in the limiter's order of grants: what to restore
+// once it, and every grant after it, is given back.
+type order struct {
 	seq       uint64    // limiter.seq after it
 	prevClock time.Time // limiter.clock and clockDim before it
 	prevDim   quotaDim
-	rpm       bool      // booked in the RPM window at at
-	tpm       take      // its tokens; zero when TPM was not limited
-	tokens    int       // input tokens counted against TPM
 	dayEnd    time.Time // the Pacific day counted against RPD; zero when not limited
 	prevDay   time.Time // limiter.dayEnd and rpdCount before it
 	prevCount int
+	counted   bool // still counted in its day's rpdCount
 }
+
+// maxGiven bounds the grants given back behind later ones that a limiter
+// remembers (limiter.given): beyond it the oldest are forgotten, and the
+// limiter's order then stops going back at them.
+const maxGiven = 32
 
 // cancel gives back what the grant took: call it, at most once, when the
 // request was not sent after all (the context ended during the wait, the
-// breaker refused, the Client skipped the model). The RPM send, the RPD count
-// and the tokens' count in TokensUsed always come back; the grant's place in
-// line when no grant followed it; its tokens exactly when no token grant (or
-// reconcile) followed it, else as far as the later ones allow, as those keep
-// their send times.
+// breaker refused, the Client skipped the model). The RPM send and the
+// tokens' count in TokensUsed always come back, and the RPD count when its
+// day is current. The grant's place in line comes back once every grant
+// after it is given back too (the later ones keep their send times until
+// then). Its tokens come back as far as the token grants after it allow, and
+// in full once those are given back too (a reconcile's debt is never given
+// back, so tokens taken before one may stay spent).
 func (g grant) cancel() {
 	l := g.l
 	if l == nil {
@@ -279,24 +297,53 @@ func (g grant) cancel() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	latest := g.seq == l.seq
-	if latest {
-		l.clock, l.clockDim = g.prevClock, g.prevDim
-		l.seq--
-	}
 	if g.rpm && l.rpm != nil {
 		l.rpm.remove(g.at)
 	}
 	if g.tpm.cost > 0 {
 		l.tpm.giveBack(g.tpm)
-		l.used -= int64(g.tokens)
+		l.count(-int64(g.tokens))
 	}
-	if !g.dayEnd.IsZero() && g.dayEnd.Equal(l.dayEnd) && l.rpdCount > 0 {
+	g.counted = !g.dayEnd.IsZero()
+	l.uncount(&g.order)
+	l.unwind(g.order)
+}
+
+// uncount takes o's request out of the RPD count when o's day is current.
+// l.mu must be held.
+func (l *limiter) uncount(o *order) {
+	if o.counted && o.dayEnd.Equal(l.dayEnd) && l.rpdCount > 0 {
 		l.rpdCount--
-		if latest && l.rpdCount == 0 && !g.prevDay.Equal(g.dayEnd) {
-			// It opened a new day: the day before is current again.
-			l.dayEnd, l.rpdCount = g.prevDay, g.prevCount
+		o.counted = false
+	}
+}
+
+// unwind takes a given-back grant's order o out of the order of grants. When
+// o is the latest, the clock (and the RPD day, when o opened it) go back to
+// what they were before it, and so on through the grants given back before
+// it; else o waits in l.given for the grants after it. l.mu must be held.
+func (l *limiter) unwind(o order) {
+	if o.seq != l.seq {
+		i, _ := slices.BinarySearchFunc(l.given, o.seq, func(x order, seq uint64) int { return cmp.Compare(x.seq, seq) })
+		l.given = slices.Insert(l.given, i, o)
+		if len(l.given) > maxGiven {
+			l.given = slices.Delete(l.given, 0, 1)
 		}
+		return
+	}
+	for {
+		l.clock, l.clockDim, l.seq = o.prevClock, o.prevDim, l.seq-1
+		if o.dayEnd.Equal(l.dayEnd) && l.rpdCount == 0 && !o.prevDay.Equal(o.dayEnd) {
+			// It opened a day that now counts nothing: the day before is
+			// current again.
+			l.dayEnd, l.rpdCount = o.prevDay, o.prevCount
+		}
+		n := len(l.given)
+		if n == 0 || l.given[n-1].seq != l.seq {
+			return
+		}
+		o, l.given = l.given[n-1], l.given[:n-1]
+		l.uncount(&o)
 	}
 }
 
@@ -326,8 +373,9 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 	defer l.mu.Unlock()
 
 	// Earliest time every dimension admits the request, granted in order:
-	// never before the previous grant.
-	t := now
+	// never before the previous grant, nor before a request seen already.
+	l.now = later(l.now, now)
+	t := l.now
 	dim := l.clockDim
 	if !t.After(l.clock) {
 		t = l.clock
@@ -370,7 +418,12 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 		return grant{}, 0, &RateLimitError{Dimension: dim.String(), Until: at, wait: wait}
 	}
 
-	g := grant{l: l, at: at, dim: dim, prevClock: l.clock, prevDim: l.clockDim}
+	if l.now.After(l.clock) {
+		// Every grant so far has its send time behind it: none can give
+		// the clock back.
+		l.given = l.given[:0]
+	}
+	g := grant{l: l, at: at, dim: dim, order: order{prevClock: l.clock, prevDim: l.clockDim}}
 	if at.After(t) {
 		l.clockDim = dim
 	}
@@ -378,13 +431,13 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 	l.seq++
 	g.seq = l.seq
 	if l.rpm != nil {
-		l.rpm.add(at)
+		l.rpm.add(at, l.now)
 		g.rpm = true
 	}
 	if tokens > 0 {
-		g.tpm = l.tpm.take(at, tokens)
+		g.tpm = l.tpm.take(at, tokens, false)
 		g.tokens = tokens
-		l.used += int64(tokens)
+		l.count(int64(tokens))
 	}
 	if l.eff[dimRPD] > 0 {
 		g.prevDay, g.prevCount = l.dayEnd, l.rpdCount
@@ -392,6 +445,19 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 		g.dayEnd = dayEnd
 	}
 	return g, wait, nil
+}
+
+// count adds n input tokens (of either sign) to l.used, saturating at the
+// int64 limits. l.mu must be held.
+func (l *limiter) count(n int64) {
+	switch sum := l.used + n; {
+	case n > 0 && sum < l.used:
+		l.used = math.MaxInt64
+	case n < 0 && sum > l.used:
+		l.used = math.MinInt64
+	default:
+		l.used = sum
+	}
 }
 
 // reconcile corrects TPM after a response: estimated is what reserve was
@@ -407,9 +473,9 @@ func (l *limiter) reconcile(now time.Time, estimated, actual int) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.used += int64(actual) - int64(estimated)
+	l.count(int64(actual) - int64(estimated))
 	if extra := min(actual-estimated, l.eff[dimTPM]); extra > 0 {
-		l.tpm.take(now, extra)
+		l.tpm.take(now, extra, true)
 	}
 }
 
@@ -574,6 +640,14 @@ func valueBytes(v any, depth int) int {
 	return bytesPerToken
 }
 
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // later returns the later of a and b.
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -582,19 +656,23 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// windowSlots is the seconds of send time a window keeps: any second with a
-// send less than a minute old.
+// windowSlots is the seconds of send time a window keeps in slots: any
+// second with a send less than a minute old.
 const windowSlots = 61
 
 // window counts the sends of the latest minute, per second of send time:
-// a fixed 61 slots, whatever the limit. A second's sends count until its
-// first send is a minute old, all but one until its last one is: never fewer
-// than the sends of the latest minute, and exactly those when each second's
-// sends were made at one instant (a burst) or one at a time. Sends are added
-// in non-decreasing order (the limiter grants in order). It is not safe for
-// concurrent use: the limiter's mu guards it. The zero value is empty.
+// a fixed 61 slots, whatever the limit, and one more for the sends of
+// seconds whose slot a later send took while they could still count (a send
+// booked more than 61 s ahead, then given back). A second's sends count until
+// its first send is a minute old, all but one until its last one is: never
+// fewer than the sends of the latest minute, and exactly those when each
+// second's sends were made at one instant (a burst) or one at a time. Sends
+// are added in non-decreasing order, except after a give-back (the limiter
+// grants in order). It is not safe for concurrent use: the limiter's mu
+// guards it. The zero value is empty.
 type window struct {
 	slots [windowSlots]slot
+	spill slot // sends of seconds whose slot was taken, merged; sec unused
 }
 
 // slot is one second of a window.
@@ -613,7 +691,7 @@ func (w *window) at(sec int64) *slot {
 // first is a minute old, all but one until the last is.
 func (s *slot) counted(t time.Time) int {
 	switch {
-	case !t.Before(s.last.Add(time.Minute)):
+	case s.n == 0 || !t.Before(s.last.Add(time.Minute)):
 		return 0
 	case !t.Before(s.first.Add(time.Minute)):
 		return s.n - 1
@@ -621,61 +699,81 @@ func (s *slot) counted(t time.Time) int {
 	return s.n
 }
 
+// release is a time at which sends stop counting.
+type release struct {
+	at time.Time
+	n  int
+}
+
 // earliest returns the first time at or after t (not before any send) when
 // fewer than limit sends count.
 func (w *window) earliest(t time.Time, limit int) time.Time {
 	sec := t.Unix()
-	n := 0
+	n := w.spill.counted(t)
 	for j := sec - windowSlots + 1; j <= sec; j++ {
-		if s := w.at(j); s.sec == j && s.n > 0 {
+		if s := w.at(j); s.sec == j {
 			n += s.counted(t)
 		}
 	}
-	// Oldest second first, the sends that must leave the window do.
-	need := n - limit + 1
-	for j := sec - windowSlots + 1; need > 0 && j <= sec; j++ {
-		s := w.at(j)
-		if s.sec != j || s.n == 0 {
-			continue
-		}
+	if n < limit {
+		return t
+	}
+	var buf [2 * (windowSlots + 1)]release
+	rs := buf[:0]
+	releases := func(s *slot) {
 		c := s.counted(t)
 		if c == s.n && c > 0 {
-			need--
+			rs = append(rs, release{s.first.Add(time.Minute), 1})
 			c--
-			if need <= 0 {
-				return s.first.Add(time.Minute)
-			}
 		}
 		if c > 0 {
-			need -= c
-			if need <= 0 {
-				return s.last.Add(time.Minute)
-			}
+			rs = append(rs, release{s.last.Add(time.Minute), c})
 		}
 	}
-	return t
+	releases(&w.spill)
+	for j := sec - windowSlots + 1; j <= sec; j++ {
+		if s := w.at(j); s.sec == j {
+			releases(s)
+		}
+	}
+	slices.SortFunc(rs, func(a, b release) int { return a.at.Compare(b.at) })
+	need := n - limit + 1
+	for _, r := range rs {
+		if need -= r.n; need <= 0 {
+			return r.at
+		}
+	}
+	return t // not reached: every counted send is released
 }
 
-// add records a send at t (not before any recorded send).
-func (w *window) add(t time.Time) {
+// add records a send at t (not before now). A slot of another second whose
+// sends still count at now is merged into the spill slot first.
+func (w *window) add(t, now time.Time) {
 	sec := t.Unix()
 	s := w.at(sec)
+	if s.sec != sec && s.counted(now) > 0 {
+		if w.spill.counted(now) == 0 {
+			w.spill = *s
+		} else {
+			w.spill.n += s.n
+			w.spill.first = earlier(w.spill.first, s.first)
+			w.spill.last = later(w.spill.last, s.last)
+		}
+		*s = slot{}
+	}
 	if s.sec != sec || s.n == 0 {
 		*s = slot{sec: sec, n: 1, first: t, last: t}
 		return
 	}
 	s.n++
-	if t.Before(s.first) {
-		s.first = t
-	}
-	if t.After(s.last) {
-		s.last = t
-	}
+	s.first = earlier(s.first, t)
+	s.last = later(s.last, t)
 }
 
 // remove forgets a send at t: a request booked and then not sent. When it
 // was its second's first send, the second's first becomes its last, as the
-// next-earliest is not kept (the sends then count a little longer).
+// next-earliest is not kept (the sends then count a little longer). A send
+// merged into the spill slot stays counted.
 func (w *window) remove(t time.Time) {
 	sec := t.Unix()
 	s := w.at(sec)
@@ -694,16 +792,17 @@ func (w *window) remove(t time.Time) {
 // tokenBucket is a token bucket that holds perMinute tokens and refills
 // perMinute tokens a minute, kept as the time it is full again (the generic
 // cell rate algorithm's "theoretical arrival time"), so that a take can be
-// given back exactly. Times may be any: a take at a time before full spends
-// tokens the bucket will have by then. It is not safe for concurrent use: the
+// given back. Times may be any: a take at a time before full spends tokens
+// the bucket will have by then. It is not safe for concurrent use: the
 // limiter's mu guards it. The zero value is not limited: use resize.
 type tokenBucket struct {
-	perMinute int       // size and refill a minute; 0: not limited
-	full      time.Time // when the bucket is full again; any time before: full
-	floor     time.Time // full is never given back to before it (empty: drained)
-	seq       uint64    // takes made and not given back as the latest
-	sum       time.Duration
-	last      time.Time // the latest time a take was made at
+	perMinute int           // size and refill a minute; 0: not limited
+	full      time.Time     // when the bucket is full again; any time before: full
+	floor     time.Time     // full is never given back to before it (empty: drained)
+	seq       uint64        // takes made and not given back as the latest
+	sum       time.Duration // the cost of those takes
+	last      time.Time     // the latest time a take was made at
+	given     []partial     // takes given back in part behind later ones, by seq; at most maxGiven
 }
 
 // take is one take from a tokenBucket, to give back.
@@ -711,6 +810,13 @@ type take struct {
 	seq  uint64        // tokenBucket.seq after it
 	cost time.Duration // its tokens' refill time; 0: nothing taken
 	sum  time.Duration // tokenBucket.sum after it
+}
+
+// partial is a take given back in part: rest is still to give back once
+// every take after it is given back.
+type partial struct {
+	seq        uint64
+	cost, rest time.Duration
 }
 
 // cost returns the time the bucket takes to refill n tokens (0 ≤ n ≤
@@ -725,7 +831,7 @@ func (b *tokenBucket) cost(n int) time.Duration {
 }
 
 // resize makes the bucket hold and refill perMinute (> 0) tokens a minute,
-// keeping the tokens it owes at t.
+// keeping the tokens it owes at t (at most a full bucket).
 func (b *tokenBucket) resize(perMinute int, t time.Time) {
 	if b.perMinute > 0 && b.full.After(t) {
 		owed := float64(b.full.Sub(t)) * float64(b.perMinute) / float64(perMinute)
@@ -744,36 +850,53 @@ func (b *tokenBucket) earliest(t time.Time, n int) time.Time {
 }
 
 // take takes n tokens (0 < n ≤ perMinute) at t, whether the bucket holds
-// them or not (a debt the next takes wait for).
-func (b *tokenBucket) take(t time.Time, n int) take {
+// them or not (a debt the next takes wait for). A take that will not be
+// given back (a reconcile's debt) is final: the takes before it are then
+// never given back beyond what they were.
+func (b *tokenBucket) take(t time.Time, n int, final bool) take {
 	c := b.cost(n)
-	if t.After(b.full) {
-		b.full = t
+	if t.After(b.full) || final {
+		// The bucket is full at t (no earlier take bears on it any more),
+		// or the takes before can no longer become the latest.
+		b.given = b.given[:0]
+		b.full = later(b.full, t)
 	}
 	b.full = b.full.Add(c)
-	if t.After(b.last) {
-		b.last = t
-	}
+	b.last = later(b.last, t)
 	b.seq++
 	b.sum += c
 	return take{seq: b.seq, cost: c, sum: b.sum}
 }
 
-// giveBack returns tk's tokens: exactly when it is the latest take, else as
-// far as the takes after it allow: each of those still needs its cost after
-// its own time, which is at or before b.last.
+// giveBack returns tk's tokens. The latest take comes back whole (the bucket
+// is then full again no later than before it), and with it the rest of the
+// takes given back before it. An earlier one comes back as far as the takes
+// after it allow: each of those still needs its cost after its own time,
+// which is at or before b.last; the rest waits in b.given.
 func (b *tokenBucket) giveBack(tk take) {
+	if tk.seq != b.seq {
+		full := later(later(b.full.Add(-tk.cost), b.last.Add(b.sum-tk.sum)), b.floor)
+		if full.After(b.full) {
+			full = b.full
+		}
+		p := partial{seq: tk.seq, cost: tk.cost, rest: tk.cost - b.full.Sub(full)}
+		b.full = full
+		i, _ := slices.BinarySearchFunc(b.given, p.seq, func(x partial, seq uint64) int { return cmp.Compare(x.seq, seq) })
+		b.given = slices.Insert(b.given, i, p)
+		if len(b.given) > maxGiven {
+			b.given = slices.Delete(b.given, 0, 1)
+		}
+		return
+	}
 	full := b.full.Add(-tk.cost)
-	if tk.seq == b.seq {
-		b.seq--
-		b.sum -= tk.cost
-	} else if bound := b.last.Add(b.sum - tk.sum); bound.After(full) {
-		full = bound
+	b.seq, b.sum = b.seq-1, b.sum-tk.cost
+	for n := len(b.given); n > 0 && b.given[n-1].seq == b.seq; n-- {
+		p := b.given[n-1]
+		full = full.Add(-p.rest)
+		b.seq, b.sum = b.seq-1, b.sum-p.cost
+		b.given = b.given[:n-1]
 	}
-	if b.floor.After(full) {
-		full = b.floor
-	}
-	b.full = full
+	b.full = later(full, b.floor)
 }
 
 // empty makes the bucket empty at t: it holds no token before t and refills

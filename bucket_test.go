@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
 // limStart is an arbitrary instant for limiter tests: a Monday, 05:00 PDT.
@@ -637,10 +641,11 @@ func TestLimiterLearnLowerKeepsTheWindow(t *testing.T) {
 // without letting any window hold more than the limits.
 func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
 	type step struct {
-		at     time.Duration // since limStart
-		tokens int
-		cancel int           // > 0: cancel the grant of that step (1-based) instead of reserving
-		want   time.Duration // the wait
+		at        time.Duration // since limStart
+		tokens    int
+		cancel    int           // > 0: cancel the grant of that step (1-based) instead of reserving
+		reconcile int           // > 0: reconcile the first step with this many more tokens instead
+		want      time.Duration // the wait
 	}
 	tests := []struct {
 		name   string
@@ -677,6 +682,44 @@ func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
 			// The 3,000 stay at 48 s; the 6,000 come back in line behind them.
 			{at: time.Second, tokens: 6_000, want: 47 * time.Second},
 		}},
+		{"every waiting grant, oldest first", Limits{RPM: 60, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: 0, tokens: 9_000, want: 102 * time.Second},
+			{at: 0, tokens: 9_000, want: 156 * time.Second},
+			{at: time.Second, cancel: 2},
+			{at: time.Second, cancel: 3},
+			{at: time.Second, cancel: 4},
+			{at: time.Second, tokens: 1_000}, // 1,166 tokens again: at once
+			{at: time.Second, tokens: 9_000, want: 53 * time.Second},
+		}},
+		{"every waiting grant, in any order", Limits{RPM: 60, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: 0, tokens: 9_000, want: 102 * time.Second},
+			{at: 0, tokens: 9_000, want: 156 * time.Second},
+			{at: time.Second, cancel: 3},
+			{at: time.Second, cancel: 2},
+			{at: time.Second, cancel: 4},
+			{at: time.Second, tokens: 1_000},
+		}},
+		{"RPD-held grants, oldest first", Limits{RPD: 1}, []step{
+			{at: 0},
+			{at: 0, want: 19 * time.Hour},
+			{at: 0, want: 43 * time.Hour},
+			{at: time.Hour, cancel: 2},
+			{at: time.Hour, cancel: 3},
+			{at: time.Hour, want: 18 * time.Hour}, // the next day's one request
+			{at: time.Hour, want: 42 * time.Hour},
+		}},
+		{"a reconcile in between", Limits{TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: time.Second, reconcile: 100}, // the first one was 100 tokens larger
+			{at: time.Second, cancel: 2},
+			{at: time.Second, tokens: 1_000}, // 1,066 tokens
+			{at: time.Second, tokens: 9_000, want: 53600 * time.Millisecond},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -688,6 +731,10 @@ func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
 					grants[s.cancel-1].cancel()
 					continue
 				}
+				if s.reconcile > 0 {
+					l.reconcile(now, tt.steps[0].tokens, tt.steps[0].tokens+s.reconcile)
+					continue
+				}
 				g, wait, err := l.reserve(now, s.tokens, time.Time{})
 				require.NoError(t, err, "step %d", i+1)
 				assert.Equal(t, s.want, wait, "step %d", i+1)
@@ -695,4 +742,156 @@ func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Random reservations, give-backs, reconciles and server blocks never let
+// the requests sent exceed a limit: RPM in any 60 s window, TPM beyond a
+// full bucket plus the refill of the interval, RPD in any Pacific day.
+func TestLimiterGiveBacksKeepTheLimits(t *testing.T) {
+	const rpm, tpm, rpd = 4, 10_000, 300
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 1))
+			l := newLimiter(Limits{RPM: rpm, TPM: tpm, RPD: rpd}, 1)
+			type send struct {
+				at     time.Time
+				tokens int
+				req    bool // a request (RPM, RPD), not a reconcile's debt
+			}
+			type booked struct {
+				g grant
+				send
+			}
+			var (
+				sends   []send
+				pending []booked
+			)
+			now := limStart
+			for range 3000 {
+				switch op := r.IntN(20); {
+				case op < 10:
+					n := r.IntN(tpm/2) + 1
+					g, wait, err := l.reserve(now, n, time.Time{})
+					require.NoError(t, err)
+					pending = append(pending, booked{g, send{now.Add(wait), n, true}})
+				case op < 16 && len(pending) > 0:
+					i := r.IntN(len(pending))
+					pending[i].g.cancel()
+					pending = slices.Delete(pending, i, i+1)
+				case op < 17:
+					extra := r.IntN(500) + 1
+					l.reconcile(now, 0, extra)
+					sends = append(sends, send{now, extra, false})
+				case op < 18:
+					l.drain(now, quotaDim(r.IntN(2)), now.Add(time.Duration(r.IntN(20))*time.Second))
+				default:
+					now = now.Add(time.Duration(r.Int64N(int64(3 * time.Minute))))
+					if r.IntN(50) == 0 {
+						now = now.Add(20 * time.Hour)
+					}
+				}
+				// Grants whose send time has come are sent.
+				pending = slices.DeleteFunc(pending, func(b booked) bool {
+					if b.at.After(now) {
+						return false
+					}
+					sends = append(sends, b.send)
+					return true
+				})
+			}
+			for _, b := range pending {
+				sends = append(sends, b.send)
+			}
+			slices.SortStableFunc(sends, func(a, b send) int { return a.at.Compare(b.at) })
+
+			var reqs []time.Time
+			days := map[time.Time]int{}
+			for _, s := range sends {
+				if s.req {
+					reqs = append(reqs, s.at)
+					days[pacific.Day(s.at)]++
+				}
+			}
+			assert.LessOrEqual(t, maxInWindow(reqs, time.Minute), rpm, "RPM")
+			for day, n := range days {
+				assert.LessOrEqual(t, n, rpd, "RPD on %v", day)
+			}
+			// A reconcile's debt was sent with its request, before anyone
+			// knew: it only makes later requests wait longer.
+			sends = slices.DeleteFunc(sends, func(s send) bool { return !s.req })
+			for i := range sends {
+				sum := 0
+				for j := i; j < len(sends); j++ {
+					sum += sends[j].tokens
+					allowed := tpm + float64(tpm)*sends[j].at.Sub(sends[i].at).Minutes()
+					if float64(sum) > allowed+1e-6 {
+						t.Fatalf("TPM: %d tokens sent in [%v, %v], %.0f allowed", sum, sends[i].at.Sub(limStart), sends[j].at.Sub(limStart), allowed)
+					}
+				}
+			}
+			assert.LessOrEqual(t, len(l.given), maxGiven)
+			assert.LessOrEqual(t, len(l.tpm.given), maxGiven)
+		})
+	}
+}
+
+// The RPM window keeps counts per second: a second's sends leave it with its
+// first send, then its last, so a request waits at most 1 s more than an
+// exact log would make it, never less.
+func TestLimiterRPMWindowPerSecond(t *testing.T) {
+	l := newLimiter(Limits{RPM: 3}, 1)
+	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
+		_, wait, err := l.reserve(limStart.Add(at), 0, time.Time{})
+		require.NoError(t, err)
+		require.Zero(t, wait)
+	}
+	now := limStart.Add(time.Second)
+	_, wait, err := l.reserve(now, 0, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 59100*time.Millisecond, wait, "exact: the first send leaves at 60.1 s")
+	_, wait, err = l.reserve(now, 0, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 59900*time.Millisecond, wait, "0.4 s late: the send at 0.5 s leaves with the second's last, at 60.9 s")
+}
+
+// Defect 5: limits of any size work in fixed memory; learned ones are capped.
+func TestLimiterHugeLimitsDefect5(t *testing.T) {
+	for _, headroom := range []float64{0.8, 1} {
+		l := newLimiter(Limits{RPM: math.MaxInt, TPM: math.MaxInt, RPD: math.MaxInt}, headroom)
+		sends := reserveAll(t, l, limStart, 1000, 1_000_000)
+		assert.Equal(t, limStart, sends[999], "headroom %v: nothing waits", headroom)
+		_, wait, err := l.reserve(limStart, effective(math.MaxInt, headroom), time.Time{})
+		require.NoError(t, err)
+		assert.Positive(t, wait, "a whole bucket waits for the refill")
+		l.reconcile(limStart, 0, math.MaxInt)
+		assert.Equal(t, int64(math.MaxInt64), l.snapshot().TokensUsed, "the count saturates")
+	}
+
+	l := newLimiter(Limits{}, 1)
+	bytes := allocatedBytes(func() {
+		l.learn(dimRPM, math.MaxInt)
+		l.learn(dimTPM, math.MaxInt)
+		l.learn(dimRPD, math.MaxInt)
+	})
+	assert.Less(t, bytes, uint64(16<<10), "no memory in proportion to the limit")
+	assert.Equal(t, limiterStats{RPM: maxLearnedRPM, TPM: maxLearnedTPM, RPD: maxLearnedRPD}, l.snapshot())
+	sends := reserveAll(t, l, limStart, 1000, 1000)
+	assert.Equal(t, limStart, sends[999])
+
+	l = newLimiter(Limits{TPM: 1000}, 1)
+	_, _, err := l.reserve(limStart, 1000, time.Time{})
+	require.NoError(t, err)
+	l.learn(dimTPM, 500) // the bucket owes 1000 tokens: all of the new 500
+	_, wait, err := l.reserve(limStart, 500, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, time.Minute, wait, "a lower learned TPM keeps the debt, up to a full bucket")
+}
+
+// allocatedBytes returns the bytes f allocated on the heap.
+func allocatedBytes(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
