@@ -115,7 +115,7 @@ type RateLimitError struct {
 
 func (e *RateLimitError) Error() string {
 	switch {
-	case e.Until.IsZero():
+	case e.Tokens > 0:
 		return fmt.Sprintf("geminiguard: rate limited: the request's %d input tokens exceed the effective TPM (%d): no wait admits it", e.Tokens, e.Limit)
 	case e.skipped:
 		return fmt.Sprintf("geminiguard: rate limited: %s: the request could be sent in %v; the next model answers sooner", e.Dimension, e.wait)
@@ -149,14 +149,13 @@ func localLimitError(model string, err error, now time.Time) *ModelError {
 	return &ModelError{Model: model, Verdict: v, Err: err}
 }
 
-// Limits beyond the largest published Gemini quotas (30,000 RPM and
-// 30,000,000 TPM on tier 3 in 2026) by a wide margin: learn caps what a 429
-// states at these, so that a corrupt or hostile quotaValue cannot turn into
-// anything but "practically unlimited".
+// The largest limits learn takes from a 429: far beyond the largest published
+// Gemini quotas (30,000 RPM and 30,000,000 TPM on tier 3), so that a corrupt
+// or hostile quotaValue means at most "practically unlimited".
 const (
 	maxLearnedRPM = 10_000_000
-	maxLearnedTPM = 10_000_000_000
-	maxLearnedRPD = 1_000_000_000
+	maxLearnedTPM = 2_000_000_000
+	maxLearnedRPD = 2_000_000_000
 )
 
 // limiter paces the requests to one model so that no quota dimension is
@@ -171,13 +170,16 @@ const (
 // ever holds more. (A token bucket cannot do both: with burst B it lets
 // B + headroom·RPM through in a window, or paces a burst one request at a
 // time.) The window keeps, per second of send time, the number of sends and
-// the first and last of them; a second's sends leave the window when its
-// last one is 60 s old (its first one when its first is), so a request that
-// the exact log would admit at T is admitted no later than the end of the
-// second holding the sends that must leave first, plus 60 s: under 1 s late,
-// never early. The TPM bucket holds headroom·TPM tokens so that any request up to
-// that size can be granted (a larger one is refused at once); a full bucket
-// plus a minute of refill means a 60-second window that follows an idle minute
+// the first and last of them. Where an exact log of sends would admit a
+// request at T, it admits it in [T, T+1s): never early, and exactly at T
+// while no second holds sends at more than two instants (a burst is sent at
+// one). After a send booked more than 61 s ahead is given back, the sends of
+// the seconds whose slots it took count together until the last of them is
+// 60 s old: up to a minute late, never early.
+//
+// The TPM bucket holds headroom·TPM tokens so that any request up to that
+// size can be granted (a larger one is refused at once); a full bucket plus
+// a minute of refill means a 60-second window that follows an idle minute
 // can carry up to 2·headroom·TPM tokens (1.6 TPM at the default 0.8): a
 // headroom of 0.5 or less keeps every window within TPM. RPD is a counter,
 // never a smooth refill: once spent, requests wait for the Pacific midnight.
@@ -246,7 +248,7 @@ func (l *limiter) setLimit(d quotaDim, limit int) {
 			l.rpm = new(window)
 		}
 	case dimTPM:
-		l.tpm.resize(eff, l.clock)
+		l.tpm.resize(eff, l.now)
 		l.tokensOn.Store(true)
 	}
 	l.active.Store(true)
@@ -831,14 +833,20 @@ func (b *tokenBucket) cost(n int) time.Duration {
 }
 
 // resize makes the bucket hold and refill perMinute (> 0) tokens a minute,
-// keeping the tokens it owes at t (at most a full bucket).
+// keeping the tokens it owes at t (when t is not zero). Takes made before
+// keep their cost at the old rate, so a give-back after a lower rate returns
+// fewer tokens than they took.
 func (b *tokenBucket) resize(perMinute int, t time.Time) {
-	if b.perMinute > 0 && b.full.After(t) {
+	if b.perMinute > 0 && !t.IsZero() && b.full.After(t) {
 		owed := float64(b.full.Sub(t)) * float64(b.perMinute) / float64(perMinute)
-		b.full = t.Add(time.Duration(min(owed, float64(time.Minute))))
+		b.full = t.Add(time.Duration(min(owed, float64(maxOwed))))
 	}
 	b.perMinute = perMinute
 }
+
+// maxOwed bounds a bucket's debt after a resize: far beyond any wait a call
+// can make, far below time.Duration's range.
+const maxOwed = 1000 * time.Hour
 
 // earliest returns the first time at or after t when the bucket holds n
 // tokens (0 < n ≤ perMinute).

@@ -881,10 +881,10 @@ func TestLimiterHugeLimitsDefect5(t *testing.T) {
 	l = newLimiter(Limits{TPM: 1000}, 1)
 	_, _, err := l.reserve(limStart, 1000, time.Time{})
 	require.NoError(t, err)
-	l.learn(dimTPM, 500) // the bucket owes 1000 tokens: all of the new 500
+	l.learn(dimTPM, 500) // the bucket owes 1000 tokens: two minutes at 500/min
 	_, wait, err := l.reserve(limStart, 500, time.Time{})
 	require.NoError(t, err)
-	assert.Equal(t, time.Minute, wait, "a lower learned TPM keeps the debt, up to a full bucket")
+	assert.Equal(t, 2*time.Minute, wait, "a lower learned TPM keeps the debt, refilled at the new rate")
 }
 
 // allocatedBytes returns the bytes f allocated on the heap.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -104,6 +105,39 @@ func TestDefect8CancelledWaitGivesBackTokens(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(flash), resp.Text())
 		assert.Zero(t, time.Since(start), "a 2-token request does not wait behind the cancelled one")
+		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
+	})
+}
+
+// Defect 8: when every caller queued behind a TPM limit gives up at once,
+// whatever the order their waits end in, the limiter is as they found it.
+func TestDefect8EveryCancelledWaitGivesBackTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),
+			geminiguard.WithLimits(flash, geminiguard.Limits{TPM: 10_000}), geminiguard.WithTimeouts(time.Minute, 10*time.Minute))
+		_, err := c.GenerateContent(t.Context(), "", prompt(9_000), nil)
+		require.NoError(t, err)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancel)
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = c.GenerateContent(ctx, "", prompt(9_000), nil)
+			})
+			synctest.Wait() // queued in this order
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+
+		start := time.Now()
+		_, err = c.GenerateContent(t.Context(), "", prompt(1_000), nil)
+		require.NoError(t, err)
+		assert.Zero(t, time.Since(start), "1,000 tokens fit: none of the cancelled waits holds them back")
 		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
 	})
 }
