@@ -6,7 +6,6 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
-	golang.org/x/time v0.16.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/genai v1.77.0
 )

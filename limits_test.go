@@ -186,10 +186,15 @@ func TestDefect15LocalRefusalIsNotAContextError(t *testing.T) {
 		assert.ErrorIs(t, err, geminiguard.ErrRateLimited)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, err, context.Canceled)
+		var rle *geminiguard.RateLimitError
+		require.ErrorAs(t, err, &rle)
+		assert.Equal(t, "RPD", rle.Dimension)
+		midnight := time.Date(2000, time.January, 1, 8, 0, 0, 0, time.UTC) // synctest starts at 2000-01-01 00:00 UTC: 16:00 PST
+		require.True(t, start.Before(midnight), "the bubble's clock: %v", start)
+		assert.Equal(t, midnight, rle.Until.UTC(), "the next midnight America/Los_Angeles")
 		v := geminiguard.Classify(err)
 		assert.Equal(t, geminiguard.ClassLocalRateLimit, v.Class)
-		assert.Positive(t, v.RetryAfter, "the wait until the Pacific midnight")
-		assert.LessOrEqual(t, v.RetryAfter, 25*time.Hour)
+		assert.Equal(t, midnight.Sub(start), v.RetryAfter, "the wait until the Pacific midnight")
 		require.Len(t, rec.Attempts, 1)
 		assert.True(t, rec.Attempts[0].Skipped)
 		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate), "nothing was sent")
