@@ -675,6 +675,7 @@ const windowSlots = 61
 type window struct {
 	slots [windowSlots]slot
 	spill slot // sends of seconds whose slot was taken, merged; sec unused
+	n     int  // sends in slots and spill, counting or not
 }
 
 // slot is one second of a window.
@@ -710,6 +711,9 @@ type release struct {
 // earliest returns the first time at or after t (not before any send) when
 // fewer than limit sends count.
 func (w *window) earliest(t time.Time, limit int) time.Time {
+	if w.n < limit {
+		return t
+	}
 	sec := t.Unix()
 	n := w.spill.counted(t)
 	for j := sec - windowSlots + 1; j <= sec; j++ {
@@ -753,8 +757,10 @@ func (w *window) earliest(t time.Time, limit int) time.Time {
 func (w *window) add(t, now time.Time) {
 	sec := t.Unix()
 	s := w.at(sec)
+	w.n++
 	if s.sec != sec && s.counted(now) > 0 {
 		if w.spill.counted(now) == 0 {
+			w.n -= w.spill.n
 			w.spill = *s
 		} else {
 			w.spill.n += s.n
@@ -764,6 +770,7 @@ func (w *window) add(t, now time.Time) {
 		*s = slot{}
 	}
 	if s.sec != sec || s.n == 0 {
+		w.n -= s.n
 		*s = slot{sec: sec, n: 1, first: t, last: t}
 		return
 	}
@@ -783,6 +790,7 @@ func (w *window) remove(t time.Time) {
 		return
 	}
 	s.n--
+	w.n--
 	switch {
 	case s.n == 0:
 		*s = slot{}

@@ -829,6 +829,11 @@ func TestLimiterGiveBacksKeepTheLimits(t *testing.T) {
 					}
 				}
 			}
+			n := l.rpm.spill.n
+			for _, s := range l.rpm.slots {
+				n += s.n
+			}
+			assert.Equal(t, n, l.rpm.n, "the window's total")
 			assert.LessOrEqual(t, len(l.given), maxGiven)
 			assert.LessOrEqual(t, len(l.tpm.given), maxGiven)
 		})
