@@ -1,16 +1,17 @@
 package geminiguard
 
 import (
-	"context"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard/internal/pacific"
@@ -89,66 +90,106 @@ func quotaDimOf(quotaID string) (quotaDim, bool) {
 	return 0, false
 }
 
-// rateLimitError reports a request the limiter refused. It matches
-// ErrRateLimited; when the call's deadline was the reason, also
-// context.DeadlineExceeded; when the daily requests are spent, also
-// ErrQuotaExhausted. Returned as a pointer.
-type rateLimitError struct {
-	Dimension quotaDim      // the dimension that held the request back
-	Until     time.Time     // when it could have been sent (the Pacific midnight for RPD); zero when never
-	Wait      time.Duration // Until minus the time of the request; 0 when never
-	Tokens    int           // the request's input tokens, for a request larger than the effective TPM
-	Limit     int           // the effective TPM, for a request larger than it
-	deadline  bool          // the wait would have overrun the deadline
-	skipped   bool          // the Client did not wait: another model could answer at once
+// RateLimitError reports a request that a local limit refused, so that
+// nothing was sent: a limit of WithLimits, or one learned from a 429. It is
+// exported so that a caller can read which limit refused the request and
+// when the model takes it again. It matches ErrRateLimited, and also
+// ErrQuotaExhausted when the day's requests (RPD) are spent; never a context
+// error, as no context ended. A Client method returns it as a pointer inside a
+// *ModelError whose Verdict.RetryAfter is the wait until Until.
+type RateLimitError struct {
+	// Dimension is the limit that held the request back: "RPM", "TPM" or
+	// "RPD".
+	Dimension string
+	// Until is when the limits admit the request (the next midnight
+	// America/Los_Angeles when the day's requests are spent); zero when no
+	// wait admits it (Tokens > Limit).
+	Until time.Time
+	// Tokens is the request's input-token estimate and Limit the effective
+	// TPM, for a request larger than the effective TPM; both 0 otherwise.
+	Tokens, Limit int
+
+	wait    time.Duration // Until minus the time of the request
+	skipped bool          // the Client did not wait: another model could answer at once
 }
 
-func (e *rateLimitError) Error() string {
+func (e *RateLimitError) Error() string {
 	switch {
-	case e.skipped:
-		return fmt.Sprintf("geminiguard: rate limited: out of tokens for %v; the next model answers sooner", e.Wait)
-	case !e.deadline:
+	case e.Tokens > 0:
 		return fmt.Sprintf("geminiguard: rate limited: the request's %d input tokens exceed the effective TPM (%d): no wait admits it", e.Tokens, e.Limit)
-	case e.Dimension == dimRPD:
+	case e.skipped:
+		return fmt.Sprintf("geminiguard: rate limited: %s: the request could be sent in %v; the next model answers sooner", e.Dimension, e.wait)
+	case e.Dimension == "RPD":
 		return fmt.Sprintf("geminiguard: rate limited: RPD: the day's requests are spent until %s (midnight America/Los_Angeles), after the deadline", e.Until.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("geminiguard: rate limited: %s: the request could be sent in %v, after the deadline", e.Dimension, e.Wait)
+	return fmt.Sprintf("geminiguard: rate limited: %s: the request could be sent in %v, after the deadline", e.Dimension, e.wait)
 }
 
-// Is reports ErrRateLimited, context.DeadlineExceeded when the deadline was
-// the reason, and ErrQuotaExhausted when the daily requests are spent.
-func (e *rateLimitError) Is(target error) bool {
+// Is reports ErrRateLimited, and ErrQuotaExhausted when the day's requests
+// are spent.
+func (e *RateLimitError) Is(target error) bool {
 	switch target {
 	case ErrRateLimited:
 		return true
-	case context.DeadlineExceeded:
-		return e.deadline
 	case ErrQuotaExhausted:
-		return e.Dimension == dimRPD
+		return e.Dimension == "RPD"
 	}
 	return false
 }
 
+// localLimitError is the failure of model at now when its limiter refused the
+// request with err (a *RateLimitError): its Verdict's RetryAfter is the wait
+// until the limits admit the request, 0 when none does.
+func localLimitError(model string, err error, now time.Time) *ModelError {
+	v := Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}
+	var rle *RateLimitError
+	if errors.As(err, &rle) && rle.Until.After(now) {
+		v.RetryAfter = rle.Until.Sub(now)
+	}
+	return &ModelError{Model: model, Verdict: v, Err: err}
+}
+
+// The largest limits learn takes from a 429: far beyond the largest published
+// Gemini quotas (30,000 RPM and 30,000,000 TPM on tier 3), so that a corrupt
+// or hostile quotaValue means at most "practically unlimited".
+const (
+	maxLearnedRPM = 10_000_000
+	maxLearnedTPM = 2_000_000_000
+	maxLearnedRPD = 2_000_000_000
+)
+
 // limiter paces the requests to one model so that no quota dimension is
-// exceeded: RPM and TPM on golang.org/x/time/rate token buckets, RPD on a
-// counter that resets at midnight America/Los_Angeles (the Gemini API's daily
-// reset), each at headroom × the limit.
+// exceeded: RPM on a sliding window of per-second counts, TPM on a token
+// bucket, RPD on a counter that resets at midnight America/Los_Angeles (the
+// Gemini API's daily reset), each at headroom × the limit. Its memory does
+// not depend on the limits.
 //
-// Bursts: RPM is a sliding-window log, the quota's own semantics: a request
-// may leave when fewer than headroom·RPM requests left in the 60 seconds
-// before it, so a burst up to that size leaves at once and no 60-second
-// window (half-open) ever holds more. (A token bucket cannot do both: with
-// burst B it lets B + headroom·RPM through in a window, or paces a burst one
-// request at a time.) The TPM bucket holds headroom·TPM tokens so that any request up to
-// that size can be granted (a larger one is refused at once); a full bucket
-// plus a minute of refill means a 60-second window that follows an idle minute
+// Bursts: RPM follows the quota's own semantics: a request may leave when
+// fewer than headroom·RPM requests left in the 60 seconds before it, so a
+// burst up to that size leaves at once and no 60-second window (half-open)
+// ever holds more. (A token bucket cannot do both: with burst B it lets
+// B + headroom·RPM through in a window, or paces a burst one request at a
+// time.) The window keeps, per second of send time, the number of sends and
+// the first and last of them. Where an exact log of sends would admit a
+// request at T, it admits it in [T, T+1s): never early, and exactly at T
+// while no second holds sends at more than two instants (a burst is sent at
+// one). After a send booked more than 61 s ahead is given back, the sends of
+// the seconds whose slots it took count together until the last of them is
+// 60 s old: up to a minute late, never early.
+//
+// The TPM bucket holds headroom·TPM tokens so that any request up to that
+// size can be granted (a larger one is refused at once); a full bucket plus
+// a minute of refill means a 60-second window that follows an idle minute
 // can carry up to 2·headroom·TPM tokens (1.6 TPM at the default 0.8): a
 // headroom of 0.5 or less keeps every window within TPM. RPD is a counter,
 // never a smooth refill: once spent, requests wait for the Pacific midnight.
 //
 // Requests are granted in order: each is scheduled at the earliest time every
-// dimension admits it, and every dimension records it at that time, so a
-// request held back by one dimension cannot let others bunch up behind it.
+// dimension admits it, and not before the latest grant, and every dimension
+// records it at that time, so a request held back by one dimension cannot let
+// others bunch up behind it. A grant given back (grant.cancel) returns its
+// RPM send, its RPD count and its place in line; its tokens exactly when no
+// token grant followed it, else as far as the later ones allow.
 // Times are arguments; the limiter reads no clock and starts no goroutine.
 // A limiter is safe for concurrent use. Use newLimiter.
 type limiter struct {
@@ -157,13 +198,16 @@ type limiter struct {
 	tokensOn atomic.Bool // TPM is limited: reserve needs the input-token estimate
 
 	mu       sync.Mutex         // guards the fields below
-	clock    time.Time          // latest time handed to rpm and tpm; they never see an earlier one
-	clockDim quotaDim           // the dimension that pushed clock past a request's time
+	now      time.Time          // the latest time a request was made at; later ones are taken to be made no earlier
+	clock    time.Time          // send time of the latest grant; later ones are not sent before it
+	clockDim quotaDim           // the dimension that held the latest grant back
+	seq      uint64             // grants made and not given back as the latest
+	given    []order            // grants given back behind later ones, by seq; at most maxGiven
 	limit    [numDims]int       // configured or learned limits; 0 when none
 	eff      [numDims]int       // effective limits: headroom × limit, at least 1
 	blocked  [numDims]time.Time // no grants before these (server 429s)
 	rpm      *window            // nil while RPM is not limited
-	tpm      *rate.Limiter      // nil while TPM is not limited
+	tpm      tokenBucket        // perMinute 0 while TPM is not limited
 	dayEnd   time.Time          // end (next Pacific midnight) of the day rpdCount counts
 	rpdCount int                // requests granted in the day ending at dayEnd
 	used     int64              // input tokens granted, corrected by reconcile
@@ -198,69 +242,119 @@ func (l *limiter) setLimit(d quotaDim, limit int) {
 	}
 	eff := effective(limit, l.headroom)
 	l.limit[d], l.eff[d] = limit, eff
-	perSecond := rate.Limit(float64(eff) / 60)
 	switch d {
 	case dimRPM:
-		l.rpm = l.rpm.resized(eff)
+		if l.rpm == nil {
+			l.rpm = new(window)
+		}
 	case dimTPM:
-		l.tpm = setBucket(l.tpm, l.clock, perSecond, eff)
+		l.tpm.resize(eff, l.now)
 		l.tokensOn.Store(true)
 	}
 	l.active.Store(true)
-}
-
-// setBucket returns b set to rate r and burst n at t, or a new full bucket
-// when b is nil.
-func setBucket(b *rate.Limiter, t time.Time, r rate.Limit, n int) *rate.Limiter {
-	if b == nil {
-		return rate.NewLimiter(r, n)
-	}
-	b.SetLimitAt(t, r)
-	b.SetBurstAt(t, n)
-	return b
 }
 
 // grant is a request the limiter admitted. Its zero value (from a limiter
 // with nothing to enforce) gives nothing back.
 type grant struct {
 	l      *limiter
-	rpm    time.Time         // send time booked in the RPM window; zero when not limited
-	tpm    *rate.Reservation // nil when TPM was not limited
-	dayEnd time.Time         // the Pacific day counted against RPD; zero when not limited
-	tokens int               // input tokens counted against TPM
+	at     time.Time // send time
+	dim    quotaDim  // the dimension that held it back, when it waits
+	rpm    bool      // booked in the RPM window at at
+	tpm    take      // its tokens; zero when TPM was not limited
+	tokens int       // input tokens counted against TPM
+	order
 }
 
-// cancel returns what the grant took, as far as later grants allow (see
-// rate.Reservation.CancelAt): call it, at most once, when the request was not
-// sent after all (the context ended during the wait, the breaker refused).
-// The RPD count is always returned.
-func (g grant) cancel(now time.Time) {
+// order is a grant's place in the limiter's order of grants: what to restore
+// once it, and every grant after it, is given back.
+type order struct {
+	seq       uint64    // limiter.seq after it
+	prevClock time.Time // limiter.clock and clockDim before it
+	prevDim   quotaDim
+	dayEnd    time.Time // the Pacific day counted against RPD; zero when not limited
+	prevDay   time.Time // limiter.dayEnd and rpdCount before it
+	prevCount int
+	counted   bool // still counted in its day's rpdCount
+}
+
+// maxGiven bounds the grants given back behind later ones that a limiter
+// remembers (limiter.given): beyond it the oldest are forgotten, and the
+// limiter's order then stops going back at them.
+const maxGiven = 32
+
+// cancel gives back what the grant took: call it, at most once, when the
+// request was not sent after all (the context ended during the wait, the
+// breaker refused, the Client skipped the model). The RPM send and the
+// tokens' count in TokensUsed always come back, and the RPD count when its
+// day is current. The grant's place in line comes back once every grant
+// after it is given back too (the later ones keep their send times until
+// then). Its tokens come back as far as the token grants after it allow, and
+// in full once those are given back too (a reconcile's debt is never given
+// back, so tokens taken before one may stay spent).
+func (g grant) cancel() {
 	l := g.l
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.advance(now)
-	if !g.rpm.IsZero() && l.rpm != nil {
-		l.rpm.cancel(g.rpm)
+	if g.rpm && l.rpm != nil {
+		l.rpm.remove(g.at)
 	}
-	if g.tpm != nil {
-		g.tpm.CancelAt(t)
-		l.used -= int64(g.tokens)
+	if g.tpm.cost > 0 {
+		l.tpm.giveBack(g.tpm)
+		l.count(-int64(g.tokens))
 	}
-	if !g.dayEnd.IsZero() && g.dayEnd.Equal(l.dayEnd) && l.rpdCount > 0 {
+	g.counted = !g.dayEnd.IsZero()
+	l.uncount(&g.order)
+	l.unwind(g.order)
+}
+
+// uncount takes o's request out of the RPD count when o's day is current.
+// l.mu must be held.
+func (l *limiter) uncount(o *order) {
+	if o.counted && o.dayEnd.Equal(l.dayEnd) && l.rpdCount > 0 {
 		l.rpdCount--
+		o.counted = false
 	}
 }
 
-// advance moves the limiter's clock to now, if later, and returns the clock.
-// l.mu must be held.
-func (l *limiter) advance(now time.Time) time.Time {
-	if now.After(l.clock) {
-		l.clock = now
+// unwind takes a given-back grant's order o out of the order of grants. When
+// o is the latest, the clock (and the RPD day, when o opened it) go back to
+// what they were before it, and so on through the grants given back before
+// it; else o waits in l.given for the grants after it. l.mu must be held.
+func (l *limiter) unwind(o order) {
+	if o.seq != l.seq {
+		i, _ := slices.BinarySearchFunc(l.given, o.seq, func(x order, seq uint64) int { return cmp.Compare(x.seq, seq) })
+		l.given = slices.Insert(l.given, i, o)
+		if len(l.given) > maxGiven {
+			l.given = slices.Delete(l.given, 0, 1)
+		}
+		return
 	}
-	return l.clock
+	for {
+		l.clock, l.clockDim, l.seq = o.prevClock, o.prevDim, l.seq-1
+		if o.dayEnd.Equal(l.dayEnd) && l.rpdCount == 0 && !o.prevDay.Equal(o.dayEnd) {
+			// It opened a day that now counts nothing: the day before is
+			// current again.
+			l.dayEnd, l.rpdCount = o.prevDay, o.prevCount
+		}
+		n := len(l.given)
+		if n == 0 || l.given[n-1].seq != l.seq {
+			return
+		}
+		o, l.given = l.given[n-1], l.given[:n-1]
+		l.uncount(&o)
+	}
+}
+
+// skip gives g back (see cancel) and returns the failure of model at now,
+// for a call that moves on to the next model rather than wait for g: wait is
+// what reserve returned.
+func (g grant) skip(model string, now time.Time, wait time.Duration) *ModelError {
+	g.cancel()
+	return localLimitError(model, &RateLimitError{Dimension: g.dim.String(), Until: now.Add(wait), wait: wait, skipped: true}, now)
 }
 
 // reserve asks, at now, to send one request of tokens input tokens (ignored
@@ -268,12 +362,11 @@ func (l *limiter) advance(now time.Time) time.Time {
 // and a grant to cancel if it is not sent after all.
 //
 // When the request could not be sent before deadline (zero: none) it reserves
-// nothing and returns a *rateLimitError matching ErrRateLimited and
-// context.DeadlineExceeded (and ErrQuotaExhausted when the RPD is spent; its
-// Until is then the next Pacific midnight). A request larger than the
-// effective TPM can never be sent: a *rateLimitError matching only
-// ErrRateLimited, at once. With nothing to enforce it returns at once,
-// without locking or allocating.
+// nothing and returns a *RateLimitError matching ErrRateLimited (and
+// ErrQuotaExhausted when the RPD is spent; its Until is then the next Pacific
+// midnight). A request larger than the effective TPM can never be sent: a
+// *RateLimitError with a zero Until, at once. With nothing to enforce it
+// returns at once, without locking or allocating.
 func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant, time.Duration, error) {
 	if !l.active.Load() {
 		return grant{}, 0, nil
@@ -282,8 +375,9 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 	defer l.mu.Unlock()
 
 	// Earliest time every dimension admits the request, granted in order:
-	// never before the previous grant.
-	t := now
+	// never before the previous grant, nor before a request seen already.
+	l.now = later(l.now, now)
+	t := l.now
 	dim := l.clockDim
 	if !t.After(l.clock) {
 		t = l.clock
@@ -295,18 +389,18 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 		}
 	}
 	if l.rpm != nil {
-		if e := l.rpm.earliest(t); e.After(at) {
+		if e := l.rpm.earliest(t, l.eff[dimRPM]); e.After(at) {
 			at, dim = e, dimRPM
 		}
 	}
-	if l.tpm == nil || tokens < 0 {
+	if l.tpm.perMinute == 0 || tokens < 0 {
 		tokens = 0
 	}
 	if tokens > 0 {
 		if tokens > l.eff[dimTPM] {
-			return grant{}, 0, &rateLimitError{Dimension: dimTPM, Tokens: tokens, Limit: l.eff[dimTPM]}
+			return grant{}, 0, &RateLimitError{Dimension: dimTPM.String(), Tokens: tokens, Limit: l.eff[dimTPM]}
 		}
-		if e := earliest(l.tpm, t, tokens, l.eff[dimTPM]); e.After(at) {
+		if e := l.tpm.earliest(t, tokens); e.After(at) {
 			at, dim = e, dimTPM
 		}
 	}
@@ -323,56 +417,67 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 
 	wait := at.Sub(now)
 	if wait > 0 && !deadline.IsZero() && !at.Before(deadline) {
-		return grant{}, 0, &rateLimitError{Dimension: dim, Until: at, Wait: wait, deadline: true}
+		return grant{}, 0, &RateLimitError{Dimension: dim.String(), Until: at, wait: wait}
 	}
 
+	if l.now.After(l.clock) {
+		// Every grant so far has its send time behind it: none can give
+		// the clock back.
+		l.given = l.given[:0]
+	}
+	g := grant{l: l, at: at, dim: dim, order: order{prevClock: l.clock, prevDim: l.clockDim}}
 	if at.After(t) {
 		l.clockDim = dim
 	}
 	l.clock = at
-	g := grant{l: l}
+	l.seq++
+	g.seq = l.seq
 	if l.rpm != nil {
-		l.rpm.add(at)
-		g.rpm = at
+		l.rpm.add(at, l.now)
+		g.rpm = true
 	}
 	if tokens > 0 {
-		g.tpm = l.tpm.ReserveN(at, tokens)
+		g.tpm = l.tpm.take(at, tokens, false)
 		g.tokens = tokens
-		l.used += int64(tokens)
+		l.count(int64(tokens))
 	}
 	if l.eff[dimRPD] > 0 {
+		g.prevDay, g.prevCount = l.dayEnd, l.rpdCount
 		l.dayEnd, l.rpdCount = dayEnd, count+1
 		g.dayEnd = dayEnd
 	}
 	return g, wait, nil
 }
 
-// earliest returns the first time at or after t when b, refilled at
-// perMinute tokens a minute, holds n tokens, rounded up to the nanosecond.
-// t must not precede any time b has seen.
-func earliest(b *rate.Limiter, t time.Time, n, perMinute int) time.Time {
-	need := float64(n) - b.TokensAt(t)
-	if need <= 0 {
-		return t
+// count adds n input tokens (of either sign) to l.used, saturating at the
+// int64 limits. l.mu must be held.
+func (l *limiter) count(n int64) {
+	switch sum := l.used + n; {
+	case n > 0 && sum < l.used:
+		l.used = math.MaxInt64
+	case n < 0 && sum > l.used:
+		l.used = math.MinInt64
+	default:
+		l.used = sum
 	}
-	return t.Add(time.Duration(math.Ceil(need * float64(time.Minute) / float64(perMinute))))
 }
 
 // reconcile corrects TPM after a response: estimated is what reserve was
 // given, actual the usageMetadata.promptTokenCount. A larger actual count is
 // taken from the bucket at once (the request was already sent), up to one
 // effective TPM, so the next requests wait for it; a smaller one is not given
-// back (rate.Limiter cannot) but is counted in the snapshot's TokensUsed.
-// Without a TPM limit, or without an actual count (≤ 0), it does nothing.
+// back to the bucket (later grants were scheduled around it) but is counted
+// in the snapshot's TokensUsed. Without a TPM limit, or without an actual
+// count (≤ 0), it does nothing.
 func (l *limiter) reconcile(now time.Time, estimated, actual int) {
 	if !l.tokensOn.Load() || actual <= 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.used += int64(actual - estimated)
+	l.count(int64(actual) - int64(estimated))
 	if extra := min(actual-estimated, l.eff[dimTPM]); extra > 0 {
-		l.tpm.ReserveN(l.advance(now), extra)
+		l.tpm.take(now, extra, true)
 	}
 }
 
@@ -380,8 +485,9 @@ func (l *limiter) reconcile(now time.Time, estimated, actual int) {
 // RetryInfo delay's end, or the next Pacific midnight for RPD). The TPM
 // bucket is also empty at until, so it refills at its steady rate instead of
 // releasing a burst of tokens into a quota the server says is spent. The RPM
-// bucket holds one request at most, so the request the server invited at
-// until is granted then, and the steady pacing follows.
+// window keeps its sends, so the request the server invited at until is
+// granted then when the window has room, and the steady pacing follows.
+// An until at or before now empties the TPM bucket at now.
 func (l *limiter) drain(now time.Time, d quotaDim, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -389,14 +495,8 @@ func (l *limiter) drain(now time.Time, d quotaDim, until time.Time) {
 	if until.After(l.blocked[d]) {
 		l.blocked[d] = until
 	}
-	if until.After(l.clock) {
-		l.clock, l.clockDim = until, d
-	}
-	t := l.advance(now)
-	if d == dimTPM && l.tpm != nil {
-		if n := int(l.tpm.TokensAt(t)); n > 0 {
-			l.tpm.AllowN(t, n)
-		}
+	if d == dimTPM {
+		l.tpm.empty(later(now, until))
 	}
 }
 
@@ -404,10 +504,19 @@ func (l *limiter) drain(now time.Time, d quotaDim, until time.Time) {
 // dimension d: a dimension without a limit starts being limited at headroom ×
 // limit, so a Client that was given no Limits stops hammering; a lower limit
 // than the current one replaces it; a higher one is ignored (a configured
-// limit is never raised). limit ≤ 0 is ignored.
+// limit is never raised). A limit above maxLearnedRPM, maxLearnedTPM or
+// maxLearnedRPD is taken as that maximum; limit ≤ 0 is ignored.
 func (l *limiter) learn(d quotaDim, limit int) {
 	if limit <= 0 {
 		return
+	}
+	switch d {
+	case dimRPM:
+		limit = min(limit, maxLearnedRPM)
+	case dimTPM:
+		limit = min(limit, maxLearnedTPM)
+	case dimRPD:
+		limit = min(limit, maxLearnedRPD)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -533,62 +642,287 @@ func valueBytes(v any, depth int) int {
 	return bytesPerToken
 }
 
-// window is a sliding-window log of send times: at most len(times) requests
-// in any minute. Times are added in non-decreasing order (the limiter's clock
-// only moves forward), so the ring is sorted from next (oldest) on. It is
-// not safe for concurrent use: the limiter's mu guards it.
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// windowSlots is the seconds of send time a window keeps in slots: any
+// second with a send less than a minute old.
+const windowSlots = 61
+
+// window counts the sends of the latest minute, per second of send time:
+// a fixed 61 slots, whatever the limit, and one more for the sends of
+// seconds whose slot a later send took while they could still count (a send
+// booked more than 61 s ahead, then given back). A second's sends count until
+// its first send is a minute old, all but one until its last one is: never
+// fewer than the sends of the latest minute, and exactly those when each
+// second's sends were made at one instant (a burst) or one at a time. Sends
+// are added in non-decreasing order, except after a give-back (the limiter
+// grants in order). It is not safe for concurrent use: the limiter's mu
+// guards it. The zero value is empty.
 type window struct {
-	times []time.Time // ring of the latest sends
-	next  int         // index of the oldest send once the ring is full
-	n     int         // sends recorded, at most len(times)
+	slots [windowSlots]slot
+	spill slot // sends of seconds whose slot was taken, merged; sec unused
+	n     int  // sends in slots and spill, counting or not
 }
 
-// resized returns a window admitting limit requests a minute that keeps the
-// latest sends of w (nil: none).
-func (w *window) resized(limit int) *window {
-	out := &window{times: make([]time.Time, limit)}
-	if w == nil {
-		return out
-	}
-	start := max(0, w.n-limit)
-	for i := start; i < w.n; i++ {
-		out.add(w.times[(w.next+i)%len(w.times)])
-	}
-	return out
+// slot is one second of a window.
+type slot struct {
+	sec         int64     // the Unix second of its sends, [sec, sec+1)
+	n           int       // sends; 0: the slot is free
+	first, last time.Time // the earliest and the latest send
 }
 
-// earliest returns the first time at or after t when a request may leave.
-func (w *window) earliest(t time.Time) time.Time {
-	if w.n < len(w.times) {
+// at returns the slot of Unix second sec, which may hold another second.
+func (w *window) at(sec int64) *slot {
+	return &w.slots[(sec%windowSlots+windowSlots)%windowSlots]
+}
+
+// counted returns how many of s's sends count at t: all of them until the
+// first is a minute old, all but one until the last is.
+func (s *slot) counted(t time.Time) int {
+	switch {
+	case s.n == 0 || !t.Before(s.last.Add(time.Minute)):
+		return 0
+	case !t.Before(s.first.Add(time.Minute)):
+		return s.n - 1
+	}
+	return s.n
+}
+
+// release is a time at which sends stop counting.
+type release struct {
+	at time.Time
+	n  int
+}
+
+// earliest returns the first time at or after t (not before any send) when
+// fewer than limit sends count.
+func (w *window) earliest(t time.Time, limit int) time.Time {
+	if w.n < limit {
 		return t
 	}
-	if free := w.times[w.next].Add(time.Minute); free.After(t) {
-		return free
+	sec := t.Unix()
+	n := w.spill.counted(t)
+	for j := sec - windowSlots + 1; j <= sec; j++ {
+		if s := w.at(j); s.sec == j {
+			n += s.counted(t)
+		}
+	}
+	if n < limit {
+		return t
+	}
+	var buf [2 * (windowSlots + 1)]release
+	rs := buf[:0]
+	releases := func(s *slot) {
+		c := s.counted(t)
+		if c == s.n && c > 0 {
+			rs = append(rs, release{s.first.Add(time.Minute), 1})
+			c--
+		}
+		if c > 0 {
+			rs = append(rs, release{s.last.Add(time.Minute), c})
+		}
+	}
+	releases(&w.spill)
+	for j := sec - windowSlots + 1; j <= sec; j++ {
+		if s := w.at(j); s.sec == j {
+			releases(s)
+		}
+	}
+	slices.SortFunc(rs, func(a, b release) int { return a.at.Compare(b.at) })
+	need := n - limit + 1
+	for _, r := range rs {
+		if need -= r.n; need <= 0 {
+			return r.at
+		}
+	}
+	return t // not reached: every counted send is released
+}
+
+// add records a send at t (not before now). A slot of another second whose
+// sends still count at now is merged into the spill slot first.
+func (w *window) add(t, now time.Time) {
+	sec := t.Unix()
+	s := w.at(sec)
+	w.n++
+	if s.sec != sec && s.counted(now) > 0 {
+		if w.spill.counted(now) == 0 {
+			w.n -= w.spill.n
+			w.spill = *s
+		} else {
+			w.spill.n += s.n
+			w.spill.first = earlier(w.spill.first, s.first)
+			w.spill.last = later(w.spill.last, s.last)
+		}
+		*s = slot{}
+	}
+	if s.sec != sec || s.n == 0 {
+		w.n -= s.n
+		*s = slot{sec: sec, n: 1, first: t, last: t}
+		return
+	}
+	s.n++
+	s.first = earlier(s.first, t)
+	s.last = later(s.last, t)
+}
+
+// remove forgets a send at t: a request booked and then not sent. When it
+// was its second's first send, the second's first becomes its last, as the
+// next-earliest is not kept (the sends then count a little longer). A send
+// merged into the spill slot stays counted.
+func (w *window) remove(t time.Time) {
+	sec := t.Unix()
+	s := w.at(sec)
+	if s.sec != sec || s.n == 0 {
+		return
+	}
+	s.n--
+	w.n--
+	switch {
+	case s.n == 0:
+		*s = slot{}
+	case t.Equal(s.first):
+		s.first = s.last
+	}
+}
+
+// tokenBucket is a token bucket that holds perMinute tokens and refills
+// perMinute tokens a minute, kept as the time it is full again (the generic
+// cell rate algorithm's "theoretical arrival time"), so that a take can be
+// given back. Times may be any: a take at a time before full spends tokens
+// the bucket will have by then. It is not safe for concurrent use: the
+// limiter's mu guards it. The zero value is not limited: use resize.
+type tokenBucket struct {
+	perMinute int           // size and refill a minute; 0: not limited
+	full      time.Time     // when the bucket is full again; any time before: full
+	floor     time.Time     // full is never given back to before it (empty: drained)
+	seq       uint64        // takes made and not given back as the latest
+	sum       time.Duration // the cost of those takes
+	last      time.Time     // the latest time a take was made at
+	given     []partial     // takes given back in part behind later ones, by seq; at most maxGiven
+}
+
+// take is one take from a tokenBucket, to give back.
+type take struct {
+	seq  uint64        // tokenBucket.seq after it
+	cost time.Duration // its tokens' refill time; 0: nothing taken
+	sum  time.Duration // tokenBucket.sum after it
+}
+
+// partial is a take given back in part: rest is still to give back once
+// every take after it is given back.
+type partial struct {
+	seq        uint64
+	cost, rest time.Duration
+}
+
+// cost returns the time the bucket takes to refill n tokens (0 ≤ n ≤
+// perMinute), rounded up to the nanosecond.
+func (b *tokenBucket) cost(n int) time.Duration {
+	hi, lo := bits.Mul64(uint64(n), uint64(time.Minute))
+	q, r := bits.Div64(hi, lo, uint64(b.perMinute))
+	if r > 0 {
+		q++
+	}
+	return time.Duration(q)
+}
+
+// resize makes the bucket hold and refill perMinute (> 0) tokens a minute,
+// keeping the tokens it owes at t (when t is not zero). Takes made before
+// keep their cost at the old rate, so a give-back after a lower rate returns
+// fewer tokens than they took.
+func (b *tokenBucket) resize(perMinute int, t time.Time) {
+	if b.perMinute > 0 && !t.IsZero() && b.full.After(t) {
+		owed := float64(b.full.Sub(t)) * float64(b.perMinute) / float64(perMinute)
+		b.full = t.Add(time.Duration(min(owed, float64(maxOwed))))
+	}
+	b.perMinute = perMinute
+}
+
+// maxOwed bounds a bucket's debt after a resize: far beyond any wait a call
+// can make, far below time.Duration's range.
+const maxOwed = 1000 * time.Hour
+
+// earliest returns the first time at or after t when the bucket holds n
+// tokens (0 < n ≤ perMinute).
+func (b *tokenBucket) earliest(t time.Time, n int) time.Time {
+	if e := b.full.Add(b.cost(n) - time.Minute); e.After(t) {
+		return e
 	}
 	return t
 }
 
-// add records a send at t (not before any recorded send).
-func (w *window) add(t time.Time) {
-	if w.n < len(w.times) {
-		w.times[(w.next+w.n)%len(w.times)] = t
-		w.n++
-		return
+// take takes n tokens (0 < n ≤ perMinute) at t, whether the bucket holds
+// them or not (a debt the next takes wait for). A take that will not be
+// given back (a reconcile's debt) is final: the takes before it are then
+// never given back beyond what they were.
+func (b *tokenBucket) take(t time.Time, n int, final bool) take {
+	c := b.cost(n)
+	if t.After(b.full) || final {
+		// The bucket is full at t (no earlier take bears on it any more),
+		// or the takes before can no longer become the latest.
+		b.given = b.given[:0]
+		b.full = later(b.full, t)
 	}
-	w.times[w.next] = t
-	w.next = (w.next + 1) % len(w.times)
+	b.full = b.full.Add(c)
+	b.last = later(b.last, t)
+	b.seq++
+	b.sum += c
+	return take{seq: b.seq, cost: c, sum: b.sum}
 }
 
-// cancel removes the latest send if it was at t: a request booked and then
-// not sent. An older send stays, as rate.Reservation.CancelAt would keep it.
-func (w *window) cancel(t time.Time) {
-	if w.n == 0 {
+// giveBack returns tk's tokens. The latest take comes back whole (the bucket
+// is then full again no later than before it), and with it the rest of the
+// takes given back before it. An earlier one comes back as far as the takes
+// after it allow: each of those still needs its cost after its own time,
+// which is at or before b.last; the rest waits in b.given.
+func (b *tokenBucket) giveBack(tk take) {
+	if tk.seq != b.seq {
+		full := later(later(b.full.Add(-tk.cost), b.last.Add(b.sum-tk.sum)), b.floor)
+		if full.After(b.full) {
+			full = b.full
+		}
+		p := partial{seq: tk.seq, cost: tk.cost, rest: tk.cost - b.full.Sub(full)}
+		b.full = full
+		i, _ := slices.BinarySearchFunc(b.given, p.seq, func(x partial, seq uint64) int { return cmp.Compare(x.seq, seq) })
+		b.given = slices.Insert(b.given, i, p)
+		if len(b.given) > maxGiven {
+			b.given = slices.Delete(b.given, 0, 1)
+		}
 		return
 	}
-	last := (w.next + w.n - 1) % len(w.times)
-	if !w.times[last].Equal(t) {
+	full := b.full.Add(-tk.cost)
+	b.seq, b.sum = b.seq-1, b.sum-tk.cost
+	for n := len(b.given); n > 0 && b.given[n-1].seq == b.seq; n-- {
+		p := b.given[n-1]
+		full = full.Add(-p.rest)
+		b.seq, b.sum = b.seq-1, b.sum-p.cost
+		b.given = b.given[:n-1]
+	}
+	b.full = later(full, b.floor)
+}
+
+// empty makes the bucket empty at t: it holds no token before t and refills
+// from t on.
+func (b *tokenBucket) empty(t time.Time) {
+	if b.perMinute == 0 {
 		return
 	}
-	w.times[last] = time.Time{}
-	w.n--
+	b.floor = t.Add(time.Minute)
+	if b.floor.After(b.full) {
+		b.full = b.floor
+	}
 }

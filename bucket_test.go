@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
 // limStart is an arbitrary instant for limiter tests: a Monday, 05:00 PDT.
@@ -198,11 +202,11 @@ func TestLimiterRPD(t *testing.T) {
 			_, _, err := l.reserve(tt.now, 0, deadline)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrRateLimited)
-			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
 			assert.ErrorIs(t, err, ErrQuotaExhausted)
-			var rle *rateLimitError
+			var rle *RateLimitError
 			require.ErrorAs(t, err, &rle)
-			assert.Equal(t, dimRPD, rle.Dimension)
+			assert.Equal(t, "RPD", rle.Dimension)
 			assert.Equal(t, tt.wantUntil, rle.Until.UTC())
 			assert.Contains(t, err.Error(), tt.wantUntil.Format(time.RFC3339))
 			assert.Equal(t, 40, l.snapshot().RequestsToday, "a refusal counts nothing")
@@ -243,12 +247,11 @@ func TestLimiterDeadline(t *testing.T) {
 				_, _, err = l.reserve(limStart, tt.tokens, deadline)
 				require.Error(t, err, "deadline %v", deadline.Sub(limStart))
 				assert.ErrorIs(t, err, ErrRateLimited)
-				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
 				assert.NotErrorIs(t, err, ErrQuotaExhausted)
-				var rle *rateLimitError
+				var rle *RateLimitError
 				require.ErrorAs(t, err, &rle)
-				assert.Equal(t, tt.dim, rle.Dimension)
-				assert.Equal(t, tt.wantWait, rle.Wait)
+				assert.Equal(t, tt.dim.String(), rle.Dimension)
 				assert.Equal(t, limStart.Add(tt.wantWait), rle.Until)
 				assert.Equal(t, "geminiguard: rate limited: "+tt.dim.String()+": the request could be sent in "+tt.wantWait.String()+", after the deadline", err.Error())
 			}
@@ -282,7 +285,7 @@ func TestLimiterCancel(t *testing.T) {
 		g, wait, err := l.reserve(limStart, 0, time.Time{})
 		require.NoError(t, err)
 		require.Zero(t, wait)
-		g.cancel(limStart.Add(100 * time.Millisecond))
+		g.cancel()
 		_, wait, err = l.reserve(limStart.Add(200*time.Millisecond), 0, time.Time{})
 		require.NoError(t, err)
 		assert.Zero(t, wait, "the cancelled slot is free again")
@@ -294,7 +297,7 @@ func TestLimiterCancel(t *testing.T) {
 		l := newLimiter(Limits{TPM: 1000}, 1)
 		g, _, err := l.reserve(limStart, 1000, time.Time{})
 		require.NoError(t, err)
-		g.cancel(limStart)
+		g.cancel()
 		assert.Zero(t, l.snapshot().TokensUsed)
 		_, wait, err := l.reserve(limStart, 1000, time.Time{})
 		require.NoError(t, err)
@@ -305,7 +308,7 @@ func TestLimiterCancel(t *testing.T) {
 		reserveAll(t, l, limStart, 39, 0)
 		g, _, err := l.reserve(limStart, 0, time.Time{})
 		require.NoError(t, err)
-		g.cancel(limStart)
+		g.cancel()
 		assert.Equal(t, 39, l.snapshot().RequestsToday)
 		_, wait, err := l.reserve(limStart, 0, limStart.Add(time.Second))
 		require.NoError(t, err)
@@ -317,11 +320,11 @@ func TestLimiterCancel(t *testing.T) {
 		require.NoError(t, err)
 		tomorrow := limStart.Add(24 * time.Hour)
 		reserveAll(t, l, tomorrow, 3, 0)
-		g.cancel(tomorrow)
+		g.cancel()
 		assert.Equal(t, 3, l.snapshot().RequestsToday)
 	})
 	t.Run("zero grant", func(t *testing.T) {
-		grant{}.cancel(limStart) // must not panic
+		grant{}.cancel() // must not panic
 	})
 }
 
@@ -335,10 +338,10 @@ func TestLimiterDrain(t *testing.T) {
 		_, _, err := l.reserve(limStart.Add(time.Second), 0, limStart.Add(10*time.Second))
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrRateLimited)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		var rle *rateLimitError
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
+		var rle *RateLimitError
 		require.ErrorAs(t, err, &rle)
-		assert.Equal(t, dimRPM, rle.Dimension)
+		assert.Equal(t, "RPM", rle.Dimension)
 		assert.Equal(t, until, rle.Until)
 
 		_, wait, err := l.reserve(limStart.Add(time.Second), 0, time.Time{})
@@ -379,9 +382,9 @@ func TestLimiterDrain(t *testing.T) {
 		_, _, err := l.reserve(limStart, 0, limStart.Add(time.Hour))
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrQuotaExhausted)
-		var rle *rateLimitError
+		var rle *RateLimitError
 		require.ErrorAs(t, err, &rle)
-		assert.Equal(t, dimRPD, rle.Dimension)
+		assert.Equal(t, "RPD", rle.Dimension)
 		assert.Equal(t, midnight, rle.Until)
 	})
 }
@@ -454,7 +457,7 @@ func TestLimiterZeroLimits(t *testing.T) {
 		if wait != 0 || err != nil {
 			t.Fatalf("reserve = %v, %v; want 0, nil", wait, err)
 		}
-		g.cancel(now)
+		g.cancel()
 		l.reconcile(now, 10, 20)
 	})
 	assert.Zero(t, allocs)
@@ -478,7 +481,7 @@ func TestLimiterConcurrent(t *testing.T) {
 					return
 				}
 				if i%10 == 9 {
-					g.cancel(now)
+					g.cancel()
 					continue
 				}
 				mu.Lock()
@@ -497,15 +500,17 @@ func TestLimiterConcurrent(t *testing.T) {
 
 func TestRateLimitErrorIs(t *testing.T) {
 	other := errors.New("other")
+	contexts := []error{context.DeadlineExceeded, context.Canceled}
 	tests := []struct {
 		name string
-		err  *rateLimitError
+		err  *RateLimitError
 		is   []error
 		not  []error
 	}{
-		{"too large", &rateLimitError{Dimension: dimTPM, Tokens: 9, Limit: 8}, []error{ErrRateLimited}, []error{context.DeadlineExceeded, ErrQuotaExhausted, other}},
-		{"RPM deadline", &rateLimitError{Dimension: dimRPM, deadline: true}, []error{ErrRateLimited, context.DeadlineExceeded}, []error{ErrQuotaExhausted, context.Canceled}},
-		{"RPD deadline", &rateLimitError{Dimension: dimRPD, deadline: true}, []error{ErrRateLimited, context.DeadlineExceeded, ErrQuotaExhausted}, []error{ErrCircuitOpen}},
+		{"too large", &RateLimitError{Dimension: "TPM", Tokens: 9, Limit: 8}, []error{ErrRateLimited}, append([]error{ErrQuotaExhausted, other}, contexts...)},
+		{"RPM after the deadline", &RateLimitError{Dimension: "RPM", Until: limStart}, []error{ErrRateLimited}, append([]error{ErrQuotaExhausted}, contexts...)},
+		{"RPD after the deadline", &RateLimitError{Dimension: "RPD", Until: limStart}, []error{ErrRateLimited, ErrQuotaExhausted}, append([]error{ErrCircuitOpen}, contexts...)},
+		{"skipped", &RateLimitError{Dimension: "TPM", Until: limStart, skipped: true}, []error{ErrRateLimited}, append([]error{ErrQuotaExhausted}, contexts...)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -516,8 +521,43 @@ func TestRateLimitErrorIs(t *testing.T) {
 				assert.NotErrorIs(t, tt.err, target)
 			}
 			assert.True(t, strings.HasPrefix(tt.err.Error(), "geminiguard: rate limited: "), tt.err.Error())
+			assert.Equal(t, ClassLocalRateLimit, Classify(tt.err).Class, "Classify reads a bare refusal as local")
 		})
 	}
+}
+
+// Defect 15: the failure of a model refused by its limiter says when the
+// model takes the request, in its Verdict and in the *RateLimitError.
+func TestLocalLimitErrorDefect15(t *testing.T) {
+	l := newLimiter(Limits{RPM: 1}, 1)
+	_, _, err := l.reserve(limStart, 0, time.Time{})
+	require.NoError(t, err)
+	_, _, err = l.reserve(limStart.Add(15*time.Second), 0, limStart.Add(20*time.Second))
+	require.Error(t, err)
+
+	me := localLimitError("m", err, limStart.Add(15*time.Second))
+	assert.Equal(t, Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel, RetryAfter: 45 * time.Second}, me.Verdict)
+	assert.Equal(t, me.Verdict, Classify(me))
+	assert.ErrorIs(t, me, ErrRateLimited)
+	assert.NotErrorIs(t, me, context.DeadlineExceeded)
+	var rle *RateLimitError
+	require.ErrorAs(t, me, &rle)
+	assert.Equal(t, RateLimitError{Dimension: "RPM", Until: limStart.Add(time.Minute), wait: 45 * time.Second}, *rle)
+
+	tooLarge := localLimitError("m", &RateLimitError{Dimension: "TPM", Tokens: 9, Limit: 8}, limStart)
+	assert.Zero(t, tooLarge.Verdict.RetryAfter, "no wait admits it")
+
+	l = newLimiter(Limits{TPM: 1000}, 1)
+	_, _, err = l.reserve(limStart, 1000, time.Time{})
+	require.NoError(t, err)
+	g, wait, err := l.reserve(limStart, 500, time.Time{})
+	require.NoError(t, err)
+	skipped := g.skip("gemini-x", limStart, wait)
+	assert.Equal(t, 30*time.Second, skipped.Verdict.RetryAfter)
+	assert.EqualError(t, skipped, "geminiguard: model gemini-x: local_rate_limit: rate limited: TPM: the request could be sent in 30s; the next model answers sooner")
+	_, wait, err = l.reserve(limStart, 500, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, wait, "the skipped grant was given back")
 }
 
 func TestEstimateTokens(t *testing.T) {
@@ -594,4 +634,269 @@ func TestLimiterLearnLowerKeepsTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Minute-time.Second, wait, "the sends already made still count")
 	assert.Equal(t, 4, l.snapshot().RPM)
+}
+
+// Defect 8: a cancelled grant gives back its tokens, its RPM slot and its
+// place in line; a grant cancelled behind later ones gives back what it can
+// without letting any window hold more than the limits.
+func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
+	type step struct {
+		at        time.Duration // since limStart
+		tokens    int
+		cancel    int           // > 0: cancel the grant of that step (1-based) instead of reserving
+		reconcile int           // > 0: reconcile the first step with this many more tokens instead
+		want      time.Duration // the wait
+	}
+	tests := []struct {
+		name   string
+		limits Limits
+		steps  []step
+	}{
+		{"the latest TPM grant", Limits{RPM: 60, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second}, // 8,000 more at 10,000/min
+			{at: time.Second, cancel: 2},
+			{at: time.Second, tokens: 3},                                     // 1,166 tokens: at once
+			{at: time.Second, tokens: 1_000, want: 0},                        // 1,163 left
+			{at: time.Second, tokens: 9_000, want: 53018 * time.Millisecond}, // 164 left: 8,836 more
+		}},
+		{"the RPM slot", Limits{RPM: 3, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: time.Second, cancel: 2},
+			{at: time.Second, tokens: 1},
+			{at: time.Second, tokens: 1},
+			{at: time.Second, tokens: 1, want: 59 * time.Second}, // 3 sends in the window: the first leaves at 60 s
+		}},
+		{"an RPD-held grant", Limits{RPD: 1}, []step{
+			{at: 0},
+			{at: 0, want: 19 * time.Hour}, // the Pacific midnight
+			{at: time.Hour, cancel: 2},
+			{at: time.Hour, want: 18 * time.Hour}, // still the day's second request
+		}},
+		{"a grant behind later ones", Limits{TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 6_000, want: 30 * time.Second},
+			{at: 0, tokens: 3_000, want: 48 * time.Second},
+			{at: time.Second, cancel: 2},
+			// The 3,000 stay at 48 s; the 6,000 come back in line behind them.
+			{at: time.Second, tokens: 6_000, want: 47 * time.Second},
+		}},
+		{"every waiting grant, oldest first", Limits{RPM: 60, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: 0, tokens: 9_000, want: 102 * time.Second},
+			{at: 0, tokens: 9_000, want: 156 * time.Second},
+			{at: time.Second, cancel: 2},
+			{at: time.Second, cancel: 3},
+			{at: time.Second, cancel: 4},
+			{at: time.Second, tokens: 1_000}, // 1,166 tokens again: at once
+			{at: time.Second, tokens: 9_000, want: 53 * time.Second},
+		}},
+		{"every waiting grant, in any order", Limits{RPM: 60, TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: 0, tokens: 9_000, want: 102 * time.Second},
+			{at: 0, tokens: 9_000, want: 156 * time.Second},
+			{at: time.Second, cancel: 3},
+			{at: time.Second, cancel: 2},
+			{at: time.Second, cancel: 4},
+			{at: time.Second, tokens: 1_000},
+		}},
+		{"RPD-held grants, oldest first", Limits{RPD: 1}, []step{
+			{at: 0},
+			{at: 0, want: 19 * time.Hour},
+			{at: 0, want: 43 * time.Hour},
+			{at: time.Hour, cancel: 2},
+			{at: time.Hour, cancel: 3},
+			{at: time.Hour, want: 18 * time.Hour}, // the next day's one request
+			{at: time.Hour, want: 42 * time.Hour},
+		}},
+		{"a reconcile in between", Limits{TPM: 10_000}, []step{
+			{at: 0, tokens: 9_000},
+			{at: 0, tokens: 9_000, want: 48 * time.Second},
+			{at: time.Second, reconcile: 100}, // the first one was 100 tokens larger
+			{at: time.Second, cancel: 2},
+			{at: time.Second, tokens: 1_000}, // 1,066 tokens
+			{at: time.Second, tokens: 9_000, want: 53600 * time.Millisecond},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLimiter(tt.limits, 1)
+			grants := make([]grant, len(tt.steps))
+			for i, s := range tt.steps {
+				now := limStart.Add(s.at)
+				if s.cancel > 0 {
+					grants[s.cancel-1].cancel()
+					continue
+				}
+				if s.reconcile > 0 {
+					l.reconcile(now, tt.steps[0].tokens, tt.steps[0].tokens+s.reconcile)
+					continue
+				}
+				g, wait, err := l.reserve(now, s.tokens, time.Time{})
+				require.NoError(t, err, "step %d", i+1)
+				assert.Equal(t, s.want, wait, "step %d", i+1)
+				grants[i] = g
+			}
+		})
+	}
+}
+
+// Random reservations, give-backs, reconciles and server blocks never let
+// the requests sent exceed a limit: RPM in any 60 s window, TPM beyond a
+// full bucket plus the refill of the interval, RPD in any Pacific day.
+func TestLimiterGiveBacksKeepTheLimits(t *testing.T) {
+	const rpm, tpm, rpd = 4, 10_000, 300
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 1))
+			l := newLimiter(Limits{RPM: rpm, TPM: tpm, RPD: rpd}, 1)
+			type send struct {
+				at     time.Time
+				tokens int
+				req    bool // a request (RPM, RPD), not a reconcile's debt
+			}
+			type booked struct {
+				g grant
+				send
+			}
+			var (
+				sends   []send
+				pending []booked
+			)
+			now := limStart
+			for range 3000 {
+				switch op := r.IntN(20); {
+				case op < 10:
+					n := r.IntN(tpm/2) + 1
+					g, wait, err := l.reserve(now, n, time.Time{})
+					require.NoError(t, err)
+					pending = append(pending, booked{g, send{now.Add(wait), n, true}})
+				case op < 16 && len(pending) > 0:
+					i := r.IntN(len(pending))
+					pending[i].g.cancel()
+					pending = slices.Delete(pending, i, i+1)
+				case op < 17:
+					extra := r.IntN(500) + 1
+					l.reconcile(now, 0, extra)
+					sends = append(sends, send{now, extra, false})
+				case op < 18:
+					l.drain(now, quotaDim(r.IntN(2)), now.Add(time.Duration(r.IntN(20))*time.Second))
+				default:
+					now = now.Add(time.Duration(r.Int64N(int64(3 * time.Minute))))
+					if r.IntN(50) == 0 {
+						now = now.Add(20 * time.Hour)
+					}
+				}
+				// Grants whose send time has come are sent.
+				pending = slices.DeleteFunc(pending, func(b booked) bool {
+					if b.at.After(now) {
+						return false
+					}
+					sends = append(sends, b.send)
+					return true
+				})
+			}
+			for _, b := range pending {
+				sends = append(sends, b.send)
+			}
+			slices.SortStableFunc(sends, func(a, b send) int { return a.at.Compare(b.at) })
+
+			var reqs []time.Time
+			days := map[time.Time]int{}
+			for _, s := range sends {
+				if s.req {
+					reqs = append(reqs, s.at)
+					days[pacific.Day(s.at)]++
+				}
+			}
+			assert.LessOrEqual(t, maxInWindow(reqs, time.Minute), rpm, "RPM")
+			for day, n := range days {
+				assert.LessOrEqual(t, n, rpd, "RPD on %v", day)
+			}
+			// A reconcile's debt was sent with its request, before anyone
+			// knew: it only makes later requests wait longer.
+			sends = slices.DeleteFunc(sends, func(s send) bool { return !s.req })
+			for i := range sends {
+				sum := 0
+				for j := i; j < len(sends); j++ {
+					sum += sends[j].tokens
+					allowed := tpm + float64(tpm)*sends[j].at.Sub(sends[i].at).Minutes()
+					if float64(sum) > allowed+1e-6 {
+						t.Fatalf("TPM: %d tokens sent in [%v, %v], %.0f allowed", sum, sends[i].at.Sub(limStart), sends[j].at.Sub(limStart), allowed)
+					}
+				}
+			}
+			n := l.rpm.spill.n
+			for _, s := range l.rpm.slots {
+				n += s.n
+			}
+			assert.Equal(t, n, l.rpm.n, "the window's total")
+			assert.LessOrEqual(t, len(l.given), maxGiven)
+			assert.LessOrEqual(t, len(l.tpm.given), maxGiven)
+		})
+	}
+}
+
+// The RPM window keeps counts per second: a second's sends leave it with its
+// first send, then its last, so a request waits at most 1 s more than an
+// exact log would make it, never less.
+func TestLimiterRPMWindowPerSecond(t *testing.T) {
+	l := newLimiter(Limits{RPM: 3}, 1)
+	for _, at := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
+		_, wait, err := l.reserve(limStart.Add(at), 0, time.Time{})
+		require.NoError(t, err)
+		require.Zero(t, wait)
+	}
+	now := limStart.Add(time.Second)
+	_, wait, err := l.reserve(now, 0, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 59100*time.Millisecond, wait, "exact: the first send leaves at 60.1 s")
+	_, wait, err = l.reserve(now, 0, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 59900*time.Millisecond, wait, "0.4 s late: the send at 0.5 s leaves with the second's last, at 60.9 s")
+}
+
+// Defect 5: limits of any size work in fixed memory; learned ones are capped.
+func TestLimiterHugeLimitsDefect5(t *testing.T) {
+	for _, headroom := range []float64{0.8, 1} {
+		l := newLimiter(Limits{RPM: math.MaxInt, TPM: math.MaxInt, RPD: math.MaxInt}, headroom)
+		sends := reserveAll(t, l, limStart, 1000, 1_000_000)
+		assert.Equal(t, limStart, sends[999], "headroom %v: nothing waits", headroom)
+		_, wait, err := l.reserve(limStart, effective(math.MaxInt, headroom), time.Time{})
+		require.NoError(t, err)
+		assert.Positive(t, wait, "a whole bucket waits for the refill")
+		l.reconcile(limStart, 0, math.MaxInt)
+		assert.Equal(t, int64(math.MaxInt64), l.snapshot().TokensUsed, "the count saturates")
+	}
+
+	l := newLimiter(Limits{}, 1)
+	bytes := allocatedBytes(func() {
+		l.learn(dimRPM, math.MaxInt)
+		l.learn(dimTPM, math.MaxInt)
+		l.learn(dimRPD, math.MaxInt)
+	})
+	assert.Less(t, bytes, uint64(16<<10), "no memory in proportion to the limit")
+	assert.Equal(t, limiterStats{RPM: maxLearnedRPM, TPM: maxLearnedTPM, RPD: maxLearnedRPD}, l.snapshot())
+	sends := reserveAll(t, l, limStart, 1000, 1000)
+	assert.Equal(t, limStart, sends[999])
+
+	l = newLimiter(Limits{TPM: 1000}, 1)
+	_, _, err := l.reserve(limStart, 1000, time.Time{})
+	require.NoError(t, err)
+	l.learn(dimTPM, 500) // the bucket owes 1000 tokens: two minutes at 500/min
+	_, wait, err := l.reserve(limStart, 500, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, wait, "a lower learned TPM keeps the debt, refilled at the new rate")
+}
+
+// allocatedBytes returns the bytes f allocated on the heap.
+func allocatedBytes(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

@@ -59,28 +59,27 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot) (admission, step,
 	}
 	g, wait, err := m.lim.reserve(now, tokens, call.deadline)
 	if err != nil {
-		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: err}
+		err = localLimitError(m.name, err, now)
 		call.skip(m, err, sl.delay)
 		return admission{}, stepNext, err
 	}
 	if wait > 0 && call.hasNext(m) {
 		// Out of tokens for now, and another model can answer at once:
 		// skip this one rather than queue behind its quota.
-		g.cancel(now)
-		err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: &rateLimitError{Wait: wait, Until: now.Add(wait), skipped: true}}
+		err := g.skip(m.name, now, wait)
 		call.skip(m, err, sl.delay)
 		return admission{}, stepNext, err
 	}
 	if wait > 0 {
 		if err := call.sleep(ctx, wait); err != nil {
-			g.cancel(call.now)
+			g.cancel()
 			return admission{}, stepStop, call.fail(m.name, err, sl.delay+wait, 0)
 		}
 		sl.delay += wait
 	}
 	p, tr, err := br.allow(call.now)
 	if err != nil {
-		g.cancel(call.now)
+		g.cancel()
 		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 		call.skip(m, err, sl.delay)
 		return admission{}, stepNext, err
@@ -111,9 +110,8 @@ func (a *admission) abandon() {
 		return
 	}
 	a.settled = true
-	now := time.Now()
 	if !a.sent {
-		a.grant.cancel(now)
+		a.grant.cancel()
 	}
-	a.br.done(a.permit, now, outcomeIgnore) // an ignored outcome changes no state
+	a.br.done(a.permit, time.Now(), outcomeIgnore) // an ignored outcome changes no state
 }

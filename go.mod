@@ -6,7 +6,6 @@ require (
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
-	golang.org/x/time v0.16.0
 	google.golang.org/genai v1.77.0
 )
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -57,19 +58,25 @@ func writeFault(w http.ResponseWriter, st Step, m Model) {
 		}
 		return defaultLimits[tier][k]
 	}
-	rpm, rpd := limit(requestsPerMinute, m.Quota.RPM), limit(requestsPerDay, m.Quota.RPD)
+	rpm, tpm, rpd := limit(requestsPerMinute, m.Quota.RPM), limit(tokensPerMinute, m.Quota.TPM), limit(requestsPerDay, m.Quota.RPD)
+	quota := func(daily bool, vs ...violation) apiError {
+		for i := range vs {
+			vs[i].value = st.QuotaValue
+		}
+		return quotaExceeded(m.Name, m.Quota.PaidTier, vs, st.retryDelay(daily))
+	}
 	var e apiError
 	switch st.Fault {
 	case RateLimitMinute:
-		e = quotaExceeded(m.Name, m.Quota.PaidTier, []violation{{requestsPerMinute, rpm}}, st.retryDelay(false))
+		e = quota(false, violation{kind: requestsPerMinute, limit: rpm})
+	case RateLimitTokens:
+		e = quota(false, violation{kind: tokensPerMinute, limit: tpm})
 	case DailyQuota:
-		e = quotaExceeded(m.Name, m.Quota.PaidTier, []violation{{requestsPerDay, rpd}}, st.retryDelay(true))
+		e = quota(true, violation{kind: requestsPerDay, limit: rpd})
 	case DailyAndMinute:
-		e = quotaExceeded(m.Name, m.Quota.PaidTier,
-			[]violation{{requestsPerDay, rpd}, {requestsPerMinute, rpm}}, st.retryDelay(false))
+		e = quota(false, violation{kind: requestsPerDay, limit: rpd}, violation{kind: requestsPerMinute, limit: rpm})
 	case LimitZero:
-		e = quotaExceeded(m.Name, m.Quota.PaidTier,
-			[]violation{{requestsPerDay, 0}, {requestsPerMinute, 0}, {tokensPerMinute, 0}}, st.retryDelay(true))
+		e = quota(true, violation{kind: requestsPerDay}, violation{kind: requestsPerMinute}, violation{kind: tokensPerMinute})
 	case SpendCap:
 		e = spendCap()
 	case PrepayDepleted:
@@ -154,6 +161,15 @@ var defaultLimits = [2][3]int{
 type violation struct {
 	kind  quotaKind
 	limit int
+	value string // stated instead of limit when not empty (Step.QuotaValue)
+}
+
+// stated returns the quotaValue v states.
+func (v violation) stated() string {
+	if v.value != "" {
+		return v.value
+	}
+	return strconv.Itoa(v.limit)
 }
 
 // quotaExceeded is the modern 429 of the Gemini API: QuotaFailure, Help,
@@ -183,12 +199,12 @@ func quotaExceeded(model string, paid bool, vs []violation, retry time.Duration)
 	violations := make([]map[string]any, 0, len(vs))
 	for _, v := range vs {
 		ids := quotaIDs[tier][v.kind]
-		fmt.Fprintf(&msg, "* Quota exceeded for metric: %s, limit: %d, model: %s\n", ids[0], v.limit, model)
+		fmt.Fprintf(&msg, "* Quota exceeded for metric: %s, limit: %s, model: %s\n", ids[0], v.stated(), model)
 		violations = append(violations, map[string]any{
 			"quotaMetric":     ids[0],
 			"quotaId":         ids[1],
 			"quotaDimensions": map[string]string{"location": "global", "model": model},
-			"quotaValue":      fmt.Sprint(v.limit),
+			"quotaValue":      v.stated(),
 		})
 	}
 	fmt.Fprintf(&msg, "Please retry in %s.", retry)

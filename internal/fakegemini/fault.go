@@ -20,6 +20,9 @@ const (
 	// RateLimitMinute is a 429 whose QuotaFailure names a per-minute request
 	// quota, with Help and RetryInfo (Step.RetryDelay, default 7s).
 	RateLimitMinute
+	// RateLimitTokens is RateLimitMinute on the per-minute input-token
+	// quota (TPM) instead of the request quota.
+	RateLimitTokens
 	// DailyQuota is a 429 whose QuotaFailure names the per-day request quota.
 	// The real API sends a RetryInfo here too (Step.RetryDelay, default 43s).
 	DailyQuota
@@ -135,6 +138,7 @@ const (
 var faultNames = [...]string{
 	OK:                          "OK",
 	RateLimitMinute:             "RateLimitMinute",
+	RateLimitTokens:             "RateLimitTokens",
 	DailyQuota:                  "DailyQuota",
 	DailyAndMinute:              "DailyAndMinute",
 	LimitZero:                   "LimitZero",
@@ -191,9 +195,14 @@ type Step struct {
 	// answers and errors answer at once.
 	Latency time.Duration
 	// RetryDelay is the RetryInfo delay of the scripted quota 429s. Default
-	// 43s for DailyQuota and LimitZero, 7s for RateLimitMinute and
-	// DailyAndMinute.
+	// 43s for DailyQuota and LimitZero, 7s for RateLimitMinute,
+	// RateLimitTokens and DailyAndMinute.
 	RetryDelay time.Duration
+	// QuotaValue, when not empty, is the quotaValue (and the message's
+	// "limit: ") of every violation in the scripted quota 429s, in place of
+	// the model's Quota or the published default: any text, such as a value
+	// too large for an int.
+	QuotaValue string
 	// CutAfter is, for stream faults, the number of complete events sent
 	// before the fault: 0 means the default 1, a negative value means none.
 	// StreamStallFirst ignores it.

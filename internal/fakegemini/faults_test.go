@@ -34,6 +34,15 @@ var errorCases = []struct {
 		},
 	},
 	{
+		fault: fakegemini.RateLimitTokens, code: 429, status: "RESOURCE_EXHAUSTED",
+		message: "generate_content_free_tier_input_token_count, limit: 250000",
+		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
+		check: func(t *testing.T, e genai.APIError) {
+			assert.Equal(t, map[string]string{"GenerateContentInputTokensPerModelPerMinute-FreeTier": "250000"}, violations(t, e))
+			assert.Equal(t, "7s", retryDelay(e))
+		},
+	},
+	{
 		fault: fakegemini.DailyQuota, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "limit: 250, model: gemini-2.5-flash",
 		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
@@ -141,6 +150,26 @@ func TestErrorFaults(t *testing.T) {
 			})
 		}
 	}
+}
+
+func TestStepQuotaValue(t *testing.T) {
+	huge := "99999999999999999999999"
+	fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{
+		{Fault: fakegemini.RateLimitTokens, QuotaValue: huge},
+		{Fault: fakegemini.DailyAndMinute, QuotaValue: "2147483647"},
+	}})
+	c := inMemory.client(t, fake)
+
+	_, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
+	e := apiError(t, err)
+	assert.Equal(t, map[string]string{"GenerateContentInputTokensPerModelPerMinute-FreeTier": huge}, violations(t, e))
+	assert.Contains(t, e.Message, "limit: "+huge+", model: "+flash)
+
+	_, err = c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
+	assert.Equal(t, map[string]string{
+		"GenerateRequestsPerDayPerProjectPerModel-FreeTier":    "2147483647",
+		"GenerateRequestsPerMinutePerProjectPerModel-FreeTier": "2147483647",
+	}, violations(t, apiError(t, err)))
 }
 
 func TestDropBeforeHeaders(t *testing.T) {
