@@ -332,7 +332,7 @@ func (r *soakRun) callCtx(parent context.Context, sc soakCall, cancelAt *atomic.
 // checkTimes counts the overruns of a call that started at start and ended
 // at end: past the caller's deadline, the cancellation or limit (the call
 // timeout, for unary calls and a stream's first chunk), each + 1ms.
-func (r *soakRun) checkTimes(sc soakCall, start, end time.Time, cancelAt int64, limitEnd time.Time, limitWhat string) {
+func (r *soakRun) checkTimes(sc soakCall, rec *geminiguard.CallRecord, start, end time.Time, cancelAt int64, limitEnd time.Time, limitWhat string) {
 	const slack = time.Millisecond
 	if sc.deadline > 0 && end.Sub(start) > sc.deadline+slack {
 		r.tally.add("overruns", "%v: returned %v after the start, deadline %v", sc, end.Sub(start), sc.deadline)
@@ -343,7 +343,7 @@ func (r *soakRun) checkTimes(sc soakCall, start, end time.Time, cancelAt int64, 
 		}
 	}
 	if !limitEnd.IsZero() && limitEnd.Sub(start) > r.cfg.callTimeout+slack {
-		r.tally.add("overruns", "%v: %s %v after the start, call timeout %v", sc, limitWhat, limitEnd.Sub(start), r.cfg.callTimeout)
+		r.tally.add("overruns", "%v: %s %v after the start, call timeout %v; attempts=%s", sc, limitWhat, limitEnd.Sub(start), r.cfg.callTimeout, attemptsOf(*rec))
 	}
 }
 
@@ -409,7 +409,7 @@ func (r *soakRun) unary(parent context.Context, sc soakCall) {
 		r.tally.add("panics", "seed=%d %v: GenerateContent panicked: %v", r.seed, sc, panicked)
 		return
 	}
-	r.checkTimes(sc, start, end, cancelAt.Load(), end, "returned")
+	r.checkTimes(sc, &rec, start, end, cancelAt.Load(), end, "returned")
 	if err != nil {
 		r.figs.errors.Add(1)
 		r.figs.class(r.cfg.name, err)
@@ -501,7 +501,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 	if firstAt.IsZero() {
 		limitEnd, what = end, "ended without a chunk"
 	}
-	r.checkTimes(sc, start, end, cancelAt.Load(), limitEnd, what)
+	r.checkTimes(sc, &rec, start, end, cancelAt.Load(), limitEnd, what)
 	if afterErr > 0 || nilResponse > 0 {
 		r.tally.add("silent", "seed=%d %v: %d yields after the error, %d nil responses with nil error", r.seed, sc, afterErr, nilResponse)
 	}
