@@ -372,9 +372,33 @@ func (r *soakRun) prefixOf(text string) bool {
 	return r.cfg.fallback && strings.HasPrefix(soakFallbackText, text)
 }
 
+// spliced reports whether text is what a stream resumed on another model
+// yields (WithStreamResume sends the text so far to the same model or the
+// next one): a prefix of one model's text, then text of another, which the
+// fake starts over since the partial turn is not its own. With last set, the
+// second part must end last's text (a complete answer from last); without,
+// it may be any part of a model's text (a stream that failed later).
+func (r *soakRun) spliced(text, last string) bool {
+	for k := 1; k < len(text); k++ {
+		if !r.prefixOf(text[:k]) {
+			return false
+		}
+		for m, full := range r.texts {
+			if last != "" && m == last && strings.HasSuffix(full, text[k:]) || last == "" && strings.Contains(full, text[k:]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // checkAnswer checks a complete answer against its record.
 func (r *soakRun) checkAnswer(sc soakCall, text string, rec geminiguard.CallRecord) {
-	switch who := r.whose(text); who {
+	who := r.whose(text)
+	if who == "" && rec.Resumes > 0 && rec.Model != "" && r.spliced(text, rec.Model) {
+		who = rec.Model // resumed on another model: the last one answered
+	}
+	switch who {
 	case "":
 		r.tally.add("wrongText", "%v: text %q (%d bytes) is no model's and not the Fallback's; record model=%q fallback=%v attempts=%s", sc, clip(text), len(text), rec.Model, rec.Fallback, attemptsOf(rec))
 	case "(fallback)":
@@ -512,7 +536,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 		if !typedErr(err, ctx.Err() != nil, !firstAt.IsZero() || end.Sub(start) >= r.cfg.callTimeout) {
 			r.tally.add("untyped", "seed=%d %v: %T: %v", r.seed, sc, err, err)
 		}
-		if !r.prefixOf(got) {
+		if !r.prefixOf(got) && !(rec.Resumes > 0 && r.spliced(got, "")) {
 			r.tally.add("wrongText", "%v: before its error the stream yielded %q, no model's text begins so; attempts=%s", sc, clip(got), attemptsOf(rec))
 		}
 		var serr *geminiguard.StreamError
@@ -530,7 +554,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 			r.callsFB.Add(1)
 			r.figs.fallbacks.Add(1)
 		}
-		if !r.prefixOf(got) {
+		if !r.prefixOf(got) && !(rec.Resumes > 0 && r.spliced(got, "")) {
 			r.tally.add("wrongText", "%v: broken after %d chunks, text %q begins no model's text; attempts=%s", sc, chunks, clip(got), attemptsOf(rec))
 		}
 		if !rec.Fallback && (rec.Model == "" || !strings.HasPrefix(r.texts[rec.Model], got)) {

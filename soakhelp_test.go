@@ -119,8 +119,9 @@ func typedErr(err error, callerDone, timedOut bool) bool {
 	if errors.As(err, &api) && api.Code >= 400 && api.Code < 500 {
 		return true
 	}
-	var me *geminiguard.ModelError
-	return errors.As(err, &me) && me.Verdict.Class == geminiguard.ClassBadRequest
+	// A request refused as malformed, before or by the API.
+	v := geminiguard.Classify(err)
+	return v.Class == geminiguard.ClassBadRequest && v.Scope == geminiguard.ScopeRequest
 }
 
 // soakFaultWeights spreads the fake's faults: every kind, the everyday ones
@@ -134,8 +135,8 @@ var soakFaultWeights = map[fakegemini.Fault]float64{
 	fakegemini.LimitZero:                   0.02,
 	fakegemini.SpendCap:                    0.02,
 	fakegemini.PrepayDepleted:              0.02,
-	fakegemini.ResourceExhausted:           1,
-	fakegemini.RateLimitLegacy:             1,
+	fakegemini.ResourceExhausted:           0.1,
+	fakegemini.RateLimitLegacy:             0.1,
 	fakegemini.Internal:                    5,
 	fakegemini.Overloaded:                  10,
 	fakegemini.DeadlineExpired503:          3,
