@@ -11,17 +11,15 @@ import (
 	"github.com/geminiguard/geminiguard/internal/jitter"
 )
 
-// Jitter selects how backoff delays are randomised. The zero value
-// JitterDefault means JitterFull.
+// Jitter selects how backoff delays are randomised. The zero value is
+// JitterFull.
 type Jitter int
 
 const (
-	// JitterDefault is the zero value: JitterFull.
-	JitterDefault Jitter = iota
-	// JitterFull waits U(0, min(MaxDelay, BaseDelay·2^(n−1))) before retry n.
-	// It spends the least upstream work of the four (AWS Architecture Blog,
-	// "Exponential Backoff And Jitter", Marc Brooker, 2015).
-	JitterFull
+	// JitterFull waits U(0, min(MaxDelay, BaseDelay·2^(n−1))) before retry n:
+	// the least upstream work of the four (AWS Architecture Blog,
+	// "Exponential Backoff And Jitter", 2015).
+	JitterFull Jitter = iota
 	// JitterEqual waits v/2 + U(0, v/2) with v = min(MaxDelay, BaseDelay·2^(n−1)):
 	// never less than half the exponential delay.
 	JitterEqual
@@ -33,11 +31,9 @@ const (
 	JitterNone
 )
 
-// String returns "default", "full", "equal", "decorrelated" or "none".
+// String returns "full", "equal", "decorrelated" or "none".
 func (j Jitter) String() string {
 	switch j {
-	case JitterDefault:
-		return "default"
 	case JitterFull:
 		return "full"
 	case JitterEqual:
@@ -133,7 +129,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.MaxRetryAfter == 0 {
 		p.MaxRetryAfter = defaultMaxRetryAfter
 	}
-	if p.Jitter == JitterDefault {
+	if p.Jitter == JitterFull {
 		p.Jitter = JitterFull
 	}
 	if p.BudgetRatio == 0 {
@@ -203,7 +199,7 @@ func (p RetryPolicy) retryDelay(serverDelay, prev time.Duration, attempt int, r 
 // counts as base) and r a uniform draw in [0, 1). With v = min(maxDelay,
 // base·2^(attempt−1)):
 //
-//	JitterFull (and JitterDefault)  U(0, v)
+//	JitterFull (and JitterFull)  U(0, v)
 //	JitterEqual                     v/2 + U(0, v/2)
 //	JitterDecorrelated              min(maxDelay, U(base, 3·prev))
 //	JitterNone                      v
@@ -215,7 +211,7 @@ func backoffDelay(j Jitter, base, maxDelay, prev time.Duration, attempt int, r f
 	return jitter.Delay(j.kind(), base, maxDelay, prev, attempt, r)
 }
 
-// kind maps j to its formula; JitterDefault is full jitter.
+// kind maps j to its formula; JitterFull is full jitter.
 func (j Jitter) kind() jitter.Kind {
 	switch j {
 	case JitterEqual:

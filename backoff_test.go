@@ -18,7 +18,6 @@ var lastDraw = math.Nextafter(1, 0)
 
 func TestJitterString(t *testing.T) {
 	for j, want := range map[Jitter]string{
-		JitterDefault:      "default",
 		JitterFull:         "full",
 		JitterEqual:        "equal",
 		JitterDecorrelated: "decorrelated",
@@ -48,9 +47,6 @@ func TestBackoffDelayBounds(t *testing.T) {
 		bounds func(n int, prev time.Duration) (lo, hi time.Duration)
 		spread float64
 	}{
-		{JitterDefault, func(n int, _ time.Duration) (time.Duration, time.Duration) {
-			return 0, wantExponential(base, maxDelay, n)
-		}, 0.9},
 		{JitterFull, func(n int, _ time.Duration) (time.Duration, time.Duration) {
 			return 0, wantExponential(base, maxDelay, n)
 		}, 0.9},

@@ -36,17 +36,14 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", int(s))
 }
 
-// Breaker defaults. OpenFor sits between the 5s of Polly and Hystrix and the
-// 60s of resilience4j, gobreaker and failsafe-go: Gemini overload waves last
-// tens of seconds, and while the primary is open its traffic goes to a weaker
-// model, so the breaker looks again (with one request) twice a minute.
+// Breaker defaults, as BreakerSettings' fields state them.
 const (
-	DefaultFailureThreshold   = 5                // consecutive counted failures that open the breaker
-	DefaultOpenFor            = 30 * time.Second // time open before half-open
-	DefaultHalfOpenProbes     = 1                // probes in flight in half-open, and successes that close it
-	DefaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
-	DefaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
-	DefaultAllOpenProbeEvery  = 2 * time.Second  // spacing of early probes when a call has no model left but open ones
+	defaultFailureThreshold   = 5                // consecutive counted failures that open the breaker
+	defaultOpenFor            = 30 * time.Second // time open before half-open
+	defaultHalfOpenProbes     = 1                // probes in flight in half-open, and successes that close it
+	defaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
+	defaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
+	defaultAllOpenProbeEvery  = 2 * time.Second  // spacing of early probes when a call has no model left but open ones
 )
 
 // windowBuckets is the number of slices the failure-rate window is kept in:
@@ -55,30 +52,28 @@ const windowBuckets = 10
 
 // BreakerSettings configures the per-model circuit breakers (one per model
 // and endpoint). Only failures that say the model is unwell count (5xx,
-// timeouts, network errors: Verdict.Counts); quota answers cool the model
-// down instead, and caller cancellations and request errors count for
-// nothing. A zero field means its default; a negative (except
-// AllOpenProbeEvery's) or contradictory value is an error from New. The zero value is the default configuration. It is a
-// plain value: the Client keeps its own copy.
+// timeouts, network errors, cut streams); quota answers cool the model down
+// instead, and caller cancellations and request errors count for nothing. A
+// zero field means its default, so the zero value is the default
+// configuration; a negative (except AllOpenProbeEvery's) or contradictory
+// value is an error from New. It is a plain value: the Client keeps its own
+// copy.
 type BreakerSettings struct {
 	// FailureThreshold is the number of consecutive counted failures that
-	// opens a closed breaker; a success resets the count. The 5th failure in
-	// a row trips, where gobreaker's default trips on the 6th. At the 37% 503
-	// rate reported for Gemini, five independent failures in a row are rare
-	// (0.37^5 < 1%): a brownout that still serves most calls does not trip,
-	// a burst or an outage does.
-	// Default: DefaultFailureThreshold (5).
+	// opens a closed breaker; a success resets the count. Five independent
+	// failures in a row are rare in a brownout (0.37^5 < 1% at a 37% 503
+	// rate), common in an outage.
+	// Default: 5.
 	FailureThreshold int
 	// OpenFor is how long an open breaker refuses requests before it lets
 	// probes through (half-open), unless every model is open (see
 	// AllOpenProbeEvery). It is counted again from each reopening.
-	// Default: DefaultOpenFor (30s).
+	// Default: 30s.
 	OpenFor time.Duration
 	// HalfOpenProbes is both the number of probes a half-open breaker lets
-	// through at a time and the number of probe successes that close it. One
-	// probe is what Polly, Hystrix and gobreaker admit (resilience4j: 10): a
-	// model that just came back gets one request, not the flood.
-	// Default: DefaultHalfOpenProbes (1).
+	// through at a time and the number of probe successes that close it: a
+	// model that just came back gets that many requests, not the flood.
+	// Default: 1.
 	HalfOpenProbes int
 	// FailureRate, when above 0, also opens a closed breaker when the counted
 	// failures reach this fraction of the calls that completed within the last
@@ -88,11 +83,11 @@ type BreakerSettings struct {
 	FailureRate float64
 	// Window is the span the failure rate is measured over, in steps of a
 	// tenth of it. At least 1s; only with FailureRate.
-	// Default: DefaultBreakerWindow (60s) when FailureRate is set.
+	// Default: 60s when FailureRate is set.
 	Window time.Duration
 	// MinRequests is the number of calls within Window below which the
 	// failure rate is not judged. Only with FailureRate.
-	// Default: DefaultBreakerMinRequests (10) when FailureRate is set.
+	// Default: 10 when FailureRate is set.
 	MinRequests int
 	// AllOpenProbeEvery spaces the early probes of an outage. When a call
 	// has no model left to try and at least one is open (each of its models
@@ -108,7 +103,7 @@ type BreakerSettings struct {
 	// are likely back together, and each gets one probe. A negative value
 	// turns early probes off (recovery waits for OpenFor); a positive one
 	// must be at least 1s.
-	// Default: DefaultAllOpenProbeEvery (2s).
+	// Default: 2s.
 	AllOpenProbeEvery time.Duration
 }
 
@@ -116,23 +111,23 @@ type BreakerSettings struct {
 // and other invalid values are kept, for validate to report.
 func (s BreakerSettings) withDefaults() BreakerSettings {
 	if s.FailureThreshold == 0 {
-		s.FailureThreshold = DefaultFailureThreshold
+		s.FailureThreshold = defaultFailureThreshold
 	}
 	if s.OpenFor == 0 {
-		s.OpenFor = DefaultOpenFor
+		s.OpenFor = defaultOpenFor
 	}
 	if s.HalfOpenProbes == 0 {
-		s.HalfOpenProbes = DefaultHalfOpenProbes
+		s.HalfOpenProbes = defaultHalfOpenProbes
 	}
 	if s.AllOpenProbeEvery == 0 {
-		s.AllOpenProbeEvery = DefaultAllOpenProbeEvery
+		s.AllOpenProbeEvery = defaultAllOpenProbeEvery
 	}
 	if s.FailureRate > 0 {
 		if s.Window == 0 {
-			s.Window = DefaultBreakerWindow
+			s.Window = defaultBreakerWindow
 		}
 		if s.MinRequests == 0 {
-			s.MinRequests = DefaultBreakerMinRequests
+			s.MinRequests = defaultBreakerMinRequests
 		}
 	}
 	return s
@@ -147,31 +142,31 @@ func (s BreakerSettings) validate() error {
 		errs = append(errs, fmt.Errorf("geminiguard: BreakerSettings."+format, args...))
 	}
 	if s.FailureThreshold < 0 {
-		add("FailureThreshold is %d: use a positive count, or 0 for the default (%d)", s.FailureThreshold, DefaultFailureThreshold)
+		add("FailureThreshold is %d: use a positive count, or 0 for the default (%d)", s.FailureThreshold, defaultFailureThreshold)
 	}
 	if s.OpenFor < 0 {
-		add("OpenFor is %v: use a positive duration, or 0 for the default (%v)", s.OpenFor, DefaultOpenFor)
+		add("OpenFor is %v: use a positive duration, or 0 for the default (%v)", s.OpenFor, defaultOpenFor)
 	}
 	if s.HalfOpenProbes < 0 {
-		add("HalfOpenProbes is %d: use a positive count, or 0 for the default (%d)", s.HalfOpenProbes, DefaultHalfOpenProbes)
+		add("HalfOpenProbes is %d: use a positive count, or 0 for the default (%d)", s.HalfOpenProbes, defaultHalfOpenProbes)
 	}
 	if s.AllOpenProbeEvery > 0 && s.AllOpenProbeEvery < time.Second {
-		add("AllOpenProbeEvery is %v: use at least 1s (a probe a second at most during an outage), 0 for the default (%v), or a negative value to turn early probes off", s.AllOpenProbeEvery, DefaultAllOpenProbeEvery)
+		add("AllOpenProbeEvery is %v: use at least 1s (a probe a second at most during an outage), 0 for the default (%v), or a negative value to turn early probes off", s.AllOpenProbeEvery, defaultAllOpenProbeEvery)
 	}
 	if !(s.FailureRate >= 0 && s.FailureRate <= 1) {
 		add("FailureRate is %v: use a fraction in (0, 1], e.g. 0.5, or 0 to turn the rule off", s.FailureRate)
 	}
 	switch {
 	case s.Window < 0:
-		add("Window is %v: use a duration of at least 1s, or 0 for the default (%v)", s.Window, DefaultBreakerWindow)
+		add("Window is %v: use a duration of at least 1s, or 0 for the default (%v)", s.Window, defaultBreakerWindow)
 	case s.Window > 0 && s.Window < time.Second:
-		add("Window is %v: use a duration of at least 1s (a Gemini call takes about that long), or 0 for the default (%v)", s.Window, DefaultBreakerWindow)
+		add("Window is %v: use a duration of at least 1s (a Gemini call takes about that long), or 0 for the default (%v)", s.Window, defaultBreakerWindow)
 	case s.Window > 0 && s.FailureRate == 0:
 		add("Window is %v but FailureRate is 0: set FailureRate to use the failure-rate rule, or leave Window 0", s.Window)
 	}
 	switch {
 	case s.MinRequests < 0:
-		add("MinRequests is %d: use a positive count, or 0 for the default (%d)", s.MinRequests, DefaultBreakerMinRequests)
+		add("MinRequests is %d: use a positive count, or 0 for the default (%d)", s.MinRequests, defaultBreakerMinRequests)
 	case s.MinRequests > 0 && s.FailureRate == 0:
 		add("MinRequests is %d but FailureRate is 0: set FailureRate to use the failure-rate rule, or leave MinRequests 0", s.MinRequests)
 	}
@@ -225,7 +220,7 @@ func outcomeOf(err error, v Verdict) outcome {
 	switch {
 	case err == nil:
 		return outcomeSuccess
-	case v.Counts:
+	case v.counts:
 		return outcomeFailure
 	}
 	return outcomeIgnore

@@ -105,10 +105,10 @@ func TestOutcomeOf(t *testing.T) {
 		want outcome
 	}{
 		{"nil error", nil, Verdict{}, outcomeSuccess},
-		{"nil error wins over a counting verdict", nil, Verdict{Counts: true}, outcomeSuccess},
-		{"counted failure", boom, Verdict{Class: ClassOverloaded, Counts: true}, outcomeFailure},
+		{"nil error wins over a counting verdict", nil, Verdict{counts: true}, outcomeSuccess},
+		{"counted failure", boom, Verdict{Class: ClassOverloaded, counts: true}, outcomeFailure},
 		{"caller cancel", boom, Verdict{Class: ClassCanceled}, outcomeIgnore},
-		{"quota answer", boom, Verdict{Class: ClassDailyQuota, CoolDown: CoolDownUntilMidnight}, outcomeIgnore},
+		{"quota answer", boom, Verdict{Class: ClassDailyQuota, cool: coolUntilMidnight}, outcomeIgnore},
 		{"request error", boom, Verdict{Class: ClassBadRequest}, outcomeIgnore},
 	}
 	for _, tt := range tests {
@@ -377,15 +377,15 @@ func TestBreakerRefusalError(t *testing.T) {
 	require.ErrorIs(t, err, ErrCircuitOpen)
 	var oe *openError
 	require.ErrorAs(t, err, &oe)
-	assert.Equal(t, brkT0.Add(DefaultOpenFor), oe.Until)
+	assert.Equal(t, brkT0.Add(defaultOpenFor), oe.Until)
 	assert.Equal(t, "geminiguard: circuit open until 2026-03-02T10:00:30Z", err.Error())
 	_, _, again := b.allow(brkT0.Add(2 * time.Second))
 	assert.Same(t, oe, again, "one error value per opening")
 
-	_, tr, err := b.allow(brkT0.Add(DefaultOpenFor))
+	_, tr, err := b.allow(brkT0.Add(defaultOpenFor))
 	require.NoError(t, err)
 	require.NotNil(t, tr)
-	_, _, err = b.allow(brkT0.Add(DefaultOpenFor))
+	_, _, err = b.allow(brkT0.Add(defaultOpenFor))
 	require.ErrorIs(t, err, ErrCircuitOpen)
 	require.ErrorAs(t, err, &oe)
 	assert.True(t, oe.Until.IsZero(), "half-open: no known end")
@@ -412,7 +412,7 @@ func TestBreakerStateAndSnapshotDoNotMutate(t *testing.T) {
 	p, _, _ = b.allow(brkT0)
 	require.NotNil(t, b.done(p, brkT0, outcomeFailure))
 
-	openUntil := brkT0.Add(DefaultOpenFor)
+	openUntil := brkT0.Add(defaultOpenFor)
 	assert.Equal(t, breakerStats{State: StateOpen, OpenUntil: openUntil, Trips: 1}, b.snapshot(brkT0))
 	later := openUntil.Add(time.Second)
 	for range 3 {

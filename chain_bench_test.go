@@ -129,7 +129,7 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 		func() error { return check(api.GenerateContent(ctx, chainModels[0], contents, nil)) },
 		func() error { return check(c.GenerateContent(ctx, "", contents, nil)) },
 		func() error {
-			actx, cancel := context.WithDeadline(ctx, time.Now().Add(DefaultAttemptTimeout))
+			actx, cancel := context.WithDeadline(ctx, time.Now().Add(defaultAttemptTimeout))
 			defer cancel()
 			return check(api.GenerateContent(actx, chainModels[0], contents, nil))
 		},
@@ -178,7 +178,7 @@ func BenchmarkChainOwnRefused(b *testing.B) {
 	api.fail = overloaded
 	c := inertClient(b, api, WithRetry(RetryPolicy{MaxAttempts: 1}), WithBreaker(BreakerSettings{OpenFor: time.Hour}))
 	ctx, contents := context.Background(), genai.Text("Say hi")
-	for range 2 * DefaultFailureThreshold { // every model's threshold
+	for range 2 * defaultFailureThreshold { // every model's threshold
 		_, _ = c.GenerateContent(ctx, "", contents, nil)
 	}
 	before := api.calls

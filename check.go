@@ -116,7 +116,7 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 		} else {
 			mr.Verdict = "missing"
 			missing = append(missing, name)
-			c.model(name).cool.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilRecheck}, now, 0), ClassNotFound)
+			c.model(name).cool.set(coolDownUntil(Verdict{cool: coolUntilRecheck}, now, 0), ClassNotFound)
 		}
 		if sd, ok := c.shutdown[name]; ok {
 			mr.Shutdown = &sd

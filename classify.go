@@ -108,34 +108,34 @@ func (s Scope) String() string {
 	return "Scope(" + strconv.Itoa(int(s)) + ")"
 }
 
-// CoolDown says how long a model (or the project) should be left alone after a
+// coolDownKind says how long a model (or the project) is left alone after a
 // failure, instead of counting it as a breaker failure.
-type CoolDown int
+type coolDownKind int
 
 const (
-	CoolDownNone          CoolDown = iota // no cool-down
-	CoolDownRetryAfter                    // for Verdict.RetryAfter (per-minute 429)
-	CoolDownUntilMidnight                 // until the next midnight America/Los_Angeles (daily quota)
-	CoolDownUntilRecheck                  // until CheckCascade sees the model again (404, limit 0)
-	CoolDownProject                       // the whole client, until CheckCascade succeeds or OpenFor passes
+	coolNone          coolDownKind = iota // no cool-down
+	coolRetryAfter                        // for Verdict.RetryAfter (per-minute 429)
+	coolUntilMidnight                     // until the next midnight America/Los_Angeles (daily quota)
+	coolUntilRecheck                      // until CheckCascade sees the model again (404, limit 0)
+	coolProject                           // the whole client, for WithProjectCoolDown or until CheckCascade succeeds
 )
 
 // String returns "none", "retry_after", "until_midnight", "until_recheck" or
-// "project", or "CoolDown(n)" for an undeclared value.
-func (d CoolDown) String() string {
+// "project", or "coolDownKind(n)" for an undeclared value.
+func (d coolDownKind) String() string {
 	switch d {
-	case CoolDownNone:
+	case coolNone:
 		return "none"
-	case CoolDownRetryAfter:
+	case coolRetryAfter:
 		return "retry_after"
-	case CoolDownUntilMidnight:
+	case coolUntilMidnight:
 		return "until_midnight"
-	case CoolDownUntilRecheck:
+	case coolUntilRecheck:
 		return "until_recheck"
-	case CoolDownProject:
+	case coolProject:
 		return "project"
 	}
-	return "CoolDown(" + strconv.Itoa(int(d)) + ")"
+	return "coolDownKind(" + strconv.Itoa(int(d)) + ")"
 }
 
 // Verdict is Classify's reading of an error. The zero value is the verdict of
@@ -144,11 +144,11 @@ type Verdict struct {
 	Class      Class         // what happened
 	Retryable  bool          // worth another attempt on the same model after a delay
 	Scope      Scope         // how far the failure reaches
-	RetryAfter time.Duration // the server-stated delay (RetryInfo or "Please retry in 36.4s"), 0 when none
-	CoolDown   CoolDown      // how long to leave the model alone instead of counting a failure
-	Counts     bool          // counts as a breaker failure (the model is unwell)
-	QuotaLimit int           // the limit the server stated (QuotaFailure quotaValue), 0 when none
-	QuotaID    string        // the quotaId that decided a quota verdict, "" when none
+	RetryAfter time.Duration // the server-stated delay (RetryInfo or "Please retry in 36.4s"), or for a local refusal the wait until the model may be sent a request; 0 when none
+	cool       coolDownKind  // how long to leave the model alone instead of counting a failure
+	counts     bool          // counts as a breaker failure (the model is unwell)
+	quotaLimit int           // the limit the server stated (QuotaFailure quotaValue), 0 when none
+	quotaID    string        // the quotaId that decided a quota verdict, "" when none
 }
 
 // attemptTimeoutError marks the failure of an attempt whose own timeout fired
@@ -232,15 +232,15 @@ func base(c Class) Verdict {
 	v := Verdict{Class: c}
 	switch c {
 	case ClassUnknown, ClassOverloaded, ClassServerError, ClassTimeout, ClassNetwork, ClassStreamCut:
-		v.Retryable, v.Scope, v.Counts = true, ScopeModel, true
+		v.Retryable, v.Scope, v.counts = true, ScopeModel, true
 	case ClassRateLimit:
-		v.Retryable, v.Scope, v.CoolDown = true, ScopeModel, CoolDownRetryAfter
+		v.Retryable, v.Scope, v.cool = true, ScopeModel, coolRetryAfter
 	case ClassDailyQuota:
-		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilMidnight
+		v.Scope, v.cool = ScopeModel, coolUntilMidnight
 	case ClassNoQuota, ClassNotFound:
-		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilRecheck
+		v.Scope, v.cool = ScopeModel, coolUntilRecheck
 	case ClassSpendCap, ClassAuth, ClassServiceDisabled, ClassLocation:
-		v.Scope, v.CoolDown = ScopeProject, CoolDownProject
+		v.Scope, v.cool = ScopeProject, coolProject
 	case ClassEmpty:
 		v.Retryable, v.Scope = true, ScopeModel
 	case ClassCircuitOpen, ClassLocalRateLimit:
@@ -550,7 +550,7 @@ func (f fault) verdict() Verdict {
 		// "The caller does not have permission" also answers a key that may
 		// not use this one model (a preview) while the others answer.
 		v := base(ClassAuth)
-		v.Scope, v.CoolDown = ScopeModel, CoolDownUntilRecheck
+		v.Scope, v.cool = ScopeModel, coolUntilRecheck
 		return v
 	case c == 404:
 		if pathText.MatchString(f.message) {
@@ -655,7 +655,7 @@ func (f fault) quotaVerdict() Verdict {
 	}
 	pick := func(c Class, q quota) Verdict {
 		v := base(c)
-		v.QuotaID, v.QuotaLimit = q.id, q.limit
+		v.quotaID, v.quotaLimit = q.id, q.limit
 		return v
 	}
 	for _, q := range qs {

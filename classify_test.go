@@ -41,23 +41,23 @@ func sdkError(status int, body string) genai.APIError {
 // The verdicts the table expects, spelled out here rather than taken from
 // base() so that the table states the policy independently.
 var (
-	wantRateLimit      = Verdict{Class: ClassRateLimit, Retryable: true, Scope: ScopeModel, CoolDown: CoolDownRetryAfter}
-	wantDailyQuota     = Verdict{Class: ClassDailyQuota, Scope: ScopeModel, CoolDown: CoolDownUntilMidnight}
-	wantNoQuota        = Verdict{Class: ClassNoQuota, Scope: ScopeModel, CoolDown: CoolDownUntilRecheck}
-	wantSpendCap       = Verdict{Class: ClassSpendCap, Scope: ScopeProject, CoolDown: CoolDownProject}
-	wantOverloaded     = Verdict{Class: ClassOverloaded, Retryable: true, Scope: ScopeModel, Counts: true}
-	wantServerError    = Verdict{Class: ClassServerError, Retryable: true, Scope: ScopeModel, Counts: true}
-	wantTimeout        = Verdict{Class: ClassTimeout, Retryable: true, Scope: ScopeModel, Counts: true}
-	wantNetwork        = Verdict{Class: ClassNetwork, Retryable: true, Scope: ScopeModel, Counts: true}
-	wantStreamCut      = Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true}
-	wantUnknown        = Verdict{Class: ClassUnknown, Retryable: true, Scope: ScopeModel, Counts: true}
+	wantRateLimit      = Verdict{Class: ClassRateLimit, Retryable: true, Scope: ScopeModel, cool: coolRetryAfter}
+	wantDailyQuota     = Verdict{Class: ClassDailyQuota, Scope: ScopeModel, cool: coolUntilMidnight}
+	wantNoQuota        = Verdict{Class: ClassNoQuota, Scope: ScopeModel, cool: coolUntilRecheck}
+	wantSpendCap       = Verdict{Class: ClassSpendCap, Scope: ScopeProject, cool: coolProject}
+	wantOverloaded     = Verdict{Class: ClassOverloaded, Retryable: true, Scope: ScopeModel, counts: true}
+	wantServerError    = Verdict{Class: ClassServerError, Retryable: true, Scope: ScopeModel, counts: true}
+	wantTimeout        = Verdict{Class: ClassTimeout, Retryable: true, Scope: ScopeModel, counts: true}
+	wantNetwork        = Verdict{Class: ClassNetwork, Retryable: true, Scope: ScopeModel, counts: true}
+	wantStreamCut      = Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, counts: true}
+	wantUnknown        = Verdict{Class: ClassUnknown, Retryable: true, Scope: ScopeModel, counts: true}
 	wantCanceled       = Verdict{Class: ClassCanceled, Scope: ScopeRequest}
 	wantBadRequest     = Verdict{Class: ClassBadRequest, Scope: ScopeRequest}
-	wantAuthProject    = Verdict{Class: ClassAuth, Scope: ScopeProject, CoolDown: CoolDownProject}
-	wantAuthModel      = Verdict{Class: ClassAuth, Scope: ScopeModel, CoolDown: CoolDownUntilRecheck}
-	wantDisabled       = Verdict{Class: ClassServiceDisabled, Scope: ScopeProject, CoolDown: CoolDownProject}
-	wantLocation       = Verdict{Class: ClassLocation, Scope: ScopeProject, CoolDown: CoolDownProject}
-	wantNotFound       = Verdict{Class: ClassNotFound, Scope: ScopeModel, CoolDown: CoolDownUntilRecheck}
+	wantAuthProject    = Verdict{Class: ClassAuth, Scope: ScopeProject, cool: coolProject}
+	wantAuthModel      = Verdict{Class: ClassAuth, Scope: ScopeModel, cool: coolUntilRecheck}
+	wantDisabled       = Verdict{Class: ClassServiceDisabled, Scope: ScopeProject, cool: coolProject}
+	wantLocation       = Verdict{Class: ClassLocation, Scope: ScopeProject, cool: coolProject}
+	wantNotFound       = Verdict{Class: ClassNotFound, Scope: ScopeModel, cool: coolUntilRecheck}
 	wantBlocked        = Verdict{Class: ClassBlocked, Scope: ScopeRequest}
 	wantEmptyRetry     = Verdict{Class: ClassEmpty, Retryable: true, Scope: ScopeModel}
 	wantEmptyRequest   = Verdict{Class: ClassEmpty, Scope: ScopeRequest}
@@ -67,7 +67,7 @@ var (
 
 // withQuota returns v with the server-stated delay and quota.
 func withQuota(v Verdict, after time.Duration, quotaID string, limit int) Verdict {
-	v.RetryAfter, v.QuotaID, v.QuotaLimit = after, quotaID, limit
+	v.RetryAfter, v.quotaID, v.quotaLimit = after, quotaID, limit
 	return v
 }
 
@@ -782,7 +782,7 @@ func TestClassifyNeverPanics(t *testing.T) {
 	assert.Equal(t, wantUnknown, Classify(panicky{}))
 	var nilStream *StreamError
 	assert.Equal(t, wantUnknown, Classify(nilStream), "a typed nil panics in its own Unwrap")
-	assert.Equal(t, Verdict{Class: ClassAuth, Scope: ScopeProject, CoolDown: CoolDownProject},
+	assert.Equal(t, Verdict{Class: ClassAuth, Scope: ScopeProject, cool: coolProject},
 		Classify(&genai.APIError{Code: 401}), "a pointer to an APIError")
 }
 
@@ -892,12 +892,12 @@ func TestStrings(t *testing.T) {
 	assert.Equal(t, "project", ScopeProject.String())
 	assert.Equal(t, "Scope(7)", Scope(7).String())
 
-	assert.Equal(t, "none", CoolDownNone.String())
-	assert.Equal(t, "retry_after", CoolDownRetryAfter.String())
-	assert.Equal(t, "until_midnight", CoolDownUntilMidnight.String())
-	assert.Equal(t, "until_recheck", CoolDownUntilRecheck.String())
-	assert.Equal(t, "project", CoolDownProject.String())
-	assert.Equal(t, "CoolDown(9)", CoolDown(9).String())
+	assert.Equal(t, "none", coolNone.String())
+	assert.Equal(t, "retry_after", coolRetryAfter.String())
+	assert.Equal(t, "until_midnight", coolUntilMidnight.String())
+	assert.Equal(t, "until_recheck", coolUntilRecheck.String())
+	assert.Equal(t, "project", coolProject.String())
+	assert.Equal(t, "coolDownKind(9)", coolDownKind(9).String())
 }
 
 // FuzzClassify feeds Classify API errors built the way the SDK builds them
@@ -921,11 +921,11 @@ func FuzzClassify(f *testing.F) {
 		require.Equal(t, got, Classify(inStream(ae)), "an error event in a stream reads as the same answer")
 		require.True(t, got.Class > ClassNone && got.Class < numClasses, "class %v", got.Class)
 		require.GreaterOrEqual(t, got.RetryAfter, time.Duration(0))
-		require.GreaterOrEqual(t, got.QuotaLimit, 0)
+		require.GreaterOrEqual(t, got.quotaLimit, 0)
 		switch got.Class {
 		case ClassDailyQuota, ClassNoQuota, ClassSpendCap:
 			require.False(t, got.Retryable, "a delay does not make a quota retryable")
-			require.False(t, got.Counts)
+			require.False(t, got.counts)
 		}
 	})
 }

@@ -271,7 +271,8 @@ func TestCallerDeadlineBoundsTheAttempt(t *testing.T) {
 		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
 		assert.Equal(t, "3", srv.Requests(flash)[0].Header.Get("X-Server-Timeout"), "the server is told when we stop waiting")
 		require.Len(t, rec.Attempts, 1)
-		assert.False(t, geminiguard.Classify(rec.Attempts[0].Err).Counts, "the caller's deadline says nothing about the model")
+		assert.Equal(t, geminiguard.ClassCanceled, geminiguard.Classify(rec.Attempts[0].Err).Class, "the caller's deadline says nothing about the model")
+		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State)
 		assert.Zero(t, c.Stats().Models[0].Failures[geminiguard.ClassTimeout], "not a timeout of the model")
 	})
 }

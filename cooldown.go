@@ -21,7 +21,7 @@ const retryAfterCoolDown = 30 * time.Second
 const maxRetryAfterCoolDown = 5 * time.Minute
 
 // coolDownForever ends a cool-down that lasts for the process lifetime
-// (CoolDownUntilRecheck): only clear or clearRecheck ends it.
+// (coolUntilRecheck): only clear or clearRecheck ends it.
 var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
 
 // coolDown holds a model (or the whole project) out of rotation until a
@@ -80,7 +80,7 @@ func (c *coolDown) clear() {
 	c.cur.Store(nil)
 }
 
-// clearRecheck ends a cool-down that lasts until a recheck (CoolDownUntilRecheck:
+// clearRecheck ends a cool-down that lasts until a recheck (coolUntilRecheck:
 // a 404, a limit of zero) and leaves any other to run to its end: CheckCascade
 // listing a model says it exists, not that its quota is back.
 func (c *coolDown) clearRecheck() {
@@ -90,28 +90,28 @@ func (c *coolDown) clearRecheck() {
 }
 
 // coolDownUntil returns the end of the cool-down that v asks for at now:
-//   - CoolDownRetryAfter: now + v.RetryAfter capped at
+//   - coolRetryAfter: now + v.RetryAfter capped at
 //     maxRetryAfterCoolDown, or now + retryAfterCoolDown when the server
 //     stated no delay;
-//   - CoolDownUntilMidnight: the next midnight America/Los_Angeles, when
+//   - coolUntilMidnight: the next midnight America/Los_Angeles, when
 //     daily quotas reset;
-//   - CoolDownUntilRecheck: a time no process reaches (year 9999): the
+//   - coolUntilRecheck: a time no process reaches (year 9999): the
 //     process lifetime, unless clear ends it when CheckCascade sees the
 //     model again;
-//   - CoolDownProject: now + projectCoolDown;
-//   - CoolDownNone (and any other value): the zero time, no cool-down.
+//   - coolProject: now + projectCoolDown;
+//   - coolNone (and any other value): the zero time, no cool-down.
 func coolDownUntil(v Verdict, now time.Time, projectCoolDown time.Duration) time.Time {
-	switch v.CoolDown {
-	case CoolDownRetryAfter:
+	switch v.cool {
+	case coolRetryAfter:
 		if v.RetryAfter > 0 {
 			return now.Add(min(v.RetryAfter, maxRetryAfterCoolDown))
 		}
 		return now.Add(retryAfterCoolDown)
-	case CoolDownUntilMidnight:
+	case coolUntilMidnight:
 		return pacific.NextMidnight(now)
-	case CoolDownUntilRecheck:
+	case coolUntilRecheck:
 		return coolDownForever
-	case CoolDownProject:
+	case coolProject:
 		return now.Add(projectCoolDown)
 	}
 	return time.Time{}
@@ -152,15 +152,15 @@ func (c *Client) projectCooling(now time.Time) error {
 // applyVerdict makes a failure's verdict reach past the call: cool-downs for
 // the model or the project, and the limiter learning from a 429.
 func (c *Client) applyVerdict(m *modelState, v Verdict, now time.Time) {
-	if dim, ok := quotaDimOf(v.QuotaID); ok {
-		if v.QuotaLimit > 0 {
-			m.lim.learn(dim, v.QuotaLimit)
+	if dim, ok := quotaDimOf(v.quotaID); ok {
+		if v.quotaLimit > 0 {
+			m.lim.learn(dim, v.quotaLimit)
 		}
 		if v.Class == ClassRateLimit || v.Class == ClassDailyQuota {
 			m.lim.drain(now, dim, coolDownUntil(v, now, c.cfg.projectCoolDown))
 		}
 	}
-	if v.CoolDown == CoolDownNone {
+	if v.cool == coolNone {
 		return
 	}
 	until := coolDownUntil(v, now, c.cfg.projectCoolDown)

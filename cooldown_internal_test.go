@@ -125,24 +125,24 @@ func TestCoolDownUntil(t *testing.T) {
 		want time.Time
 	}{
 		{"none", Verdict{Class: ClassOverloaded}, brkT0, time.Time{}},
-		{"unknown kind", Verdict{CoolDown: CoolDown(42)}, brkT0, time.Time{}},
-		{"retry after", Verdict{CoolDown: CoolDownRetryAfter, RetryAfter: 22500 * time.Millisecond}, brkT0, brkT0.Add(22500 * time.Millisecond)},
-		{"retry after without a stated delay", Verdict{CoolDown: CoolDownRetryAfter}, brkT0, brkT0.Add(30 * time.Second)},
-		{"retry after capped", Verdict{CoolDown: CoolDownRetryAfter, RetryAfter: 100 * 365 * 24 * time.Hour}, brkT0, brkT0.Add(5 * time.Minute)},
-		{"daily quota just before Pacific midnight", Verdict{CoolDown: CoolDownUntilMidnight},
+		{"unknown kind", Verdict{cool: coolDownKind(42)}, brkT0, time.Time{}},
+		{"retry after", Verdict{cool: coolRetryAfter, RetryAfter: 22500 * time.Millisecond}, brkT0, brkT0.Add(22500 * time.Millisecond)},
+		{"retry after without a stated delay", Verdict{cool: coolRetryAfter}, brkT0, brkT0.Add(30 * time.Second)},
+		{"retry after capped", Verdict{cool: coolRetryAfter, RetryAfter: 100 * 365 * 24 * time.Hour}, brkT0, brkT0.Add(5 * time.Minute)},
+		{"daily quota just before Pacific midnight", Verdict{cool: coolUntilMidnight},
 			pacificTime("2026-01-15 23:59:30 -0800"), pacificTime("2026-01-16 00:00:00 -0800")},
-		{"daily quota at Pacific midnight waits a whole day", Verdict{CoolDown: CoolDownUntilMidnight},
+		{"daily quota at Pacific midnight waits a whole day", Verdict{cool: coolUntilMidnight},
 			pacificTime("2026-01-16 00:00:00 -0800"), pacificTime("2026-01-17 00:00:00 -0800")},
-		{"daily quota the night DST starts", Verdict{CoolDown: CoolDownUntilMidnight},
+		{"daily quota the night DST starts", Verdict{cool: coolUntilMidnight},
 			pacificTime("2026-03-07 23:30:00 -0800"), pacificTime("2026-03-08 00:00:00 -0800")},
-		{"daily quota on the 23-hour day", Verdict{CoolDown: CoolDownUntilMidnight},
+		{"daily quota on the 23-hour day", Verdict{cool: coolUntilMidnight},
 			pacificTime("2026-03-08 00:00:00 -0800"), pacificTime("2026-03-09 00:00:00 -0700")},
-		{"daily quota on the 25-hour day", Verdict{CoolDown: CoolDownUntilMidnight},
+		{"daily quota on the 25-hour day", Verdict{cool: coolUntilMidnight},
 			pacificTime("2026-10-31 23:00:00 -0700"), pacificTime("2026-11-01 00:00:00 -0700")},
-		{"daily quota after DST ends", Verdict{CoolDown: CoolDownUntilMidnight},
+		{"daily quota after DST ends", Verdict{cool: coolUntilMidnight},
 			pacificTime("2026-11-01 12:00:00 -0800"), pacificTime("2026-11-02 00:00:00 -0800")},
-		{"retired model", Verdict{CoolDown: CoolDownUntilRecheck}, brkT0, coolDownForever},
-		{"project", Verdict{CoolDown: CoolDownProject, RetryAfter: time.Hour}, brkT0, brkT0.Add(5 * time.Minute)},
+		{"retired model", Verdict{cool: coolUntilRecheck}, brkT0, coolDownForever},
+		{"project", Verdict{cool: coolProject, RetryAfter: time.Hour}, brkT0, brkT0.Add(5 * time.Minute)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestCoolDownUntil(t *testing.T) {
 	t.Run("a daily cool-down ends at Pacific midnight", func(t *testing.T) {
 		now := pacificTime("2026-01-15 23:59:30 -0800")
 		var c coolDown
-		require.True(t, c.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilMidnight}, now, 0), ClassDailyQuota))
+		require.True(t, c.set(coolDownUntil(Verdict{cool: coolUntilMidnight}, now, 0), ClassDailyQuota))
 		_, class, ok := c.until(now.Add(29 * time.Second))
 		assert.True(t, ok)
 		assert.Equal(t, ClassDailyQuota, class)
@@ -163,7 +163,7 @@ func TestCoolDownUntil(t *testing.T) {
 	})
 	t.Run("a retired model cools for the process lifetime", func(t *testing.T) {
 		var c coolDown
-		require.True(t, c.set(coolDownUntil(Verdict{CoolDown: CoolDownUntilRecheck}, brkT0, 0), ClassNotFound))
+		require.True(t, c.set(coolDownUntil(Verdict{cool: coolUntilRecheck}, brkT0, 0), ClassNotFound))
 		_, _, ok := c.until(brkT0.AddDate(100, 0, 0))
 		assert.True(t, ok)
 	})

@@ -55,9 +55,9 @@ func ExampleClassify() {
 			{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "43s"},
 		}}
 	v := geminiguard.Classify(fmt.Errorf("calling the API: %w", daily))
-	fmt.Println(v.Class, v.Retryable, v.CoolDown, v.RetryAfter, v.QuotaLimit)
+	fmt.Println(v.Class, v.Retryable, v.Scope, v.RetryAfter)
 	fmt.Println(geminiguard.Classify(context.Canceled).Class, geminiguard.Classify(errors.New("connection reset by peer")).Retryable)
 	// Output:
-	// daily_quota false until_midnight 43s 250
+	// daily_quota false model 43s
 	// canceled true
 }

@@ -154,14 +154,14 @@ func TestAbandonFreesTheProbeSlotAndTheGrant(t *testing.T) {
 			require.NoError(t, err)
 			assert.Zero(t, wait)
 		}
-		c.settle(&a, call.now, errors.New("late"), Verdict{Counts: true})
+		c.settle(&a, call.now, errors.New("late"), Verdict{counts: true})
 		assert.Zero(t, br.snapshot(call.now).ProbesInFlight, "a settled admission is not settled again")
 		assert.Equal(t, StateHalfOpen, br.state(call.now))
 	})
 }
 
 func TestDecide(t *testing.T) {
-	retryable := Verdict{Class: ClassOverloaded, Retryable: true, Scope: ScopeModel, Counts: true}
+	retryable := Verdict{Class: ClassOverloaded, Retryable: true, Scope: ScopeModel, counts: true}
 	tests := []struct {
 		name    string
 		v       Verdict

@@ -89,28 +89,28 @@ func (secret) Format(f fmt.State, verb rune) { io.WriteString(f, redacted) }
 
 // Defaults of the options whose doc comments name them.
 const (
-	DefaultModel           = "gemini-2.5-flash-lite" // not deprecated as of 2026-11 (see Shutdowns)
-	DefaultHeadroom        = 0.8
-	DefaultAttemptTimeout  = 60 * time.Second
-	DefaultCallTimeout     = 180 * time.Second
-	DefaultFirstChunk      = 30 * time.Second
-	DefaultIdle            = 20 * time.Second
-	DefaultProjectCoolDown = 5 * time.Minute
+	defaultModel           = "gemini-2.5-flash-lite" // not deprecated as of 2026-11 (see Shutdowns)
+	defaultHeadroom        = 0.8
+	defaultAttemptTimeout  = 60 * time.Second
+	defaultCallTimeout     = 180 * time.Second
+	defaultFirstChunk      = 30 * time.Second
+	defaultIdle            = 20 * time.Second
+	defaultProjectCoolDown = 5 * time.Minute
 	retryBudgetTTL         = 10 * time.Second // Finagle's RetryBudget default TTL
 )
 
 func defaultConfig() config {
 	return config{
-		cascade:         []string{DefaultModel},
-		headroom:        DefaultHeadroom,
+		cascade:         []string{defaultModel},
+		headroom:        defaultHeadroom,
 		retry:           RetryPolicy{}.withDefaults(),
 		breaker:         BreakerSettings{}.withDefaults(),
-		attemptTimeout:  DefaultAttemptTimeout,
-		callTimeout:     DefaultCallTimeout,
-		firstChunk:      DefaultFirstChunk,
-		idle:            DefaultIdle,
+		attemptTimeout:  defaultAttemptTimeout,
+		callTimeout:     defaultCallTimeout,
+		firstChunk:      defaultFirstChunk,
+		idle:            defaultIdle,
 		startupCheck:    true,
-		projectCoolDown: DefaultProjectCoolDown,
+		projectCoolDown: defaultProjectCoolDown,
 	}
 }
 
@@ -151,7 +151,7 @@ func WithHTTPClient(c *http.Client) Option {
 }
 
 // WithCascade sets the models to try, in order: the first is the primary.
-// Names may carry the "models/" prefix. Default: DefaultModel alone.
+// Names may carry the "models/" prefix. Default: "gemini-2.5-flash-lite" alone.
 func WithCascade(models ...string) Option {
 	return optionFunc(func(cfg *config) {
 		cfg.cascade = make([]string, len(models))
@@ -177,7 +177,7 @@ func WithLimits(model string, l Limits) Option {
 }
 
 // WithHeadroom sets the fraction of each configured limit the Client uses, in
-// (0, 1]. Default: DefaultHeadroom (0.8).
+// (0, 1]. Default: 0.8.
 func WithHeadroom(fraction float64) Option {
 	return optionFunc(func(cfg *config) { cfg.headroom = fraction })
 }
@@ -198,7 +198,7 @@ func WithBreaker(s BreakerSettings) Option {
 // (all attempts, waits and models). attempt must be shorter than call; the
 // remaining call budget shrinks the last attempts. For streams, attempt
 // bounds the time to the first chunk only (see WithStreamDeadlines).
-// Default: DefaultAttemptTimeout (60s), DefaultCallTimeout (180s).
+// Default: 60s and 180s.
 func WithTimeouts(attempt, call time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.attemptTimeout, cfg.callTimeout = attempt, call })
 }
@@ -206,7 +206,7 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // WithStreamDeadlines sets how long a stream may wait for its first chunk and
 // between two chunks before the stall counts as a failure (retried or
 // cascaded before the first chunk, reported or resumed after it).
-// Default: DefaultFirstChunk (30s), DefaultIdle (20s).
+// Default: 30s and 20s.
 func WithStreamDeadlines(firstChunk, idle time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.firstChunk, cfg.idle = firstChunk, idle })
 }
@@ -248,7 +248,7 @@ func WithHooks(h Hooks) Option {
 // WithProjectCoolDown sets how long the whole Client stays away from the API
 // after a project-scoped failure (spend cap, invalid or leaked key, API
 // disabled); CheckCascade succeeding ends it early.
-// Default: DefaultProjectCoolDown (5m).
+// Default: 5m.
 func WithProjectCoolDown(d time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.projectCoolDown = d })
 }
@@ -296,13 +296,13 @@ func (cfg *config) validate() error {
 	errs := append([]error(nil), cfg.problems...)
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("geminiguard: "+format, args...)) }
 	if len(cfg.cascade) == 0 {
-		add("WithCascade needs at least one model name, e.g. WithCascade(%q)", DefaultModel)
+		add("WithCascade needs at least one model name, e.g. WithCascade(%q)", defaultModel)
 	}
 	seen := make(map[string]bool, len(cfg.cascade))
 	for i, m := range cfg.cascade {
 		switch {
 		case m == "":
-			add("WithCascade: model %d is empty: give a name such as %q", i+1, DefaultModel)
+			add("WithCascade: model %d is empty: give a name such as %q", i+1, defaultModel)
 		case strings.ContainsAny(m, "?&") || strings.Contains(m, ".."):
 			add("WithCascade: model %q contains '?', '&' or '..': give a bare model name", m)
 		case seen[m]:

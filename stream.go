@@ -172,7 +172,7 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 // end without finishReason is a cut like a transport error.
 func cutVerdict(err error) Verdict {
 	if err == errNoFinishReason {
-		return Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, Counts: true}
+		return Verdict{Class: ClassStreamCut, Retryable: true, Scope: ScopeModel, counts: true}
 	}
 	return Classify(err)
 }

@@ -106,7 +106,8 @@ func TestStreamFaultsOverRealHTTP(t *testing.T) {
 					require.ErrorIs(t, err, geminiguard.ErrStreamInterrupted, "h2=%v", h2)
 					assert.Positive(t, chunks)
 					v := geminiguard.Classify(err)
-					assert.True(t, v.Retryable && v.Counts, "a cut says the model is unwell: %+v", v)
+					assert.True(t, v.Retryable, "a cut is worth another attempt: %+v", v)
+					assert.Equal(t, geminiguard.ScopeModel, v.Scope, "a cut says the model is unwell: %+v", v)
 					if fault.Fault != fakegemini.StreamErrorInside { // an error object inside the 200 keeps its own class
 						assert.Equal(t, geminiguard.ClassStreamCut, v.Class)
 					}
@@ -304,7 +305,7 @@ func TestStreamProbesEarlyWhenEveryModelIsOpen(t *testing.T) {
 		require.ErrorIs(t, err, geminiguard.ErrCircuitOpen, "both open: refused at once")
 		require.Equal(t, 2, srv.Total(pro)+srv.Total(flash))
 
-		time.Sleep(geminiguard.DefaultAllOpenProbeEvery)
+		time.Sleep(2 * time.Second)
 		srv.SetModel(fakegemini.Model{Name: pro})
 		srv.SetModel(fakegemini.Model{Name: flash})
 		text, _, err := streamed(t.Context(), c, "")

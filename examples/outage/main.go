@@ -48,7 +48,7 @@ func main() {
 	svg := flag.String("svg", "outage.svg", "write the timeline chart of the (first) scenario to this file; empty: no chart")
 	markdown := flag.Bool("markdown", false, "print Markdown tables")
 	live := flag.Bool("live", os.Getenv("GEMINI_API_KEY") != "", "then send a few calls to the real Gemini API through geminiguard (needs GEMINI_API_KEY; on by default when it is set)")
-	cascade := flag.String("cascade", geminiguard.DefaultModel, "with -live: the cascade, comma-separated, primary first")
+	cascade := flag.String("cascade", "gemini-2.5-flash-lite", "with -live: the cascade, comma-separated, primary first")
 	flag.Parse()
 
 	scenarios := scenario.All()

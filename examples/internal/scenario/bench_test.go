@@ -129,9 +129,12 @@ type callerContext func() (context.Context, context.CancelFunc)
 // background: every call on context.Background(), no deadline.
 func background() (context.Context, context.CancelFunc) { return context.Background(), func() {} }
 
+// defaultAttemptTimeout is geminiguard's default attempt timeout (WithTimeouts).
+const defaultAttemptTimeout = 60 * time.Second
+
 // requestDeadline: every call on a context of its own with a 30s deadline,
 // as a request handler's: it comes before the attempt timeout
-// (DefaultAttemptTimeout, 60s), so geminiguard's attempt makes no deadline
+// (the default attempt timeout, 60s), so geminiguard's attempt makes no deadline
 // context of its own, and the SDK tells the server about it in every arm.
 func requestDeadline() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
@@ -182,7 +185,7 @@ func healthyCallIn(tb testing.TB, arm Arm, w wire, callerCtx callerContext) func
 
 // asSentCall returns a raw SDK call over w on a healthy upstream, each on a
 // context from callerCtx, given what geminiguard sends on each attempt: a
-// context with the attempt's deadline (DefaultAttemptTimeout) unless the
+// context with the attempt's deadline (the default, 60s) unless the
 // caller's comes first, and a config with the automatic continuation off.
 // Set against a raw call, it is what those inputs cost (making the context,
 // and the SDK's reaction to both); set against a geminiguard call, what is
@@ -195,8 +198,8 @@ func asSentCall(tb testing.TB, w wire, callerCtx callerContext) func() error {
 	return func() error {
 		ctx, cancel := callerCtx()
 		defer cancel()
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) > geminiguard.DefaultAttemptTimeout {
-			actx, cancel := context.WithTimeout(ctx, geminiguard.DefaultAttemptTimeout)
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > defaultAttemptTimeout {
+			actx, cancel := context.WithTimeout(ctx, defaultAttemptTimeout)
 			defer cancel()
 			ctx = actx
 		}

@@ -160,11 +160,11 @@ func TestFullOutage(t *testing.T) {
 	for i := 1; i < len(probes); i++ {
 		gap = min(gap, probes[i]-probes[i-1])
 	}
-	check(t, "fullOutage: one probe per AllOpenProbeEvery while every model is open", gap >= geminiguard.DefaultAllOpenProbeEvery,
+	check(t, "fullOutage: one probe per AllOpenProbeEvery while every model is open", gap >= 2*time.Second, /* BreakerSettings.AllOpenProbeEvery's default */
 		"%d probes, %v apart at least", len(probes), gap)
 
 	rec := g.Measure(sc, "recovery")
-	bound := geminiguard.DefaultOpenFor + 2*proLatency // the bound: open until OpenFor after the last failed probe, then one probe of the primary
+	bound := 30*time.Second + 2*proLatency // the bound: open until OpenFor (default 30s) after the last failed probe, then one probe of the primary
 	check(t, "fullOutage: recovery within OpenFor plus one probe", rec <= bound.Seconds(), "%.1fs (bound %v)", rec, bound)
 	first := g.Measure(sc, "1st s load")
 	check(t, "fullOutage: first second after recovery ≤ 1.2× steady traffic", first <= 1.2, "%.2fx", first)
