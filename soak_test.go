@@ -375,7 +375,8 @@ func (r *soakRun) prefixOf(text string) bool {
 // spliced reports whether text is what a stream resumed on another model
 // yields (WithStreamResume sends the text so far to the same model or the
 // next one): a prefix of one model's text, then text of another, which the
-// fake starts over since the partial turn is not its own. With last set, the
+// fake starts over since the partial turn is not its own (and again for each
+// later resume). With last set, the
 // second part must end last's text (a complete answer from last); without,
 // it may be any part of a model's text (a stream that failed later).
 func (r *soakRun) spliced(text, last string) bool {
@@ -383,10 +384,14 @@ func (r *soakRun) spliced(text, last string) bool {
 		if !r.prefixOf(text[:k]) {
 			return false
 		}
+		rest := text[k:]
 		for m, full := range r.texts {
-			if last != "" && m == last && strings.HasSuffix(full, text[k:]) || last == "" && strings.Contains(full, text[k:]) {
+			if last != "" && m == last && strings.HasSuffix(full, rest) || last == "" && strings.Contains(full, rest) {
 				return true
 			}
+		}
+		if r.spliced(rest, last) { // resumed again: another splice
+			return true
 		}
 	}
 	return false
@@ -557,7 +562,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 		if !r.prefixOf(got) && !(rec.Resumes > 0 && r.spliced(got, "")) {
 			r.tally.add("wrongText", "%v: broken after %d chunks, text %q begins no model's text; attempts=%s", sc, chunks, clip(got), attemptsOf(rec))
 		}
-		if !rec.Fallback && (rec.Model == "" || !strings.HasPrefix(r.texts[rec.Model], got)) {
+		if !rec.Fallback && (rec.Model == "" || !strings.HasPrefix(r.texts[rec.Model], got) && rec.Resumes == 0) {
 			r.tally.add("recordMismatch", "%v: broken after %d chunks, record model=%q fallback=%v for text %q", sc, chunks, rec.Model, rec.Fallback, clip(got))
 		}
 	case got == "" || finish == "":
