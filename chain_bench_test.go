@@ -149,21 +149,7 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 // same way, is examples/internal/failsafestack's BenchmarkChainOwn.
 func BenchmarkChainOwn(b *testing.B) {
 	names, calls := chainCalls(b)
-	for i, name := range names {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := calls[i](); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-	b.Run("paired", func(b *testing.B) {
-		per := paired.Run(b, calls)
-		for i, name := range names {
-			b.ReportMetric(per[i], name+"-ns")
-		}
+	paired.Bench(b, names, calls, func(b *testing.B, per []float64) {
 		b.ReportMetric(per[1]-per[0], "own-ns")
 		b.ReportMetric(per[1]-per[2], "rest-ns")
 		b.ReportMetric(per[3]-per[0], "caller-deadline-own-ns")

@@ -34,3 +34,28 @@ func Run(b *testing.B, calls []func() error) []float64 {
 	}
 	return per
 }
+
+// Bench runs each call alone as a sub-benchmark of b named by names, with
+// allocations reported, then all of them in turn (Run) as the sub-benchmark
+// "paired", which reports each one's time per call as the metric
+// "<name>-ns" and then whatever report adds from those times.
+func Bench(b *testing.B, names []string, calls []func() error, report func(b *testing.B, per []float64)) {
+	b.Helper()
+	for i, name := range names {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := calls[i](); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("paired", func(b *testing.B) {
+		per := Run(b, calls)
+		for i, name := range names {
+			b.ReportMetric(per[i], name+"-ns")
+		}
+		report(b, per)
+	})
+}

@@ -107,21 +107,7 @@ func BenchmarkChainOwn(b *testing.B) {
 			return check(api.GenerateContent(actx, chainModels[0], contents, nil))
 		},
 	}
-	for i, name := range names {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := calls[i](); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-	b.Run("paired", func(b *testing.B) {
-		per := paired.Run(b, calls)
-		for i, name := range names {
-			b.ReportMetric(per[i], name+"-ns")
-		}
+	paired.Bench(b, names, calls, func(b *testing.B, per []float64) {
 		b.ReportMetric(per[1]-per[0], "own-ns")
 	})
 }
