@@ -107,10 +107,9 @@ type RetryPolicy struct {
 	BudgetRatio float64
 
 	// BudgetMinPerSecond is a rate of retries the budget always allows on top
-	// of BudgetRatio, so a Client with little traffic can still retry.
-	// Default: 1 per second: Finagle's RetryBudget mechanism (a floor of
-	// minRetriesPerSec), at a tenth of its 10/s default, because a Gemini
-	// model's quota is often 10 to 2,000 requests per minute, not per second.
+	// of BudgetRatio, so a Client with little traffic can still retry (the
+	// floor of Finagle's RetryBudget).
+	// Default: 1 per second.
 	BudgetMinPerSecond float64
 }
 

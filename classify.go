@@ -172,25 +172,18 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // and never panics; Classify(nil) is the zero Verdict. On an error returned by a
 // Client method it gives the verdict of the failure that decided the outcome.
 //
-// It reads, in this order: a *CascadeError (the verdict of its last failed
-// attempt), a *ModelError (its Verdict), a wait that would have overrun the
-// deadline (the failure it would have retried), context errors, our typed
-// errors (a request refused before it was sent, *ResponseError,
-// *StreamError), genai.APIError (value or pointer),
-// our sentinels, then transport errors. context.Canceled is ClassCanceled; so
-// is context.DeadlineExceeded (the caller's deadline, or the SDK's
-// HTTPOptions.Timeout, which looks the same), except inside an
-// attemptTimeoutError or from an http.Client's own Timeout ("Client.Timeout
-// exceeded"), which are ClassTimeout. Within an APIError it reads structure
-// first (code, status, details such as QuotaFailure, RetryInfo and
-// ErrorInfo, an error object inside a JSON Message) and the message text only
+// On a *CascadeError it gives the verdict of the last failed attempt, on a
+// *ModelError its Verdict. context.Canceled and the caller's own deadline
+// are ClassCanceled; an attempt's own timeout, and an http.Client's Timeout,
+// are ClassTimeout. A genai.APIError (value or pointer, however wrapped) is
+// read by its structure first — code, status, QuotaFailure, RetryInfo and
+// ErrorInfo details, an error body inside its Message — and by its text only
 // where the API sends nothing else (spend caps, "limit: 0", "Please retry in
-// 36.4s", region blocks, a 404 about the URL rather than the model such as
-// "Method not found.", which is bad_request). A RetryInfo delay is truncated
-// to whole seconds by the API while the message states it exactly, so
-// RetryAfter is the larger of the two. A 499 CANCELLED answer is
-// server_error: the server gave up, as our own cancellation never reads a
-// response. An error whose own methods panic is ClassUnknown.
+// 36.4s", region blocks, a 404 about the URL rather than the model, which is
+// bad_request). RetryAfter is the larger of RetryInfo's delay (whole
+// seconds) and the message's (exact). A 499 CANCELLED answer is
+// server_error: the server gave up. A request this package refused before
+// sending it is bad_request; an error whose own methods panic is unknown.
 //
 // The base verdict of each class (a few cases narrow it, as noted):
 //

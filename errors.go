@@ -66,7 +66,7 @@ func (e *ResponseError) Unwrap() error { return e.Kind }
 type StreamError struct {
 	Model   string // model whose stream was cut
 	Partial string // text yielded before the cut
-	Err     error  // cause: a transport error, an APIError, or errNoFinishReason
+	Err     error  // cause: a transport error, an APIError, a *ResponseError, or the end of the body without a finishReason
 }
 
 func (e *StreamError) Error() string {

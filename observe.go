@@ -82,7 +82,7 @@ type Stats struct {
 	Fallbacks    int64   // calls answered by the Fallback
 	SuccessRate  float64 // (Successes + Fallbacks) / Calls; 0 with no calls
 	FallbackRate float64 // Fallbacks / Calls
-	// Latency percentiles of the last latencyWindow calls (failed ones included).
+	// Latency percentiles of the last 4096 calls (failed ones included).
 	LatencyP50, LatencyP95, LatencyP99 time.Duration
 	ProjectCoolDownUntil               time.Time    // zero when the project is not cooling down
 	Models                             []ModelStats // cascade models first, in order, then the others kept (at most 256, the most recently called), by name
