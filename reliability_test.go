@@ -41,7 +41,7 @@ func recovered(f func()) (v any) {
 	return nil
 }
 
-func TestPanicInStreamLoopBodyDuringProbeFreesTheProbeSlot(t *testing.T) {
+func TestDefect2PanicInStreamLoopBodyDuringProbeFreesTheProbeSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}}})
 		c := openedByOneFailure(t, srv)
@@ -82,7 +82,7 @@ func (p *panickingTransport) RoundTrip(req *http.Request) (*http.Response, error
 	return p.base.RoundTrip(req)
 }
 
-func TestPanicDuringUnaryProbeFreesTheProbeSlot(t *testing.T) {
+func TestDefect2PanicDuringUnaryProbeFreesTheProbeSlot(t *testing.T) {
 	for _, source := range []string{"the transport", "a state-change hook"} {
 		t.Run(source, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -125,7 +125,7 @@ func halfOf(text string) string {
 	return string(runes[:(len(runes)+1)/2])
 }
 
-func TestFailedContinuationHopNeverTakesTheFallback(t *testing.T) {
+func TestDefect3FailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
 		srv := fakegemini.New(
@@ -154,7 +154,7 @@ func TestFailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 	})
 }
 
-func TestContinuationHopsShareTheCallTimeout(t *testing.T) {
+func TestDefect3ContinuationHopsShareTheCallTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: pro, Latency: 4 * time.Second,
 			Script: []fakegemini.Step{{Continuation: true}, {Continuation: true}, {}}})
@@ -170,7 +170,7 @@ func TestContinuationHopsShareTheCallTimeout(t *testing.T) {
 	})
 }
 
-func TestStreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
+func TestDefect3StreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
 		srv := fakegemini.New(
@@ -192,7 +192,7 @@ func TestStreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 	})
 }
 
-func TestStreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
+func TestDefect4StreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
 	for _, fault := range []fakegemini.Fault{fakegemini.StopNoParts, fakegemini.FinishOther, fakegemini.FinishMalformedFunctionCall} {
 		t.Run(fault.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -213,7 +213,7 @@ func TestStreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
 	}
 }
 
-func TestResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
+func TestDefect4ResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		other := fakegemini.Step{Fault: fakegemini.FinishOther}
 		srv := fakegemini.New(fakegemini.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,
@@ -230,7 +230,7 @@ func TestResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
 	})
 }
 
-func TestFallbackResponseIsNeverWritten(t *testing.T) {
+func TestDefect6FallbackResponseIsNeverWritten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cached := &genai.GenerateContentResponse{Candidates: []*genai.Candidate{{
 			Content: genai.NewContentFromText("a cached answer", genai.RoleModel), FinishReason: genai.FinishReasonStop}}}
@@ -256,7 +256,7 @@ func TestFallbackResponseIsNeverWritten(t *testing.T) {
 	})
 }
 
-func TestModelsOutsideTheCascadeKeepBoundedState(t *testing.T) {
+func TestDefect7ModelsOutsideTheCascadeKeepBoundedState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
@@ -296,7 +296,7 @@ func (s *stallingCounts) RoundTrip(req *http.Request) (*http.Response, error) {
 	return s.base.RoundTrip(req)
 }
 
-func TestStalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.T) {
+func TestDefect10StalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second})
 		counts := &stallingCounts{base: srv.Transport()}
@@ -319,7 +319,7 @@ func TestStalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.T) {
 	})
 }
 
-func TestStreamNeverFallsBackOnceAChunkWasYielded(t *testing.T) {
+func TestDefect11StreamNeverFallsBackOnceAChunkWasYielded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
 		srv := fakegemini.New(fakegemini.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,

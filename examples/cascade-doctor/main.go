@@ -55,6 +55,7 @@ func run(ctx context.Context, out io.Writer, cascade []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	defer c.Close()
 	report, err := c.CheckCascade(ctx)
 	if err != nil && !errors.Is(err, geminiguard.ErrModelNotFound) {
 		return false, err

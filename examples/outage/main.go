@@ -137,6 +137,7 @@ func smoke(ctx context.Context, cascade []string) error {
 	if err != nil {
 		return err
 	}
+	defer c.Close()
 	fmt.Printf("live: cascade %s\n", strings.Join(cascade, " → "))
 	for i := range 3 {
 		var rec geminiguard.CallRecord

@@ -88,6 +88,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer c.Close()
 	for i, cl := range calls {
 		if fake == nil {
 			cl.title = "live call" // the injected faults exist only in the fake
