@@ -357,6 +357,13 @@ func (g grant) skip(model string, now time.Time, wait time.Duration) *ModelError
 	return localLimitError(model, &RateLimitError{Dimension: g.dim.String(), Until: now.Add(wait), wait: wait, skipped: true}, now)
 }
 
+// enforces reports whether reserve has anything to enforce: when it has
+// not, reserve grants every request at once with the zero grant, and a
+// caller on a hot path may skip it (a grant is large to return). Lock-free.
+func (l *limiter) enforces() bool {
+	return l.active.Load()
+}
+
 // reserve asks, at now, to send one request of tokens input tokens (ignored
 // unless TPM is limited). It returns the wait before the request may be sent
 // and a grant to cancel if it is not sent after all.

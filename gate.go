@@ -32,48 +32,53 @@ type admission struct {
 const stepGo step = -1
 
 // admit decides whether the call may send its next request to sl's model
-// now. It returns an admission and stepGo; or, having recorded why, stepNext
+// now. It fills a (which must be zero) and returns stepGo; or, having
+// recorded why, and leaving a holding nothing, stepNext
 // when the model cannot take the request for this call (cooling down, open,
 // out of tokens before the deadline, or out of tokens now while another
 // model can answer), or stepStop with the error that ends the call (its
 // deadline passed, the caller cancelled during a token wait). A token wait
 // is slept here, counted in sl.delay.
-func (call *call[R]) admit(ctx context.Context, sl *retrySlot) (admission, step, error) {
+func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	m := sl.m
 	tokens := call.inputTokens(ctx, m) // may take time: read the clock after it
 	now := call.now
 	if !now.Before(call.deadline) {
 		if err := ctx.Err(); err != nil {
-			return admission{}, stepStop, call.fail(m.name, err, sl.delay, 0)
+			return stepStop, call.fail(m.name, err, sl.delay, 0)
 		}
-		return admission{}, stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
+		return stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
 	}
 	if err := m.cooling(now); err != nil {
 		call.skip(m, err, sl.delay)
-		return admission{}, stepNext, err
+		return stepNext, err
 	}
 	br := m.breakers[call.endpoint]
 	if br.state(now) == StateOpen {
 		call.skip(m, m.openErr, sl.delay)
-		return admission{}, stepNext, m.openErr
+		return stepNext, m.openErr
 	}
-	g, wait, err := m.lim.reserve(now, tokens, call.deadline)
-	if err != nil {
-		err = localLimitError(m.name, err, now)
-		call.skip(m, err, sl.delay)
-		return admission{}, stepNext, err
+	g := &a.grant // filled in place, and only when the limiter limits: a grant is large
+	var wait time.Duration
+	if m.lim.enforces() {
+		var err error
+		if *g, wait, err = m.lim.reserve(now, tokens, call.deadline); err != nil {
+			err = localLimitError(m.name, err, now)
+			call.skip(m, err, sl.delay)
+			return stepNext, err
+		}
 	}
 	if wait > 0 && call.hasNext(m) {
 		// Out of tokens for now, and another model can answer at once:
 		// skip this one rather than queue behind its quota.
 		err := g.skip(m.name, now, wait)
 		call.skip(m, err, sl.delay)
-		return admission{}, stepNext, err
+		return stepNext, err
 	}
 	if wait > 0 {
 		if err := call.sleep(ctx, wait); err != nil {
 			g.cancel()
-			return admission{}, stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
 		}
 		sl.delay += wait
 	}
@@ -82,9 +87,10 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot) (admission, step,
 		g.cancel()
 		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 		call.skip(m, err, sl.delay)
-		return admission{}, stepNext, err
+		return stepNext, err
 	}
-	return admission{m: m, br: br, grant: g, permit: p, endpoint: call.endpoint, opened: tr}, stepGo, nil
+	a.m, a.br, a.permit, a.endpoint, a.opened = m, br, p, call.endpoint, tr
+	return stepGo, nil
 }
 
 // settle hands the admission's permit back with the outcome at now of the

@@ -107,7 +107,8 @@ func TestAdmit(t *testing.T) {
 				sl := &retrySlot{m: c.states[0], tries: 1}
 				start := time.Now()
 
-				a, got, err := call.admit(t.Context(), sl)
+				var a admission
+				got, err := call.admit(t.Context(), sl, &a)
 
 				assert.Equal(t, tt.step, got)
 				assert.Equal(t, tt.delay, time.Since(start))
@@ -138,7 +139,8 @@ func TestAbandonFreesTheProbeSlotAndTheGrant(t *testing.T) {
 		br := c.states[0].breakers[endpointGenerate]
 		trip(br, call.now.Add(-time.Hour))
 
-		a, step, err := call.admit(t.Context(), &retrySlot{m: c.states[0]})
+		var a admission
+		step, err := call.admit(t.Context(), &retrySlot{m: c.states[0]}, &a)
 		require.NoError(t, err)
 		require.Equal(t, stepGo, step)
 		require.Equal(t, 1, br.snapshot(call.now).ProbesInFlight)

@@ -33,8 +33,8 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 	var zero R
 	for {
 		sl.tries++
-		a, next, err := call.admit(ctx, sl)
-		if next != stepGo {
+		var a admission
+		if next, err := call.admit(ctx, sl, &a); next != stepGo {
 			return zero, next, err
 		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)

@@ -141,8 +141,10 @@ func partFlaw(p *genai.Part) *requestError {
 			return e.under(".ToolResponse.Response")
 		}
 	}
-	if e := mapFlaw(p.PartMetadata, 0); e != nil {
-		return e.under(".PartMetadata")
+	if len(p.PartMetadata) > 0 {
+		if e := mapFlaw(p.PartMetadata, 0); e != nil {
+			return e.under(".PartMetadata")
+		}
 	}
 	if vm := p.VideoMetadata; vm != nil {
 		if e := float64Flaw(vm.FPS); e != nil {
