@@ -44,6 +44,7 @@ const (
 	defaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
 	defaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
 	defaultAllOpenProbeEvery  = 2 * time.Second  // spacing of early probes when a call has no model left but open ones
+	defaultDeadAfter          = 10 * time.Second // time without a success that, with the failures, makes a model dead
 )
 
 // windowBuckets is the number of slices the failure-rate window is kept in:
@@ -60,11 +61,20 @@ const windowBuckets = 10
 // copy.
 type BreakerSettings struct {
 	// FailureThreshold is the number of consecutive counted failures that
-	// opens a closed breaker; a success resets the count. Five independent
-	// failures in a row are rare in a brownout (0.37^5 < 1% at a 37% 503
-	// rate), common in an outage.
+	// opens a closed breaker, once the model has also answered nothing for
+	// DeadAfter; a success resets the count.
 	// Default: 5.
 	FailureThreshold int
+	// DeadAfter is how long a model must have gone without answering, on
+	// top of FailureThreshold failures in a row, for its breaker to open:
+	// the breaker is for a dead model. A degraded one, failing in bursts
+	// but still answering, keeps the share of traffic it can serve (see
+	// the package doc's routing); a storm of 503s that lets one request in
+	// seven through does not take it out of rotation. A model that never
+	// answered since the Client started is judged on the failures alone. A
+	// negative value opens on the failures alone.
+	// Default: 10s.
+	DeadAfter time.Duration
 	// OpenFor is how long an open breaker refuses requests before it lets
 	// probes through (half-open), unless every model is open (see
 	// AllOpenProbeEvery). It is counted again from each reopening.
@@ -121,6 +131,9 @@ func (s BreakerSettings) withDefaults() BreakerSettings {
 	}
 	if s.AllOpenProbeEvery == 0 {
 		s.AllOpenProbeEvery = defaultAllOpenProbeEvery
+	}
+	if s.DeadAfter == 0 {
+		s.DeadAfter = defaultDeadAfter
 	}
 	if s.FailureRate > 0 {
 		if s.Window == 0 {
@@ -259,6 +272,12 @@ type breaker struct {
 	// cur is gen<<2 | state, stored under mu on every change, so that allow
 	// grants closed-state permits without taking mu.
 	cur atomic.Uint64
+	// origin is when the breaker was made: lastOK counts from it.
+	origin time.Time
+	// lastOK is when the model last answered, as time since origin plus
+	// one nanosecond; 0 when it never did. Stored without mu on every
+	// success.
+	lastOK atomic.Int64
 	// consecutive counts the counted failures in a row while closed. A
 	// success resets it without mu (the closed fast path of done); failures
 	// add to it under mu.
@@ -278,7 +297,7 @@ type breaker struct {
 // newBreaker returns a closed breaker. s must pass validate; zero fields take
 // their defaults.
 func newBreaker(s BreakerSettings) *breaker {
-	b := &breaker{s: s.withDefaults()}
+	b := &breaker{s: s.withDefaults(), origin: time.Now()}
 	b.window.span = b.s.Window / windowBuckets
 	b.cur.Store(1<<2 | uint64(StateClosed)) // generation 1: the zero permit is stale
 	return b
@@ -328,12 +347,16 @@ func (b *breaker) allow(now time.Time) (permit, *transition, error) {
 // generation (the state changed since allow granted it) changes nothing.
 //
 // Closed: a success resets the consecutive failures; a failure that makes
-// FailureThreshold in a row, or brings the failure rate over Window to
+// FailureThreshold in a row when the model has answered nothing for
+// DeadAfter, or brings the failure rate over Window to
 // FailureRate, opens the breaker for OpenFor. Half-open: the probe's slot is
 // freed; HalfOpenProbes successes close the breaker (every count starts
 // again); a failure opens it for a fresh OpenFor. outcomeIgnore only frees
 // the slot.
 func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
+	if o == outcomeSuccess {
+		b.lastOK.Store(int64(now.Sub(b.origin)) + 1)
+	}
 	if !p.probe && o == outcomeSuccess && b.s.FailureRate == 0 {
 		// Closed-state success: only the failure count changes. A stale
 		// permit resetting the count of a newer generation is harmless: a
@@ -367,7 +390,7 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 			b.window.record(now, false)
 		}
 	case outcomeFailure:
-		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) {
+		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) && b.silentFor(now) {
 			return b.setState(StateOpen, now)
 		}
 		if b.s.FailureRate > 0 {
@@ -379,6 +402,13 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 		}
 	}
 	return nil
+}
+
+// silentFor reports whether the model has answered nothing for DeadAfter
+// before now (or never did), or DeadAfter is negative.
+func (b *breaker) silentFor(now time.Time) bool {
+	last := b.lastOK.Load()
+	return b.s.DeadAfter < 0 || last == 0 || now.Sub(b.origin)-time.Duration(last-1) >= b.s.DeadAfter
 }
 
 // openEarly ends an open breaker's open period at now, as if OpenFor had

@@ -35,13 +35,13 @@ func TestBreakerSettingsWithDefaults(t *testing.T) {
 		in   BreakerSettings
 		want BreakerSettings
 	}{
-		{"zero", BreakerSettings{}, BreakerSettings{FailureThreshold: 5, OpenFor: 30 * time.Second, HalfOpenProbes: 1, AllOpenProbeEvery: 2 * time.Second}},
-		{"set fields kept", BreakerSettings{FailureThreshold: 3, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second},
-			BreakerSettings{FailureThreshold: 3, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second}},
+		{"zero", BreakerSettings{}, BreakerSettings{FailureThreshold: 5, DeadAfter: 10 * time.Second, OpenFor: 30 * time.Second, HalfOpenProbes: 1, AllOpenProbeEvery: 2 * time.Second}},
+		{"set fields kept", BreakerSettings{FailureThreshold: 3, DeadAfter: time.Second, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second},
+			BreakerSettings{FailureThreshold: 3, DeadAfter: time.Second, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second}},
 		{"failure rate fills window and min requests", BreakerSettings{FailureRate: 0.5},
-			BreakerSettings{FailureThreshold: 5, OpenFor: 30 * time.Second, HalfOpenProbes: 1, FailureRate: 0.5, Window: time.Minute, MinRequests: 10, AllOpenProbeEvery: 2 * time.Second}},
-		{"negative kept for validate, or to turn early probes off", BreakerSettings{FailureThreshold: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1},
-			BreakerSettings{FailureThreshold: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1}},
+			BreakerSettings{FailureThreshold: 5, DeadAfter: 10 * time.Second, OpenFor: 30 * time.Second, HalfOpenProbes: 1, FailureRate: 0.5, Window: time.Minute, MinRequests: 10, AllOpenProbeEvery: 2 * time.Second}},
+		{"negative kept for validate, or to turn early probes and the silence rule off", BreakerSettings{FailureThreshold: -1, DeadAfter: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1},
+			BreakerSettings{FailureThreshold: -1, DeadAfter: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,15 +205,28 @@ const (
 
 func TestBreakerScript(t *testing.T) {
 	s := 1 * time.Second
-	rate := BreakerSettings{FailureThreshold: 100, FailureRate: 0.5, MinRequests: 4, Window: 60 * s}
+	rate := BreakerSettings{FailureThreshold: 100, FailureRate: 0.5, MinRequests: 4, Window: 60 * s, DeadAfter: -1}
 	tests := []struct {
 		name     string
 		settings BreakerSettings
 		steps    []breakerStep
 	}{
 		{"threshold opens", BreakerSettings{}, failingCalls(5, 0, wantClosedToOpen, StateOpen)},
+		{"a model that answered within DeadAfter is degraded, not dead", BreakerSettings{}, joinSteps(
+			[]breakerStep{{at: 0, do: "call ok", want: "granted", state: StateClosed}},
+			failingCalls(5, s, "granted", StateClosed),
+			failingCalls(3, 9*s, "granted", StateClosed),
+			failingCalls(1, 10*s, wantClosedToOpen, StateOpen), // silent for DeadAfter, and failing
+		)},
+		{"a success within DeadAfter keeps it closed however many fail", BreakerSettings{DeadAfter: 5 * s}, joinSteps(
+			failingCalls(4, 0, "granted", StateClosed),
+			[]breakerStep{{at: 2 * s, do: "call ok", want: "granted", state: StateClosed}},
+			failingCalls(20, 3*s, "granted", StateClosed),
+			failingCalls(5, 7*s-1, "granted", StateClosed),
+			failingCalls(1, 7*s, wantClosedToOpen, StateOpen),
+		)},
 		{"custom threshold", BreakerSettings{FailureThreshold: 2}, failingCalls(2, 0, wantClosedToOpen, StateOpen)},
-		{"a success resets the consecutive count", BreakerSettings{}, joinSteps(
+		{"a success resets the consecutive count", BreakerSettings{DeadAfter: -1}, joinSteps(
 			failingCalls(4, 0, "granted", StateClosed),
 			[]breakerStep{{at: s, do: "call ok", want: "granted", state: StateClosed}},
 			failingCalls(4, 2*s, "granted", StateClosed),
@@ -241,7 +254,7 @@ func TestBreakerScript(t *testing.T) {
 				{at: 40 * s, do: "allow", want: "granted", state: StateClosed},
 			},
 		)},
-		{"exactly HalfOpenProbes in flight, all must succeed", BreakerSettings{FailureThreshold: 1, HalfOpenProbes: 3}, []breakerStep{
+		{"exactly HalfOpenProbes in flight, all must succeed", BreakerSettings{FailureThreshold: 1, HalfOpenProbes: 3, DeadAfter: -1}, []breakerStep{
 			{at: 0, do: "call fail", want: wantClosedToOpen, state: StateOpen},
 			{at: 30 * s, do: "allow", want: wantOpenToHalfOpen, state: StateHalfOpen},
 			{at: 30 * s, do: "allow", want: "granted", state: StateHalfOpen},
@@ -354,7 +367,7 @@ func TestBreakerScript(t *testing.T) {
 			{at: 31 * s, do: "call fail", want: "granted", state: StateClosed},
 			{at: 31 * s, do: "call fail", want: wantClosedToOpen, state: StateOpen},
 		}},
-		{"consecutive rule still applies with a rate", BreakerSettings{FailureThreshold: 3, FailureRate: 0.9}, joinSteps(
+		{"consecutive rule still applies with a rate", BreakerSettings{FailureThreshold: 3, FailureRate: 0.9, DeadAfter: -1}, joinSteps(
 			[]breakerStep{{at: 0, do: "call ok", want: "granted", state: StateClosed}},
 			failingCalls(3, s, wantClosedToOpen, StateOpen),
 		)},
@@ -393,7 +406,7 @@ func TestBreakerRefusalError(t *testing.T) {
 }
 
 func TestBreakerStateAndSnapshotDoNotMutate(t *testing.T) {
-	b := newBreaker(BreakerSettings{FailureThreshold: 3, FailureRate: 0.9})
+	b := newBreaker(BreakerSettings{FailureThreshold: 3, FailureRate: 0.9, DeadAfter: -1})
 	for i := range 2 {
 		p, _, err := b.allow(brkT0)
 		require.NoError(t, err)
@@ -499,7 +512,7 @@ func TestBreakerConcurrent(t *testing.T) {
 		calls   = 3000
 		probes  = 3
 	)
-	b := newBreaker(BreakerSettings{FailureThreshold: 3, OpenFor: 20 * time.Millisecond, HalfOpenProbes: probes})
+	b := newBreaker(BreakerSettings{FailureThreshold: 3, OpenFor: 20 * time.Millisecond, HalfOpenProbes: probes, DeadAfter: -1})
 	var (
 		clock       atomic.Int64 // nanoseconds since brkT0
 		transitions atomic.Int64

@@ -227,7 +227,7 @@ func TestEmbeddingsHaveTheirOwnBreaker(t *testing.T) {
 			fakegemini.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, embedder),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 2}),
-			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2}))
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, DeadAfter: -1}))
 		cfg := &genai.EmbedContentConfig{OutputDimensionality: genai.Ptr[int32](3)}
 
 		resp, err := c.EmbedContent(t.Context(), embedder, genai.Text("a"), cfg)

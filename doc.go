@@ -19,10 +19,11 @@
 //     skipped when another can answer at once; a wait that would overrun the
 //     call's deadline is never waited. A server 429 blocks the dimension for
 //     its RetryInfo delay and teaches the limiter the stated limit.
-//   - breaker: per model and endpoint, closed → open after consecutive
-//     failures that say the model is unwell (5xx, timeouts, network, cut
-//     streams) → half-open after OpenFor → closed after probe successes
-//     (WithBreaker). A call left with nothing but open models probes one
+//   - breaker: per model and endpoint, for a dead model: closed → open
+//     after consecutive failures that say the model is unwell (5xx,
+//     timeouts, network, cut streams) once it has also answered nothing for
+//     DeadAfter (10s) → half-open after OpenFor → closed after probe
+//     successes (WithBreaker). A call left with nothing but open models probes one
 //     early, once per AllOpenProbeEvery across the Client, so the end of an
 //     outage is found in seconds. Quota answers do not count: they cool the
 //     model down — until RetryInfo's delay (at most 5 minutes) for a
@@ -38,6 +39,16 @@
 //     comes back to the models that failed that way, primary first.
 //   - cascade: the models of WithCascade in order, skipping open, cooling
 //     and out-of-token models; then WithFallback; else a *CascadeError.
+//   - routing: a degraded model (failing in bursts, yet answering) is not
+//     taken out of rotation; it keeps the traffic it can serve. Per model,
+//     the Client counts over the last 30s the requests it meant to send and
+//     the answers, and a call that has another model to go to skips this
+//     one, without a request, with probability max(0, (requests −
+//     4·answers) / (requests + 1)) (client-side adaptive throttling, Google
+//     SRE book): a model that answers a quarter of its requests or more
+//     keeps all of its traffic, each failure moving that call on to the
+//     next model at once; one that answers less gets less; one that answers
+//     nothing gets a request now and then until its breaker opens.
 //
 // New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
 // model the API does not list (or a key the API refuses) and warns about

@@ -35,8 +35,9 @@ const stepGo step = -1
 // now. It fills a (which must be zero) and returns stepGo; or, having
 // recorded why, and leaving a holding nothing, stepNext
 // when the model cannot take the request for this call (cooling down, open,
-// out of tokens before the deadline, or out of tokens now while another
-// model can answer), or stepStop with the error that ends the call (its
+// throttled for its recent failures while another model can answer (see
+// route.go), out of tokens before the deadline, or out of tokens now while
+// another model can answer), or stepStop with the error that ends the call (its
 // deadline passed, the caller cancelled during a token wait). A token wait
 // is slept here, counted in sl.delay.
 func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
@@ -57,6 +58,10 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	if br.state(now) == StateOpen {
 		call.skip(m, m.openErr, sl.delay)
 		return stepNext, m.openErr
+	}
+	if skip, err := call.throttled(m); skip {
+		call.skip(m, err, sl.delay)
+		return stepNext, err
 	}
 	g := &a.grant // filled in place, and only when the limiter limits: a grant is large
 	var wait time.Duration
@@ -102,7 +107,11 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 		return
 	}
 	a.settled = true
-	tr := a.br.done(a.permit, now, outcomeOf(err, v))
+	o := outcomeOf(err, v)
+	if o == outcomeSuccess {
+		a.m.routes[a.endpoint].accept(now)
+	}
+	tr := a.br.done(a.permit, now, o)
 	a.m.count(err, v)
 	c.stateChanged(a.m.name, a.endpoint, tr)
 }

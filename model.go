@@ -27,6 +27,7 @@ func (e endpoint) String() string {
 type modelState struct {
 	name     string
 	breakers [numEndpoints]*breaker
+	routes   [numEndpoints]*availability // recent requests and answers, for routing
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
@@ -39,6 +40,7 @@ func (c *Client) newModelState(name string) *modelState {
 	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom)}
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
+		m.routes[e] = newAvailability()
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
 	m.self = []*modelState{m}

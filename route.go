@@ -1,0 +1,148 @@
+package geminiguard
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Routing by recent success: client-side adaptive throttling (Google SRE
+// book, "Handling Overload"). Per model and endpoint, the Client counts over
+// the last routeWindow the requests it meant to send (sent or throttled)
+// and the accepts (answers). A call that has another model to go to skips
+// this one, without sending, with probability
+//
+//	max(0, (requests − routeK·accepts) / (requests + 1))
+//
+// so the traffic a model gets tracks what it can serve: one that answers a
+// quarter of its requests or more keeps all of its traffic (each failure
+// still moves that call on to the next model at once, so its answers are
+// kept), one that answers a tenth keeps about 60% of it, and one that
+// answers nothing gets one request now and then, until its breaker opens. Below routeMinRequests in the
+// window nothing is throttled. The breaker is for the dead
+// model (see BreakerSettings.DeadAfter); this is for the degraded one.
+
+// routeK is the SRE book's K: a model is throttled only once fewer than
+// 1/routeK of its requests are answered. The book's 2 protects an
+// overloaded backend; 4 keeps more of a degraded primary's answers, each
+// failure costing one request to the next model (storm503: 56% of answers
+// from the primary against 48% with 2, for 1.33 requests per call).
+const routeK = 4
+
+// routeMinRequests is how many requests the window must hold before a
+// model is throttled: a few failures of a quiet Client say little.
+const routeMinRequests = 10
+
+// routeWindow is the span requests and accepts are counted over, in
+// routeBuckets slices.
+const (
+	routeWindow  = 30 * time.Second
+	routeBuckets = 10
+	routeSpan    = routeWindow / routeBuckets
+)
+
+// availability counts a model endpoint's requests and accepts over the last
+// routeWindow in a ring of buckets, with atomic counters: recording is two
+// atomic operations, and a bucket is cleared, under mu, by the first record
+// of a new span. A record racing with that clearing may be lost or land in
+// the new span: the counts are a routing estimate, not an audit. Safe for
+// concurrent use; create with newAvailability.
+type availability struct {
+	origin  time.Time // spans count from it
+	mu      sync.Mutex
+	buckets [routeBuckets]availabilityBucket
+}
+
+type availabilityBucket struct {
+	epoch             atomic.Int64 // the span it counts, +1 (0: never used)
+	requests, accepts atomic.Int64
+}
+
+func newAvailability() *availability {
+	return &availability{origin: time.Now()}
+}
+
+// bucket returns the bucket of now, cleared if it held an older span, and
+// its epoch.
+func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
+	e := int64(now.Sub(a.origin)/routeSpan) + 1
+	if e < 1 {
+		e = 1 // a time before the origin counts in the first span
+	}
+	b := &a.buckets[e%routeBuckets]
+	if b.epoch.Load() != e {
+		a.mu.Lock()
+		if b.epoch.Load() < e {
+			b.requests.Store(0)
+			b.accepts.Store(0)
+			b.epoch.Store(e)
+		}
+		a.mu.Unlock()
+	}
+	return b, e
+}
+
+// request counts a request meant for the model at now, sent or throttled.
+func (a *availability) request(now time.Time) {
+	b, _ := a.bucket(now)
+	b.requests.Add(1)
+}
+
+// accept counts an answer at now.
+func (a *availability) accept(now time.Time) {
+	b, _ := a.bucket(now)
+	b.accepts.Add(1)
+}
+
+// totals returns the requests and accepts of the window that ends at now.
+func (a *availability) totals(now time.Time) (requests, accepts int64) {
+	_, e := a.bucket(now)
+	for i := range a.buckets {
+		b := &a.buckets[i]
+		if be := b.epoch.Load(); be > e-routeBuckets && be <= e {
+			requests += b.requests.Load()
+			accepts += b.accepts.Load()
+		}
+	}
+	return requests, accepts
+}
+
+// rejectProbability returns the chance that a request at now is throttled,
+// from the window's requests before it: 0 below routeMinRequests.
+func (a *availability) rejectProbability(now time.Time) float64 {
+	r, acc := a.totals(now)
+	if r < routeMinRequests {
+		return 0
+	}
+	return max(0, float64(r-routeK*acc)/float64(r+1))
+}
+
+// throttledError says why a model was skipped without a request: it has
+// answered too few of its recent requests. It matches ErrCircuitOpen.
+type throttledError struct {
+	Model              string
+	Requests, Accepted int64
+}
+
+func (e *throttledError) Error() string {
+	return fmt.Sprintf("geminiguard: model %s skipped: it answered %d of its last %d requests (adaptive throttling)", e.Model, e.Accepted, e.Requests)
+}
+
+// Is reports ErrCircuitOpen.
+func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// throttled counts a request the call means to send to m now and reports
+// whether it skips m instead (when it has another model to go to, with the
+// probability above), with the error to record.
+func (call *call[R]) throttled(m *modelState) (bool, error) {
+	av, now := m.routes[call.endpoint], call.now
+	p := av.rejectProbability(now)
+	av.request(now)
+	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p {
+		return false, nil
+	}
+	r, acc := av.totals(now)
+	return true, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel},
+		Err: &throttledError{Model: m.name, Requests: r, Accepted: acc}}
+}

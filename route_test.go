@@ -1,0 +1,112 @@
+package geminiguard_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/internal/fakegemini"
+)
+
+// Routing by recent success (issue 10): a degraded model keeps the traffic
+// it can serve, a dead one gets only probes.
+
+// failing returns a model that answers 503 to a fraction p of its requests,
+// drawn from a fixed seed.
+func failing(name string, p float64) fakegemini.Model {
+	return fakegemini.Model{Name: name, Latency: 500 * time.Millisecond, Seed: 7,
+		Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: p}}}
+}
+
+// askEvery sends n calls, one every gap, and returns how many the first
+// model of the cascade answered.
+func askEvery(t *testing.T, c *geminiguard.Client, n int, gap time.Duration, first string) int {
+	t.Helper()
+	answered := 0
+	for range n {
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		if rec.Model == first {
+			answered++
+		}
+		time.Sleep(gap)
+	}
+	return answered
+}
+
+func TestDegradedModelKeepsTheTrafficItCanServe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakegemini.New(failing(pro, 0.3), fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		const calls = 400
+		answered := askEvery(t, c, calls, 250*time.Millisecond, pro)
+
+		share := float64(answered) / calls
+		assert.InDelta(t, 0.70, share, 0.06, "a model failing 30%% answers about 70%% of the calls (got %.2f)", share)
+		assert.Equal(t, calls, srv.Total(pro), "every call tries it first: nothing is throttled")
+		assert.LessOrEqual(t, float64(srv.Total(pro)+srv.Total(flash))/calls, 1.35, "a failure costs one request to the next model")
+		assert.Empty(t, changes.get(), "degraded, not dead: its breaker never opens")
+	})
+}
+
+func TestBurstOfFailuresDoesNotTakeAnAnsweringModelOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A storm: for 15s the primary answers one request in seven, then
+		// it is healthy again.
+		start := time.Now()
+		srv := fakegemini.New(fakegemini.Model{Name: pro, Latency: 500 * time.Millisecond,
+			Decide: func(_ fakegemini.Request, i int) fakegemini.Step {
+				if time.Since(start) < 15*time.Second && i%7 != 0 {
+					return fakegemini.Step{Fault: fakegemini.Overloaded}
+				}
+				return fakegemini.Step{}
+			}}, fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		askEvery(t, c, 30, 250*time.Millisecond, pro) // the storm
+		after := askEvery(t, c, 20, 250*time.Millisecond, pro)
+
+		assert.Empty(t, changes.get(), "it kept answering: its breaker stayed closed")
+		assert.GreaterOrEqual(t, after, 19, "the storm over, the primary answers again at once")
+	})
+}
+
+func TestDeadModelGetsOnlyProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := fakegemini.New(fakegemini.Model{Name: pro, Latency: 500 * time.Millisecond,
+			Decide: func(fakegemini.Request, int) fakegemini.Step {
+				if time.Since(start) < 10*time.Second {
+					return fakegemini.Step{}
+				}
+				return fakegemini.Step{Fault: fakegemini.Overloaded} // dead from 10s on
+			}}, fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		askEvery(t, c, 14, 250*time.Millisecond, pro) // healthy: 10.5s
+		before := srv.Total(pro)
+		answered := askEvery(t, c, 480, 250*time.Millisecond, pro) // two minutes dead
+
+		assert.Zero(t, answered)
+		dead := srv.Total(pro) - before
+		assert.LessOrEqual(t, dead, 30, "of 480 calls, the dead model got %d requests", dead)
+		require.NotEmpty(t, changes.get())
+		assert.Equal(t, pro+":open", changes.get()[0], "then its breaker opens: probes only")
+		assert.Equal(t, 480, srv.Total(flash), "every call answered by the next model")
+	})
+}
+
+// seeded returns a fixed jitter source: the throttle's draws repeat.
+func seeded() rand.Source { return rand.NewPCG(1, 2) }
