@@ -30,6 +30,7 @@ type modelState struct {
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
+	spent    modelSpend                 // tokens and cost of its responses
 	self     []*modelState              // this model alone: the order of a call without cascade
 	openErr  *ModelError                // what a call records when a breaker is open: shared, never modified
 	coolErr  atomic.Pointer[ModelError] // what a call records while cooling down, for the current cool-down
