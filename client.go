@@ -41,7 +41,7 @@ type Client struct {
 	stats    clientStats
 	others   *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
 	shutdown map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
-	prices   priceTable                      // dated prices, built-in table with WithPrices applied
+	prices   map[string][]Price              // dated prices by model, built-in table with WithPrices applied
 
 	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)

@@ -181,12 +181,11 @@ func validatePrices(model string, prices []Price) error {
 	return errors.Join(errs...)
 }
 
-// priceTable is the built-in table with WithPrices applied, each model's
-// prices sorted by EffectiveFrom. Read-only once built.
-type priceTable map[string][]Price
-
-func newPriceTable(overrides map[string][]Price) priceTable {
-	t := priceTable(Prices())
+// newPriceTable returns the built-in table with WithPrices applied, each
+// model's prices sorted by EffectiveFrom: a model's state keeps its own
+// (modelState.prices). Read-only once built.
+func newPriceTable(overrides map[string][]Price) map[string][]Price {
+	t := Prices()
 	for m, p := range overrides {
 		t[m] = p
 	}
@@ -196,9 +195,9 @@ func newPriceTable(overrides map[string][]Price) priceTable {
 	return t
 }
 
-// at returns model's price in effect at the instant t.
-func (t priceTable) at(model string, at time.Time) (Price, bool) {
-	prices := t[model]
+// priceAt returns the price in effect at the instant at among prices,
+// sorted by EffectiveFrom.
+func priceAt(prices []Price, at time.Time) (Price, bool) {
 	i, _ := slices.BinarySearchFunc(prices, at, func(p Price, at time.Time) int {
 		if p.EffectiveFrom.After(at) {
 			return 1
@@ -288,12 +287,12 @@ type modelSpend struct {
 // bill prices a response of m that reports usage u, arrived at the instant
 // at for a request with service tier st, adds it to m's counters and
 // returns it. A nil u (no usageMetadata) is nothing spent.
-func (c *Client) bill(m *modelState, u *genai.GenerateContentResponseUsageMetadata, at time.Time, st genai.ServiceTier) spend {
+func bill(m *modelState, u *genai.GenerateContentResponseUsageMetadata, at time.Time, st genai.ServiceTier) spend {
 	if u == nil {
 		return spend{}
 	}
 	s := spend{tokens: tokensOf(u)}
-	if p, ok := c.prices.at(m.name, at); ok {
+	if p, ok := priceAt(m.prices, at); ok {
 		s.cost = p.cost(s.tokens, int64(u.PromptTokenCount), st)
 	} else {
 		s.unpriced = true
@@ -309,14 +308,14 @@ func (c *Client) bill(m *modelState, u *genai.GenerateContentResponseUsageMetada
 
 // account adds a unary response of m, arrived at the instant at, to the
 // call and to m's counters: a failed answer that reports usage (a blocked
-// prompt, an empty answer) is billed too. Streams are billed when they end
+// prompt, an empty answer) counts too. Streams count when they end
 // (streamRun.follow), embeddings not at all.
 func (call *call[R]) account(m *modelState, resp R, at time.Time) {
 	r, ok := any(resp).(*genai.GenerateContentResponse)
 	if !ok || r == nil || call.stream != nil {
 		return
 	}
-	call.spent.add(call.c.bill(m, r.UsageMetadata, at, serviceTier(call.user)))
+	call.spent.add(bill(m, r.UsageMetadata, at, serviceTier(call.user)))
 }
 
 // serviceTier returns the service tier a config asks for, "" for none.

@@ -61,10 +61,10 @@ func TestPriceTableAt(t *testing.T) {
 		{t0.Add(time.Hour), 3, true},
 		{t0.AddDate(10, 0, 0), 3, true},
 	} {
-		p, ok := table.at("m", tc.at)
+		p, ok := priceAt(table["m"], tc.at)
 		assert.Equal(t, tc.wantOK, ok, tc.at)
 		assert.Equal(t, tc.want, p.Input, tc.at)
 	}
-	_, ok := table.at("other", t0)
+	_, ok := priceAt(table["other"], t0)
 	assert.False(t, ok)
 }

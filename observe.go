@@ -60,14 +60,14 @@ type CallRecord struct {
 	Resumes  int           // streams: times the stream was cut and resumed (WithStreamResume)
 	Latency  time.Duration // whole call, waits included: from its start to the end of its last upstream request, wait or Fallback (0 for a call refused without a request)
 	// Tokens and Cost add up every response of the call that reported
-	// usageMetadata: the answer, its CONTINUATION parts, a stream's resumed
-	// parts, and failed answers the API bills (a blocked prompt, an empty
-	// answer). Each response is priced at the instant it arrived (a
-	// stream's when it ended) from its model's price (Prices, WithPrices),
-	// rounded to the micro-dollar. CostKnown is false when a response's
-	// model had no price then: Cost is then what the priced ones cost, a
-	// lower bound. The Fallback's answer and failures without a response
-	// (a 429, a 503) cost nothing. Embeddings are not counted.
+	// usageMetadata: the answer, its CONTINUATION parts, the streams a
+	// resume joined, and failed unary answers that report usage (a blocked
+	// prompt, an empty answer). Each response is priced at the instant it
+	// arrived (a stream's when it ended) at its model's price then (Prices,
+	// WithPrices), rounded to the micro-dollar. CostKnown is false when a
+	// response's model had no price then: Cost is then what the priced ones
+	// cost, a lower bound. The Fallback's answer and failures without a
+	// response (a 429, a 503) count nothing. Embeddings are not counted.
 	Tokens    Tokens
 	Cost      Micros
 	CostKnown bool

@@ -215,7 +215,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 	answered := false // this stream sent an answer part
 	// The latest chunk's usage is the stream's running total.
 	usage := first.UsageMetadata
-	defer func() { s.spent.add(c.bill(held.m, usage, time.Now(), serviceTier(call.user))) }()
+	defer func() { s.spent.add(bill(held.m, usage, time.Now(), serviceTier(call.user))) }()
 	resp, err := first, error(nil)
 	for n := 0; ; n++ {
 		if n > 0 {
