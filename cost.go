@@ -20,6 +20,7 @@ import (
 // Micros is an amount of US dollars in millionths: 1_500_000 is $1.50. It is
 // an integer so that costs add up exactly, never drifting as float sums do.
 // Price rates are Micros per 1M tokens, which is also pico-dollars per token.
+// The zero value is $0.
 type Micros int64
 
 // Dollar is one US dollar in Micros, for readable price tables. It is an
@@ -36,7 +37,8 @@ func (m Micros) String() string {
 	return fmt.Sprintf("%s$%d.%06d", sign, u/1e6, u%1e6)
 }
 
-// Tokens counts tokens as usageMetadata reports them.
+// Tokens counts tokens as usageMetadata reports them. The zero value is no
+// tokens.
 type Tokens struct {
 	Input    int64 // prompt tokens (promptTokenCount, the cached ones included) and tool-use prompt tokens (toolUsePromptTokenCount)
 	Output   int64 // answer tokens (candidatesTokenCount), thinking excluded
@@ -50,7 +52,7 @@ type Tokens struct {
 // is billed entirely at the Long rates: Gemini's "prompts > 200k tokens"
 // tier. Thinking tokens are billed as output. A request with
 // GenerateContentConfig.ServiceTier flex costs half, priority 1.8 times
-// (the Gemini API's pricing page; LiteLLM's *_flex and *_priority rates);
+// (LiteLLM's *_flex and *_priority rates of Gemini models);
 // the Client never uses the Batch API, which also costs half. The zero value
 // is a free model, since always.
 type Price struct {
