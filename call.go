@@ -51,6 +51,7 @@ type call[R any] struct {
 
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
+	spent  spend       // tokens and cost of the call's responses
 }
 
 // streamCall is what a call that opens a stream keeps for it.
@@ -293,6 +294,7 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 		c.stats.record(err == nil, fallback, latency)
 		if recorded {
 			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
+			call.spent.record(call.rec)
 			if err == nil && !fallback {
 				call.rec.Model = attempts[len(attempts)-1].Model
 			}

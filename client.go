@@ -41,6 +41,7 @@ type Client struct {
 	stats    clientStats
 	others   *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
 	shutdown map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
+	prices   map[string][]Price              // dated prices by model, built-in table with WithPrices applied
 
 	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
@@ -88,6 +89,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		cascade:    cfg.cascade,
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
+		prices:     newPriceTable(cfg.prices),
 	}
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)

@@ -82,6 +82,16 @@
 // A Client keeps per-model state for its cascade and for at most 256 other
 // models, the most recently called.
 //
+// # Tokens and cost
+//
+// Every response's usageMetadata — input, output, thinking and cached
+// tokens — counts in its CallRecord and its model's Stats, limits or not,
+// with its cost in integer micro-dollars (Micros): the model's price in
+// effect when the response arrived, from a dated table per model (Prices,
+// WithPrices) with the long-prompt tier, thinking billed as output and
+// cached tokens at the cached rate. A model without a price has an unknown
+// cost (CostKnown false), never a silent zero.
+//
 // # Streaming
 //
 // GenerateContentStream keeps the SDK's iter.Seq2 shape. The whole chain

@@ -31,13 +31,15 @@ type modelState struct {
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
+	spent    modelSpend                 // tokens and cost of its responses
+	prices   []Price                    // its dated prices, by EffectiveFrom; shared, never modified
 	self     []*modelState              // this model alone: the order of a call without cascade
 	openErr  *ModelError                // what a call records when a breaker is open: shared, never modified
 	coolErr  atomic.Pointer[ModelError] // what a call records while cooling down, for the current cool-down
 }
 
 func (c *Client) newModelState(name string) *modelState {
-	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom)}
+	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), prices: c.prices[name]}
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
 		m.routes[e] = newAvailability()

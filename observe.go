@@ -59,6 +59,18 @@ type CallRecord struct {
 	Fallback bool          // the Fallback answered
 	Resumes  int           // streams: times the stream was cut and resumed (WithStreamResume)
 	Latency  time.Duration // whole call, waits included: from its start to the end of its last upstream request, wait or Fallback (0 for a call refused without a request)
+	// Tokens and Cost add up every response of the call that reported
+	// usageMetadata: the answer, its CONTINUATION parts, the streams a
+	// resume joined, and failed unary answers that report usage (a blocked
+	// prompt, an empty answer). Each response is priced at the instant it
+	// arrived (a stream's when it ended) at its model's price then (Prices,
+	// WithPrices), rounded to the micro-dollar. CostKnown is false when a
+	// response's model had no price then: Cost is then what the priced ones
+	// cost, a lower bound. The Fallback's answer and failures without a
+	// response (a 429, a 503) count nothing. Embeddings are not counted.
+	Tokens    Tokens
+	Cost      Micros
+	CostKnown bool
 }
 
 type callRecordKey struct{}
@@ -100,7 +112,13 @@ type ModelStats struct {
 	Skipped        int64           // times the model was skipped (open, cooling, out of tokens)
 	CoolDownUntil  time.Time       // zero when not cooling down
 	CoolDownReason Class
-	TokensUsed     int64 // input tokens granted by the limiter (0 without a token limit)
+	TokensUsed     int64 // input tokens granted by the limiter (0 without a token limit); Tokens counts what the API reported
+	// Tokens and Cost add up the model's responses as CallRecord's do,
+	// whether or not limits are set. CostKnown is false once a response
+	// had no price for the model: Cost is then a lower bound.
+	Tokens    Tokens
+	Cost      Micros
+	CostKnown bool
 }
 
 // modelCounters are one model's atomic counters.
@@ -190,6 +208,10 @@ func (m *modelState) stats(now time.Time) ModelStats {
 		Skipped:    m.counters.skipped.Load(),
 		Failures:   make(map[Class]int64),
 		TokensUsed: m.lim.snapshot().TokensUsed,
+		Tokens: Tokens{Input: m.spent.input.Load(), Output: m.spent.output.Load(),
+			Thinking: m.spent.thinking.Load(), Cached: m.spent.cached.Load()},
+		Cost:      Micros(m.spent.cost.Load()),
+		CostKnown: m.spent.unpriced.Load() == 0,
 	}
 	for cl := range m.counters.failures {
 		if n := m.counters.failures[cl].Load(); n > 0 {

@@ -47,6 +47,7 @@ type config struct {
 	projectCoolDown time.Duration
 	exactTokens     bool
 	shutdowns       map[string]Shutdown
+	prices          map[string][]Price // WithPrices, by model
 	jitterSource    rand.Source
 	problems        []error // found while applying options; reported by validate
 	// sdkOptions names the options given that build the SDK client

@@ -76,6 +76,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	default:
 		c.settle(a, end, err, v)
 	}
+	call.account(m, resp, end)
 	if err != nil {
 		c.applyVerdict(m, v, end)
 	} else if call.usage != nil && call.tokens >= 0 {

@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"iter"
@@ -66,6 +67,8 @@ type streamRun struct {
 	fallback bool
 	resumes  int  // cuts healed by a resume
 	finished bool // counted in the statistics
+
+	spent spend // tokens and cost of the upstream streams
 }
 
 func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) {
@@ -78,6 +81,7 @@ func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) 
 	c.stats.record(err == nil, s.fallback, latency)
 	if s.rec != nil {
 		*s.rec = CallRecord{Attempts: s.attempts, Fallback: s.fallback, Resumes: s.resumes, Latency: latency}
+		s.spent.record(s.rec)
 		if err == nil && !s.fallback && len(s.attempts) > 0 {
 			s.rec.Model = s.attempts[len(s.attempts)-1].Model
 		}
@@ -209,6 +213,9 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 	defer ss.close()
 	defer held.abandon()
 	answered := false // this stream sent an answer part
+	// The latest chunk's usage is the stream's running total.
+	usage := first.UsageMetadata
+	defer func() { s.spent.add(bill(held.m, usage, time.Now(), serviceTier(call.user))) }()
 	resp, err := first, error(nil)
 	for n := 0; ; n++ {
 		if n > 0 {
@@ -227,6 +234,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 			c.settle(held, time.Now(), errNoFinishReason, cutVerdict(errNoFinishReason))
 			return streamEnd{err: errNoFinishReason}
 		}
+		usage = cmp.Or(resp.UsageMetadata, usage)
 		answered = answered || hasAnswer(contentOf(resp))
 		if n == 0 && resumed {
 			trimRepeat(resp, s.partial.String())

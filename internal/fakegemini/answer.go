@@ -206,13 +206,19 @@ func (a *answer) chunk(piece string, soFar int, finish bool) response {
 
 // response wraps candidates with the usage and ids every response carries.
 func (a *answer) response(cands []candidate, candidateTokens int) response {
+	prompt := a.promptTokens
+	if a.step.PromptTokens > 0 {
+		prompt = a.step.PromptTokens
+	}
 	return response{
 		Candidates: cands,
 		UsageMetadata: &usage{
-			PromptTokenCount:     a.promptTokens,
-			CandidatesTokenCount: candidateTokens,
-			TotalTokenCount:      a.promptTokens + candidateTokens,
-			PromptTokensDetails:  []modalityCount{{Modality: "TEXT", TokenCount: a.promptTokens}},
+			PromptTokenCount:        prompt,
+			CandidatesTokenCount:    candidateTokens,
+			ThoughtsTokenCount:      a.step.ThoughtsTokens,
+			CachedContentTokenCount: a.step.CachedTokens,
+			TotalTokenCount:         prompt + candidateTokens + a.step.ThoughtsTokens,
+			PromptTokensDetails:     []modalityCount{{Modality: "TEXT", TokenCount: prompt}},
 		},
 		ModelVersion: a.model.Name,
 		ResponseID:   a.responseID,
@@ -246,8 +252,8 @@ func (a *answer) quiet() response {
 		r.Candidates = finish(genai.FinishReasonMalformedFunctionCall, nil)
 	case MaxTokensEmpty:
 		r.Candidates = finish(genai.FinishReasonMaxTokens, noParts)
+		r.UsageMetadata.TotalTokenCount += a.model.OutputTokenLimit - r.UsageMetadata.ThoughtsTokenCount
 		r.UsageMetadata.ThoughtsTokenCount = a.model.OutputTokenLimit
-		r.UsageMetadata.TotalTokenCount += a.model.OutputTokenLimit
 	case StopNoParts:
 		r.Candidates = finish(genai.FinishReasonStop, noParts)
 	}
@@ -311,11 +317,12 @@ type (
 		SafetyRatings []safetyRating `json:"safetyRatings"`
 	}
 	usage struct {
-		PromptTokenCount     int             `json:"promptTokenCount"`
-		CandidatesTokenCount int             `json:"candidatesTokenCount,omitempty"`
-		TotalTokenCount      int             `json:"totalTokenCount"`
-		ThoughtsTokenCount   int             `json:"thoughtsTokenCount,omitempty"`
-		PromptTokensDetails  []modalityCount `json:"promptTokensDetails,omitempty"`
+		PromptTokenCount        int             `json:"promptTokenCount"`
+		CandidatesTokenCount    int             `json:"candidatesTokenCount,omitempty"`
+		TotalTokenCount         int             `json:"totalTokenCount"`
+		ThoughtsTokenCount      int             `json:"thoughtsTokenCount,omitempty"`
+		CachedContentTokenCount int             `json:"cachedContentTokenCount,omitempty"`
+		PromptTokensDetails     []modalityCount `json:"promptTokensDetails,omitempty"`
 	}
 	modalityCount struct {
 		Modality   string `json:"modality"`

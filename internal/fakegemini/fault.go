@@ -224,6 +224,17 @@ type Step struct {
 	// next step, and its answer starts where the token points in that step's
 	// text (so a Step.Text must be repeated on the step that follows).
 	Continuation bool
+	// PromptTokens, when > 0, is the promptTokenCount of the step's
+	// answers in place of the estimate from the request (a quarter of its
+	// characters): a long prompt without sending one. The quota still
+	// counts the estimate.
+	PromptTokens int
+	// ThoughtsTokens is the thoughtsTokenCount of the step's answers (every
+	// chunk of a stream: the count is a running total), CachedTokens their
+	// cachedContentTokenCount (the part of the prompt served from the
+	// cache, counted in promptTokenCount too). Both also count in
+	// totalTokenCount as the API counts them.
+	ThoughtsTokens, CachedTokens int
 }
 
 // Chance is a step drawn at random with probability P (0..1). A zero Chance
