@@ -1,4 +1,4 @@
-// Package fakegemini is an in-process fake of the Gemini API that the real
+// Package geminitest is an in-process fake of the Gemini API that the real
 // genai SDK (google.golang.org/genai) talks to over HTTP. It speaks the wire
 // protocol of research/gemini-wire.md: generateContent,
 // streamGenerateContent?alt=sse, models list (paged) and get, countTokens and
@@ -19,11 +19,11 @@
 // Behind httptest, over real loopback (HTTP/1.1, or HTTP/2 with
 // EnableHTTP2 and StartTLS):
 //
-//	fake := fakegemini.New(fakegemini.Model{Name: "gemini-2.5-flash"})
+//	fake := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash"})
 //	srv := httptest.NewServer(fake)
 //	defer srv.Close()
 //	client, err := genai.NewClient(ctx, &genai.ClientConfig{
-//		APIKey:      fakegemini.Key,
+//		APIKey:      geminitest.Key,
 //		Backend:     genai.BackendGeminiAPI,
 //		HTTPClient:  srv.Client(),
 //		HTTPOptions: genai.HTTPOptions{BaseURL: srv.URL},
@@ -35,11 +35,11 @@
 // windows all run in fake time:
 //
 //	synctest.Test(t, func(t *testing.T) {
-//		fake := fakegemini.New(fakegemini.Model{Name: "gemini-2.5-flash", Latency: 800 * time.Millisecond})
+//		fake := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash", Latency: 800 * time.Millisecond})
 //		client, err := genai.NewClient(t.Context(), fake.ClientConfig())
 //		...
 //	})
 //
 // The fake never sends a continuationToken unless a Step asks for it, so one
 // SDK call is one HTTP request unless the SDK's own retry is turned on.
-package fakegemini
+package geminitest

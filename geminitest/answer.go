@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"context"
@@ -137,7 +137,7 @@ func resumeOffset(full string, contents []*genai.Content) int {
 	return 0
 }
 
-const tokenPrefix = "fakegemini/"
+const tokenPrefix = "geminitest/"
 
 func makeToken(offset int) []byte { return []byte(tokenPrefix + strconv.Itoa(offset)) }
 

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ const Key = "fake-test-key"
 
 // BaseURL is the base URL to give the SDK with the in-memory transport. The
 // host never resolves: only Transport can reach it.
-const BaseURL = "http://fakegemini.invalid"
+const BaseURL = "http://geminitest.invalid"
 
 // Verb is an API method of a model, as it appears after the colon in the
 // URL path; VerbGet and VerbList are the two GET methods. The zero value is
@@ -92,7 +92,7 @@ func (s *Server) Script(model string, steps ...Step) {
 	defer s.mu.Unlock()
 	st, ok := s.models[model]
 	if !ok {
-		panic(fmt.Sprintf("fakegemini: Script for unknown model %q", model))
+		panic(fmt.Sprintf("geminitest: Script for unknown model %q", model))
 	}
 	st.m.Script, st.pos = slices.Clone(steps), 0
 }
@@ -106,7 +106,7 @@ func (s *Server) Script(model string, steps ...Step) {
 func (s *Server) ScriptList(steps ...Step) {
 	for _, st := range steps {
 		if st.Fault != OK && st.Fault != DropBeforeHeaders && !isErrorFault(st.Fault) {
-			panic("fakegemini: ScriptList with " + st.Fault.String() + ": use OK, an error fault or DropBeforeHeaders")
+			panic("geminitest: ScriptList with " + st.Fault.String() + ": use OK, an error fault or DropBeforeHeaders")
 		}
 	}
 	s.mu.Lock()
@@ -216,7 +216,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rt.verb == VerbEmbed:
 		s.embed(w, r, rt, req, body)
 	case rt.verb == VerbStream && r.URL.Query().Get("alt") != "sse":
-		writeError(w, invalidArgument("fakegemini serves streamGenerateContent with alt=sse only."))
+		writeError(w, invalidArgument("geminitest serves streamGenerateContent with alt=sse only."))
 	case len(req.Contents) == 0:
 		writeError(w, invalidArgument(invalidArgumentMessage))
 	default:
@@ -280,7 +280,7 @@ func (s *Server) listed(model string) bool {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic("fakegemini: marshal response: " + err.Error())
+		panic("geminitest: marshal response: " + err.Error())
 	}
 	writeBody(w, status, "application/json; charset=UTF-8", b)
 }

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type transport struct{ h http.Handler }
 
 // errDropped is what RoundTrip wraps when the handler aborts before writing
 // its status.
-var errDropped = errors.New("fakegemini: connection closed before response headers")
+var errDropped = errors.New("geminitest: connection closed before response headers")
 
 func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancel(req.Context())
@@ -63,7 +63,7 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			case v == http.ErrAbortHandler:
 				pw.CloseWithError(io.ErrUnexpectedEOF)
 			default:
-				pw.CloseWithError(fmt.Errorf("fakegemini: handler panic: %v", v))
+				pw.CloseWithError(fmt.Errorf("geminitest: handler panic: %v", v))
 				panic(v)
 			}
 		}()
@@ -110,7 +110,7 @@ func (b *pipeBody) Close() error {
 	return nil
 }
 
-var errBodyClosed = errors.New("fakegemini: response body closed")
+var errBodyClosed = errors.New("geminitest: response body closed")
 
 // pipeWriter is the http.ResponseWriter of an in-memory exchange.
 type pipeWriter struct {
