@@ -254,6 +254,10 @@ func (a *answer) quiet() response {
 	return r
 }
 
+// isQuietFault reports whether f answers with a 200 that has no text.
+//
+// The Fault groups are contiguous ranges of the constants, here and in
+// isErrorFault: add a new fault to its group.
 func isQuietFault(f Fault) bool { return f >= PromptBlocked && f <= NoCandidates }
 
 // isErrorFault reports whether f answers with a non-2xx status.

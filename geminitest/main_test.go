@@ -47,25 +47,16 @@ var (
 	http1 = wire{"httptest-h1", func(t *testing.T, fake *geminitest.Server) *genai.Client {
 		srv := httptest.NewServer(fake)
 		t.Cleanup(srv.Close)
-		return newClient(t, serverConfig(srv))
+		return newClient(t, geminitest.ClientConfigFor(srv))
 	}}
 	http2 = wire{"httptest-h2", func(t *testing.T, fake *geminitest.Server) *genai.Client {
 		srv := httptest.NewUnstartedServer(fake)
 		srv.EnableHTTP2 = true
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
-		return newClient(t, serverConfig(srv))
+		return newClient(t, geminitest.ClientConfigFor(srv))
 	}}
 )
-
-func serverConfig(srv *httptest.Server) *genai.ClientConfig {
-	return &genai.ClientConfig{
-		APIKey:      geminitest.Key,
-		Backend:     genai.BackendGeminiAPI,
-		HTTPClient:  srv.Client(),
-		HTTPOptions: genai.HTTPOptions{BaseURL: srv.URL},
-	}
-}
 
 func newClient(t *testing.T, cfg *genai.ClientConfig) *genai.Client {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -175,9 +176,36 @@ func (s *Server) ClientConfig() *genai.ClientConfig {
 	}
 }
 
-// HTTPClient returns an http.Client that reaches s through Transport.
+// HTTPClient returns an http.Client that reaches s through Transport, for
+// code that takes an HTTP client and a base URL (BaseURL) rather than a
+// genai.ClientConfig.
 func (s *Server) HTTPClient() *http.Client {
 	return &http.Client{Transport: s.Transport()}
+}
+
+// ClientConfigFor returns a config for genai.NewClient that reaches srv, an
+// httptest.Server whose handler is a Server, over its loopback sockets, with
+// Key, the Gemini API backend and srv.URL set explicitly so that nothing is
+// read from the environment. Its HTTP client is srv.Client() (which trusts
+// srv's certificate after StartTLS, and speaks HTTP/2 with EnableHTTP2) with
+// keep-alives off: each request has its own connection, closed when its
+// response ends, so no idle connection or its goroutine outlives a request
+// (goleak stays quiet, and a testing/synctest bubble can end). Still, inside
+// a bubble use Server.ClientConfig: fake time stands still while a goroutine
+// waits on a socket.
+func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
+	hc := *srv.Client()
+	if tr, ok := hc.Transport.(*http.Transport); ok {
+		tr = tr.Clone()
+		tr.DisableKeepAlives = true
+		hc.Transport = tr
+	}
+	return &genai.ClientConfig{
+		APIKey:      Key,
+		Backend:     genai.BackendGeminiAPI,
+		HTTPClient:  &hc,
+		HTTPOptions: genai.HTTPOptions{BaseURL: srv.URL},
+	}
 }
 
 // ServeHTTP serves the Gemini API routes under /v1beta/models: GET list

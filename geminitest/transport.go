@@ -11,18 +11,19 @@ import (
 )
 
 // Transport returns an http.RoundTripper that serves each request with s in
-// memory, without sockets, so it works inside a testing/synctest bubble.
+// memory, without sockets, so it works inside a testing/synctest bubble. It
+// keeps nothing alive between requests. Use it with BaseURL (any other host
+// reaches s too).
 //
-// It behaves like the network as the SDK sees it: RoundTrip returns once the
-// handler has written its status (or when the request's context is done,
-// with the context's error); the body streams through an io.Pipe, each
-// handler write reaching the reader as it happens. A handler that aborts
-// with panic(http.ErrAbortHandler) before its status makes RoundTrip fail
-// with an error that wraps io.EOF; after it, the body read fails with
-// io.ErrUnexpectedEOF. When the request's context is done, the handler sees
-// it and a pending body read returns the context's error. Closing the body
-// ends the handler. No goroutine outlives the exchange: RoundTrip's error
-// paths and Body.Close wait for the handler to return.
+// It behaves like the network as the SDK sees it: RoundTrip returns once s
+// has written the status (or when the request's context is done, with the
+// context's error); the body streams, each event reaching the reader as s
+// writes it. DropBeforeHeaders makes RoundTrip fail with an error that wraps
+// io.EOF; a stream cut after the headers fails the body read with
+// io.ErrUnexpectedEOF. When the request's context is done, s stops and a
+// pending body read returns the context's error. Closing the body stops s.
+// No goroutine outlives the exchange: RoundTrip's error paths and
+// Body.Close wait for s to return.
 func (s *Server) Transport() http.RoundTripper { return transport{s} }
 
 type transport struct{ h http.Handler }
