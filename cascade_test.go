@@ -14,14 +14,14 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func TestDailyQuotaExhaustedPrimaryIsLeftAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Latency: 2 * time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.DailyQuota}, P: 1}}},
-			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: 2 * time.Second, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.DailyQuota}, P: 1}}},
+			geminitest.Model{Name: flash, Latency: 800 * time.Millisecond},
 		)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
 
@@ -45,9 +45,9 @@ func TestDailyQuotaExhaustedPrimaryIsLeftAlone(t *testing.T) {
 
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Latency: time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}},
-			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: time.Second, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}},
+			geminitest.Model{Name: flash, Latency: 800 * time.Millisecond},
 		)
 		changes := &stateChanges{}
 		hooks := changes.hooks()
@@ -74,7 +74,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		assert.Equal(t, 3, srv.Total(pro))
 
 		time.Sleep(30 * time.Second)
-		srv.SetModel(fakegemini.Model{Name: pro, Latency: time.Second}) // pro recovers
+		srv.SetModel(geminitest.Model{Name: pro, Latency: time.Second}) // pro recovers
 		var wg sync.WaitGroup
 		for range 5 { // half-open: one probe among five concurrent calls
 			wg.Go(func() {
@@ -95,9 +95,9 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 
 func TestLimitsKeepUnderTheServerQuota(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Latency: time.Second, Quota: fakegemini.Quota{RPM: 60}},
-			fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond},
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: time.Second, Quota: geminitest.Quota{RPM: 60}},
+			geminitest.Model{Name: flash, Latency: 800 * time.Millisecond},
 		)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 60}))
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
@@ -129,9 +129,9 @@ func TestSpendCapStopsEverything(t *testing.T) {
 	for _, withFallback := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no fallback", true: "fallback"}[withFallback], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(
-					fakegemini.Model{Name: pro, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.SpendCap}, P: 1}}},
-					fakegemini.Model{Name: flash},
+				srv := geminitest.New(
+					geminitest.Model{Name: pro, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.SpendCap}, P: 1}}},
+					geminitest.Model{Name: flash},
 				)
 				opts := []geminiguard.Option{geminiguard.WithCascade(pro, flash)}
 				if withFallback {
@@ -166,8 +166,8 @@ func TestSpendCapStopsEverything(t *testing.T) {
 func TestRetiredPrimary(t *testing.T) {
 	t.Run("startup check names it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			srv := fakegemini.New(fakegemini.Model{Name: "gemini-1.5-pro", Unlisted: true}, fakegemini.Model{Name: flash})
-			_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+			srv := geminitest.New(geminitest.Model{Name: "gemini-1.5-pro", Unlisted: true}, geminitest.Model{Name: flash})
+			_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
 				geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade("gemini-1.5-pro", flash))
 			require.ErrorIs(t, err, geminiguard.ErrModelNotFound)
 			assert.Contains(t, err.Error(), "gemini-1.5-pro")
@@ -177,7 +177,7 @@ func TestRetiredPrimary(t *testing.T) {
 	})
 	t.Run("check off: one 404, then never again", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			srv := fakegemini.New(fakegemini.Model{Name: "gemini-1.5-pro", Unlisted: true}, fakegemini.Model{Name: flash})
+			srv := geminitest.New(geminitest.Model{Name: "gemini-1.5-pro", Unlisted: true}, geminitest.Model{Name: flash})
 			c := newClient(t, srv, nil, geminiguard.WithCascade("gemini-1.5-pro", flash), geminiguard.WithStartupCheck(false))
 			for range 10 {
 				_, rec, err := ask(t.Context(), c, "")
@@ -192,8 +192,8 @@ func TestRetiredPrimary(t *testing.T) {
 
 func TestFallbackAndStats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Faults: down}, fakegemini.Model{Name: flash, Faults: down})
+		down := []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}
+		srv := geminitest.New(geminitest.Model{Name: pro, Faults: down}, geminitest.Model{Name: flash, Faults: down})
 		var fallbacks int
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
@@ -222,9 +222,9 @@ func TestFallbackAndStats(t *testing.T) {
 func TestEmbeddingsHaveTheirOwnBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const embedder = "gemini-embedding-001"
-		srv := fakegemini.New(fakegemini.Model{Name: embedder,
-			Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {}, {Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}},
-			fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: embedder,
+			Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {}, {Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}}},
+			geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, embedder),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 2}),
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, DeadAfter: -1}))
@@ -233,11 +233,11 @@ func TestEmbeddingsHaveTheirOwnBreaker(t *testing.T) {
 		resp, err := c.EmbedContent(t.Context(), embedder, genai.Text("a"), cfg)
 		require.NoError(t, err, "503 then a retry that answers")
 		require.Len(t, resp.Embeddings, 1)
-		assert.Equal(t, 2, srv.Hits(embedder, fakegemini.VerbEmbed))
+		assert.Equal(t, 2, srv.Hits(embedder, geminitest.VerbEmbed))
 
 		_, err = c.EmbedContent(t.Context(), embedder, genai.Text("b"), cfg)
 		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed, "two 503s: no other model is tried for embeddings")
-		assert.Equal(t, 4, srv.Hits(embedder, fakegemini.VerbEmbed))
+		assert.Equal(t, 4, srv.Hits(embedder, geminitest.VerbEmbed))
 		assert.Zero(t, srv.Total(flash), "vectors of another model would not fit")
 
 		st := c.Stats().Models[1]
@@ -245,13 +245,13 @@ func TestEmbeddingsHaveTheirOwnBreaker(t *testing.T) {
 		assert.Equal(t, geminiguard.StateClosed, st.State, "the model's generation breaker is untouched")
 		_, err = c.EmbedContent(t.Context(), embedder, genai.Text("c"), cfg)
 		assert.ErrorIs(t, err, geminiguard.ErrCircuitOpen)
-		assert.Equal(t, 4, srv.Hits(embedder, fakegemini.VerbEmbed), "refused locally while open")
+		assert.Equal(t, 4, srv.Hits(embedder, geminitest.VerbEmbed), "refused locally while open")
 	})
 }
 
 func TestUnconfiguredClientLearnsTheQuotaFromA429(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 100 * time.Millisecond, Quota: fakegemini.Quota{RPM: 10}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: 100 * time.Millisecond, Quota: geminitest.Quota{RPM: 10}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash)) // no WithLimits
 
 		for i := range 30 {
@@ -267,9 +267,9 @@ func TestUnconfiguredClientLearnsTheQuotaFromA429(t *testing.T) {
 
 func TestRoundsComeBackToThePrimary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Latency: time.Second, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}},
-			fakegemini.Model{Name: flash, Latency: time.Second, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Internal}, P: 1}}},
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: time.Second, Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}}},
+			geminitest.Model{Name: flash, Latency: time.Second, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Internal}, P: 1}}},
 		)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: time.Second, MaxDelay: 4 * time.Second}))
@@ -310,10 +310,10 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded, Latency: 300 * time.Millisecond}, P: 1}}
-				srv := fakegemini.New(
-					fakegemini.Model{Name: pro, Latency: time.Second, Faults: down},
-					fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond, Faults: down})
+				down := []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}, P: 1}}
+				srv := geminitest.New(
+					geminitest.Model{Name: pro, Latency: time.Second, Faults: down},
+					geminitest.Model{Name: flash, Latency: 500 * time.Millisecond, Faults: down})
 				changes := &stateChanges{}
 				hooks := changes.hooks()
 				logs := &logBuffer{}
@@ -349,8 +349,8 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 				assert.Equal(t, tt.every == 0, strings.Contains(logs.String(), probeLog), "an early probe is logged")
 
 				// Both recover; calls go on every 0.5s.
-				srv.SetModel(fakegemini.Model{Name: pro, Latency: time.Second})
-				srv.SetModel(fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+				srv.SetModel(geminitest.Model{Name: pro, Latency: time.Second})
+				srv.SetModel(geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 				recovered := time.Now()
 				for {
 					start := time.Now()
@@ -381,8 +381,8 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 // retry would only be refused after its backoff.
 func TestFailureThatOpensTheBreakerIsNotRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded, Latency: 300 * time.Millisecond}, P: 1}}
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: down})
+		down := []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}, P: 1}}
+		srv := geminitest.New(geminitest.Model{Name: flash, Faults: down})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash),
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2}))
 
@@ -402,8 +402,8 @@ func TestCallWithNothingLeftProbesTheOpenModel(t *testing.T) {
 	for _, every := range []time.Duration{0, -1} {
 		t.Run(fmt.Sprint("AllOpenProbeEvery=", every), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}
-				srv := fakegemini.New(fakegemini.Model{Name: pro, Faults: down}, fakegemini.Model{Name: flash})
+				down := []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}
+				srv := geminitest.New(geminitest.Model{Name: pro, Faults: down}, geminitest.Model{Name: flash})
 				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
 					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 4, AllOpenProbeEvery: every}))
 				for range 4 { // pro fails, flash answers; pro opens
@@ -414,8 +414,8 @@ func TestCallWithNothingLeftProbesTheOpenModel(t *testing.T) {
 				require.Equal(t, geminiguard.StateOpen, c.Stats().Models[0].State)
 
 				time.Sleep(5 * time.Second)
-				srv.SetModel(fakegemini.Model{Name: pro})
-				srv.SetModel(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}})
+				srv.SetModel(geminitest.Model{Name: pro})
+				srv.SetModel(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}}})
 				_, rec, err := ask(t.Context(), c, "")
 
 				assert.Equal(t, 4+3, srv.Total(flash), "flash failed its 3 attempts (and stays closed)")

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
 
@@ -91,10 +91,10 @@ var overloaded = genai.APIError{Code: 503, Status: "UNAVAILABLE", Message: "The 
 // transport, which no call reaches.
 func inertClient(tb testing.TB, api modelsAPI, opts ...Option) *Client {
 	tb.Helper()
-	srv := fakegemini.New()
+	srv := geminitest.New()
 	base := []Option{
-		WithAPIKey(fakegemini.Key),
-		WithBaseURL(fakegemini.BaseURL),
+		WithAPIKey(geminitest.Key),
+		WithBaseURL(geminitest.BaseURL),
 		WithHTTPClient(srv.HTTPClient()),
 		WithCascade(chainModels...),
 		WithStartupCheck(false),

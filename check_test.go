@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // TestDefect13CheckCascadeKeepsADailyQuotaCoolDown: CheckCascade lists a
@@ -20,9 +20,9 @@ import (
 // its quota resets, and hears no new request.
 func TestDefect13CheckCascadeKeepsADailyQuotaCoolDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.DailyQuota}, P: 1}}},
-			fakegemini.Model{Name: flash},
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.DailyQuota}, P: 1}}},
+			geminitest.Model{Name: flash},
 		)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
 		_, rec, err := ask(t.Context(), c, "")
@@ -50,8 +50,8 @@ func TestDefect13CheckCascadeKeepsADailyQuotaCoolDown(t *testing.T) {
 // until a check lists it again, and is asked again after that check.
 func TestCheckCascadeEndsANotFoundCoolDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro}, fakegemini.Model{Name: flash})
-		srv.Script(pro, fakegemini.Step{Fault: fakegemini.NotFound})
+		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
+		srv.Script(pro, geminitest.Step{Fault: geminitest.NotFound})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
 		for range 2 {
 			_, rec, err := ask(t.Context(), c, "")
@@ -75,15 +75,15 @@ func TestCheckCascadeEndsANotFoundCoolDown(t *testing.T) {
 // once; the check runs again 1s later, passes, and stops.
 func TestDefect14NewRidesOutAFlakyStartupCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro}, fakegemini.Model{Name: flash})
-		srv.ScriptList(fakegemini.Step{Fault: fakegemini.Overloaded})
+		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
+		srv.ScriptList(geminitest.Step{Fault: geminitest.Overloaded})
 		var logs logBuffer
-		c, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+		c, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
 			geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade(pro, flash),
 			geminiguard.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 		require.NoError(t, err, "one 503 on models.list must not fail New")
 		defer c.Close()
-		assert.Equal(t, 1, srv.Hits("", fakegemini.VerbList))
+		assert.Equal(t, 1, srv.Hits("", geminitest.VerbList))
 		assert.Contains(t, logs.String(), `"level":"WARN","msg":"geminiguard: cascade check failed; New goes on and retries it in the background"`)
 
 		_, rec, err := ask(t.Context(), c, "")
@@ -92,15 +92,15 @@ func TestDefect14NewRidesOutAFlakyStartupCheck(t *testing.T) {
 
 		time.Sleep(time.Second - time.Nanosecond)
 		synctest.Wait()
-		assert.Equal(t, 1, srv.Hits("", fakegemini.VerbList), "no re-check before 1s")
+		assert.Equal(t, 1, srv.Hits("", geminitest.VerbList), "no re-check before 1s")
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
-		assert.Equal(t, 2, srv.Hits("", fakegemini.VerbList), "the re-check after 1s")
+		assert.Equal(t, 2, srv.Hits("", geminitest.VerbList), "the re-check after 1s")
 		assert.Contains(t, logs.String(), "geminiguard: cascade check passed")
 
 		time.Sleep(time.Hour)
 		synctest.Wait()
-		assert.Equal(t, 2, srv.Hits("", fakegemini.VerbList), "a check that passed is not repeated")
+		assert.Equal(t, 2, srv.Hits("", geminitest.VerbList), "a check that passed is not repeated")
 		requireNoKey(t, logs.String())
 	})
 }
@@ -109,18 +109,18 @@ func TestDefect14NewRidesOutAFlakyStartupCheck(t *testing.T) {
 // background check runs after 1s, 2s, 4s, ... (at most 1 minute apart), 10
 // times at most; Close or the end of New's context stops it at once.
 func TestStartupRecheckBacksOffAndStops(t *testing.T) {
-	failing := func(n int) []fakegemini.Step {
-		steps := make([]fakegemini.Step, n)
+	failing := func(n int) []geminitest.Step {
+		steps := make([]geminitest.Step, n)
 		for i := range steps {
-			steps[i] = fakegemini.Step{Fault: fakegemini.Overloaded}
+			steps[i] = geminitest.Step{Fault: geminitest.Overloaded}
 		}
 		return steps
 	}
-	lists := func(srv *fakegemini.Server) int { return srv.Hits("", fakegemini.VerbList) }
+	lists := func(srv *geminitest.Server) int { return srv.Hits("", geminitest.VerbList) }
 
 	t.Run("gives up after 10 re-checks", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			srv := fakegemini.New(fakegemini.Model{Name: pro})
+			srv := geminitest.New(geminitest.Model{Name: pro})
 			srv.ScriptList(failing(100)...)
 			var logs logBuffer
 			c := newClient(t, srv, &logs, geminiguard.WithCascade(pro))
@@ -142,7 +142,7 @@ func TestStartupRecheckBacksOffAndStops(t *testing.T) {
 	})
 	t.Run("Close stops it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			srv := fakegemini.New(fakegemini.Model{Name: pro})
+			srv := geminitest.New(geminitest.Model{Name: pro})
 			srv.ScriptList(failing(100)...)
 			c := newClient(t, srv, nil, geminiguard.WithCascade(pro))
 			time.Sleep(3 * time.Second)
@@ -164,10 +164,10 @@ func TestStartupRecheckBacksOffAndStops(t *testing.T) {
 	})
 	t.Run("the end of New's context stops it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			srv := fakegemini.New(fakegemini.Model{Name: pro})
+			srv := geminitest.New(geminitest.Model{Name: pro})
 			srv.ScriptList(failing(100)...)
 			ctx, cancel := context.WithCancel(t.Context())
-			c, err := geminiguard.New(ctx, geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+			c, err := geminiguard.New(ctx, geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
 				geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade(pro))
 			require.NoError(t, err)
 			cancel()
@@ -185,8 +185,8 @@ func TestStartupRecheckBacksOffAndStops(t *testing.T) {
 func TestStartupRecheckFindsAMissingModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const retired = "gemini-1.5-pro"
-		srv := fakegemini.New(fakegemini.Model{Name: retired, Unlisted: true}, fakegemini.Model{Name: flash})
-		srv.ScriptList(fakegemini.Step{Fault: fakegemini.DropBeforeHeaders})
+		srv := geminitest.New(geminitest.Model{Name: retired, Unlisted: true}, geminitest.Model{Name: flash})
+		srv.ScriptList(geminitest.Step{Fault: geminitest.DropBeforeHeaders})
 		var logs logBuffer
 		c := newClient(t, srv, &logs, geminiguard.WithCascade(retired, flash))
 		defer c.Close()
@@ -206,18 +206,18 @@ func TestStartupRecheckFindsAMissingModel(t *testing.T) {
 // TestNewFailsOnAnAnswerNotAnOutage: a startup listing that the API refuses
 // for good (an invalid key, an API not enabled) fails New as before.
 func TestNewFailsOnAnAnswerNotAnOutage(t *testing.T) {
-	for _, f := range []fakegemini.Fault{fakegemini.APIKeyInvalid, fakegemini.ServiceDisabled} {
+	for _, f := range []geminitest.Fault{geminitest.APIKeyInvalid, geminitest.ServiceDisabled} {
 		t.Run(f.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: pro})
-				srv.ScriptList(fakegemini.Step{Fault: f})
-				_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+				srv := geminitest.New(geminitest.Model{Name: pro})
+				srv.ScriptList(geminitest.Step{Fault: f})
+				_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
 					geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade(pro))
 				require.Error(t, err)
 				assert.Equal(t, geminiguard.ScopeProject, geminiguard.Classify(err).Scope)
 				time.Sleep(time.Hour)
 				synctest.Wait()
-				assert.Equal(t, 1, srv.Hits("", fakegemini.VerbList), "no re-check")
+				assert.Equal(t, 1, srv.Hits("", geminitest.VerbList), "no re-check")
 			})
 		})
 	}

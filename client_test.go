@@ -15,13 +15,13 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func TestRetryOverloadedThenSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond,
-			Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {Fault: fakegemini.Overloaded}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: 800 * time.Millisecond,
+			Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 4 * time.Second, Jitter: geminiguard.JitterFull}))
 
@@ -31,7 +31,7 @@ func TestRetryOverloadedThenSuccess(t *testing.T) {
 
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(flash), resp.Text())
-		assert.Equal(t, 3, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate))
 		require.Len(t, rec.Attempts, 3)
 		assert.Equal(t, flash, rec.Model)
 		// Full jitter: the first wait is in [0, 1s), the second in [0, 2s).
@@ -44,8 +44,8 @@ func TestRetryOverloadedThenSuccess(t *testing.T) {
 
 func TestRetryInfoIsHonoured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second,
-			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 7 * time.Second}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second,
+			Script: []geminitest.Step{{Fault: geminitest.RateLimitMinute, RetryDelay: 7 * time.Second}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 
 		start := time.Now()
@@ -53,15 +53,15 @@ func TestRetryInfoIsHonoured(t *testing.T) {
 
 		require.NoError(t, err)
 		assert.Equal(t, 7*time.Second+time.Second, time.Since(start), "exactly the 7s the server asked for, then the 1s answer")
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate))
 		assert.Equal(t, 7*time.Second, rec.Attempts[1].Delay)
 	})
 }
 
 func TestRetryInfoLongerThanMaxRetryAfterReturnsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second,
-			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 90 * time.Second}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second,
+			Script: []geminitest.Step{{Fault: geminitest.RateLimitMinute, RetryDelay: 90 * time.Second}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxRetryAfter: 60 * time.Second}))
 
 		start := time.Now()
@@ -69,7 +69,7 @@ func TestRetryInfoLongerThanMaxRetryAfterReturnsAtOnce(t *testing.T) {
 
 		require.Error(t, err)
 		assert.Zero(t, time.Since(start), "no sleep at all after the 429")
-		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
 		assert.ErrorIs(t, err, geminiguard.ErrRateLimited)
 		assert.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
 		v := geminiguard.Classify(err)
@@ -80,24 +80,24 @@ func TestRetryInfoLongerThanMaxRetryAfterReturnsAtOnce(t *testing.T) {
 
 func TestFailuresThatRetryingCannotFix(t *testing.T) {
 	cases := []struct {
-		fault    fakegemini.Fault
+		fault    geminitest.Fault
 		class    geminiguard.Class
 		sentinel error // nil: none of ours
 		scope    geminiguard.Scope
 	}{
-		{fakegemini.DailyQuota, geminiguard.ClassDailyQuota, geminiguard.ErrQuotaExhausted, geminiguard.ScopeModel},
-		{fakegemini.LimitZero, geminiguard.ClassNoQuota, geminiguard.ErrQuotaExhausted, geminiguard.ScopeModel},
-		{fakegemini.SpendCap, geminiguard.ClassSpendCap, geminiguard.ErrQuotaExhausted, geminiguard.ScopeProject},
-		{fakegemini.InvalidArgument, geminiguard.ClassBadRequest, nil, geminiguard.ScopeRequest},
-		{fakegemini.APIKeyInvalid, geminiguard.ClassAuth, nil, geminiguard.ScopeProject},
-		{fakegemini.LeakedKey, geminiguard.ClassAuth, nil, geminiguard.ScopeProject},
-		{fakegemini.ServiceDisabled, geminiguard.ClassServiceDisabled, nil, geminiguard.ScopeProject},
-		{fakegemini.NotFound, geminiguard.ClassNotFound, nil, geminiguard.ScopeModel},
+		{geminitest.DailyQuota, geminiguard.ClassDailyQuota, geminiguard.ErrQuotaExhausted, geminiguard.ScopeModel},
+		{geminitest.LimitZero, geminiguard.ClassNoQuota, geminiguard.ErrQuotaExhausted, geminiguard.ScopeModel},
+		{geminitest.SpendCap, geminiguard.ClassSpendCap, geminiguard.ErrQuotaExhausted, geminiguard.ScopeProject},
+		{geminitest.InvalidArgument, geminiguard.ClassBadRequest, nil, geminiguard.ScopeRequest},
+		{geminitest.APIKeyInvalid, geminiguard.ClassAuth, nil, geminiguard.ScopeProject},
+		{geminitest.LeakedKey, geminiguard.ClassAuth, nil, geminiguard.ScopeProject},
+		{geminitest.ServiceDisabled, geminiguard.ClassServiceDisabled, nil, geminiguard.ScopeProject},
+		{geminitest.NotFound, geminiguard.ClassNotFound, nil, geminiguard.ScopeModel},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second, Script: []fakegemini.Step{{Fault: tc.fault}}})
+				srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second, Script: []geminitest.Step{{Fault: tc.fault}}})
 				c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 
 				start := time.Now()
@@ -106,7 +106,7 @@ func TestFailuresThatRetryingCannotFix(t *testing.T) {
 				require.Error(t, err)
 				assert.Nil(t, resp)
 				assert.Zero(t, time.Since(start), "no wait of any kind")
-				assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate), "exactly one upstream request")
+				assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "exactly one upstream request")
 				require.Len(t, rec.Attempts, 1)
 				v := geminiguard.Classify(err)
 				assert.Equal(t, tc.class, v.Class)
@@ -125,8 +125,8 @@ func TestFailuresThatRetryingCannotFix(t *testing.T) {
 
 func TestDeadlineShorterThanRetryInfo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 100 * time.Millisecond,
-			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 30 * time.Second}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: 100 * time.Millisecond,
+			Script: []geminitest.Step{{Fault: geminitest.RateLimitMinute, RetryDelay: 30 * time.Second}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
@@ -137,14 +137,14 @@ func TestDeadlineShorterThanRetryInfo(t *testing.T) {
 		assert.Zero(t, time.Since(start), "the 30s wait is not slept")
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.ErrorIs(t, err, geminiguard.ErrRateLimited)
-		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
 	})
 }
 
 func TestCancelDuringBackoffReturnsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 100 * time.Millisecond,
-			Script: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 20 * time.Second}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: 100 * time.Millisecond,
+			Script: []geminitest.Step{{Fault: geminitest.RateLimitMinute, RetryDelay: 20 * time.Second}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(3*time.Second, cancel)
@@ -155,31 +155,31 @@ func TestCancelDuringBackoffReturnsAtOnce(t *testing.T) {
 		assert.Equal(t, 3*time.Second, time.Since(start), "returns the moment the caller cancels")
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.Equal(t, geminiguard.ClassCanceled, geminiguard.Classify(err).Class)
-		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
 	})
 }
 
 func TestQuietSuccessesAreTypedErrors(t *testing.T) {
 	cases := []struct {
-		fault  fakegemini.Fault
+		fault  geminitest.Fault
 		kind   error
 		reason string
 		hits   int // SAFETY is final; empty answers are worth a retry
 	}{
-		{fakegemini.PromptBlocked, geminiguard.ErrBlocked, "SAFETY", 1},
-		{fakegemini.FinishSafety, geminiguard.ErrBlocked, "SAFETY", 1},
-		{fakegemini.FinishRecitation, geminiguard.ErrBlocked, "RECITATION", 1},
-		{fakegemini.FinishOther, geminiguard.ErrEmptyResponse, "OTHER", 3},
-		{fakegemini.FinishMalformedFunctionCall, geminiguard.ErrEmptyResponse, "MALFORMED_FUNCTION_CALL", 3},
-		{fakegemini.MaxTokensEmpty, geminiguard.ErrEmptyResponse, "MAX_TOKENS", 1},
-		{fakegemini.StopNoParts, geminiguard.ErrEmptyResponse, "NO_PARTS", 3},
-		{fakegemini.NoCandidates, geminiguard.ErrEmptyResponse, "NO_CANDIDATES", 3},
+		{geminitest.PromptBlocked, geminiguard.ErrBlocked, "SAFETY", 1},
+		{geminitest.FinishSafety, geminiguard.ErrBlocked, "SAFETY", 1},
+		{geminitest.FinishRecitation, geminiguard.ErrBlocked, "RECITATION", 1},
+		{geminitest.FinishOther, geminiguard.ErrEmptyResponse, "OTHER", 3},
+		{geminitest.FinishMalformedFunctionCall, geminiguard.ErrEmptyResponse, "MALFORMED_FUNCTION_CALL", 3},
+		{geminitest.MaxTokensEmpty, geminiguard.ErrEmptyResponse, "MAX_TOKENS", 1},
+		{geminitest.StopNoParts, geminiguard.ErrEmptyResponse, "NO_PARTS", 3},
+		{geminitest.NoCandidates, geminiguard.ErrEmptyResponse, "NO_CANDIDATES", 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				step := fakegemini.Step{Fault: tc.fault}
-				srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{step, step, step}})
+				step := geminitest.Step{Fault: tc.fault}
+				srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{step, step, step}})
 				logs := &logBuffer{}
 				c := newClient(t, srv, logs, geminiguard.WithCascade(flash))
 
@@ -190,7 +190,7 @@ func TestQuietSuccessesAreTypedErrors(t *testing.T) {
 				require.ErrorAs(t, err, &rerr)
 				assert.Equal(t, tc.reason, rerr.Reason)
 				assert.NotNil(t, rerr.Response, "the response is kept for inspection")
-				assert.Equal(t, tc.hits, srv.Hits(flash, fakegemini.VerbGenerate))
+				assert.Equal(t, tc.hits, srv.Hits(flash, geminitest.VerbGenerate))
 				requireNoKey(t, err.Error())
 				requireNoKey(t, logs.String())
 			})
@@ -200,7 +200,7 @@ func TestQuietSuccessesAreTypedErrors(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	_, err := geminiguard.New(t.Context(),
-		geminiguard.WithAPIKey(fakegemini.Key),
+		geminiguard.WithAPIKey(geminitest.Key),
 		geminiguard.WithStartupCheck(false),
 		geminiguard.WithCascade(),
 		geminiguard.WithHeadroom(1.5),
@@ -219,7 +219,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 func TestCallerConfigIsNotMutated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		system := &genai.Content{Parts: []*genai.Part{{Text: "be terse"}}} // no Role: the SDK would set one in place
 		options := &genai.HTTPOptions{}                                    // no Headers: the SDK would fill them in place
@@ -238,7 +238,7 @@ func TestCallerConfigIsNotMutated(t *testing.T) {
 
 func TestTimeoutsNest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Hour}) // hangs
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Hour}) // hangs
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(2*time.Second, 5*time.Second),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond}))
 
@@ -248,7 +248,7 @@ func TestTimeoutsNest(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(start), 5*time.Second, "the call timeout bounds every attempt and wait")
 		assert.Greater(t, time.Since(start), 4*time.Second)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Equal(t, 3, srv.Hits(flash, fakegemini.VerbGenerate), "2s attempts: two whole ones and the rest of the budget")
+		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate), "2s attempts: two whole ones and the rest of the budget")
 		assert.Equal(t, geminiguard.ClassTimeout, geminiguard.Classify(rec.Attempts[0].Err).Class, "an attempt timeout is the model's failure")
 		assert.Equal(t, "2", srv.Requests(flash)[0].Header.Get("X-Server-Timeout"), "the server is told when we stop waiting")
 	})
@@ -258,7 +258,7 @@ func TestTimeoutsNest(t *testing.T) {
 // the server is told, and running out of it is the caller's, not the model's.
 func TestCallerDeadlineBoundsTheAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Hour}) // hangs
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Hour}) // hangs
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(10*time.Second, 20*time.Second))
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		defer cancel()
@@ -268,7 +268,7 @@ func TestCallerDeadlineBoundsTheAttempt(t *testing.T) {
 
 		assert.Equal(t, 3*time.Second, time.Since(start))
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
 		assert.Equal(t, "3", srv.Requests(flash)[0].Header.Get("X-Server-Timeout"), "the server is told when we stop waiting")
 		require.Len(t, rec.Attempts, 1)
 		assert.Equal(t, geminiguard.ClassCanceled, geminiguard.Classify(rec.Attempts[0].Err).Class, "the caller's deadline says nothing about the model")
@@ -279,7 +279,7 @@ func TestCallerDeadlineBoundsTheAttempt(t *testing.T) {
 
 func TestWrappedSDKClientDoesNotRetryBehindOurBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}})
 		cfg := srv.ClientConfig()
 		cfg.HTTPOptions.RetryOptions = &genai.HTTPRetryOptions{} // the SDK's own: 5 attempts per call
 		sdk, err := genai.NewClient(t.Context(), cfg)
@@ -291,13 +291,13 @@ func TestWrappedSDKClientDoesNotRetryBehindOurBack(t *testing.T) {
 		_, err = c.GenerateContent(t.Context(), "", genai.Text("hi"), nil)
 
 		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate), "our 2 attempts, not 2 × the SDK's 5")
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "our 2 attempts, not 2 × the SDK's 5")
 	})
 }
 
 func TestExactTokenCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithExactTokenCount(true),
 			geminiguard.WithLimits(flash, geminiguard.Limits{TPM: 1_000_000}))
 
@@ -306,14 +306,14 @@ func TestExactTokenCount(t *testing.T) {
 			require.NoError(t, err)
 		}
 
-		assert.Equal(t, 3, srv.Hits(flash, fakegemini.VerbCountTokens), "one countTokens per call, before sending it")
+		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbCountTokens), "one countTokens per call, before sending it")
 		assert.Equal(t, int64(3*2), c.Stats().Models[0].TokensUsed, `"Say hi" counts 2 tokens in the fake`)
 	})
 }
 
 func TestPausedAnswerIsCompletedThroughTheChain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Continuation: true}}}, fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}}}, geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
 		cfg := &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(true)} // asks for the SDK's own hops
 
@@ -323,7 +323,7 @@ func TestPausedAnswerIsCompletedThroughTheChain(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(pro), resp.Text(), "the paused answer is completed, not returned short")
 		assert.Equal(t, genai.FinishReasonStop, resp.Candidates[0].FinishReason)
-		assert.Equal(t, 2, srv.Hits(pro, fakegemini.VerbGenerate), "two requests, both through the chain")
+		assert.Equal(t, 2, srv.Hits(pro, geminitest.VerbGenerate), "two requests, both through the chain")
 		assert.Contains(t, string(srv.Requests(pro)[1].Body), `"continuationToken"`)
 		assert.Zero(t, srv.Total(flash), "the token belongs to the model that answered")
 		assert.Len(t, rec.Attempts, 2)
@@ -336,7 +336,7 @@ func TestPausedAnswerIsCompletedThroughTheChain(t *testing.T) {
 func TestWrappedSDKClientIsSafeForConcurrentCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const embedder = "gemini-embedding-001"
-		srv := fakegemini.New(fakegemini.Model{Name: flash}, fakegemini.Model{Name: embedder})
+		srv := geminitest.New(geminitest.Model{Name: flash}, geminitest.Model{Name: embedder})
 		cfg := srv.ClientConfig()
 		cfg.HTTPOptions.RetryOptions = &genai.HTTPRetryOptions{}
 		sdk, err := genai.NewClient(t.Context(), cfg)
@@ -355,8 +355,8 @@ func TestWrappedSDKClientIsSafeForConcurrentCalls(t *testing.T) {
 		}
 		wg.Wait()
 
-		assert.Equal(t, 8, srv.Hits(flash, fakegemini.VerbGenerate), "one request per call, every call answered")
-		assert.Equal(t, 8, srv.Hits(embedder, fakegemini.VerbEmbed))
+		assert.Equal(t, 8, srv.Hits(flash, geminitest.VerbGenerate), "one request per call, every call answered")
+		assert.Equal(t, 8, srv.Hits(embedder, geminitest.VerbEmbed))
 	})
 }
 
@@ -364,8 +364,8 @@ func TestWrappedSDKClientIsSafeForConcurrentCalls(t *testing.T) {
 // they were when it returned, however many calls the Client makes after it.
 func TestAttemptsHandedOutStayTheCallers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		overloaded := []fakegemini.Step{{Fault: fakegemini.Overloaded}}
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Script: overloaded}, fakegemini.Model{Name: flash, Script: overloaded})
+		overloaded := []geminitest.Step{{Fault: geminitest.Overloaded}}
+		srv := geminitest.New(geminitest.Model{Name: pro, Script: overloaded}, geminitest.Model{Name: flash, Script: overloaded})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
 		_, failed, err := ask(t.Context(), c, "")
 		var cerr *geminiguard.CascadeError
@@ -404,8 +404,8 @@ func TestSeededJitterRepeats(t *testing.T) {
 	delays := func(seed uint64) []time.Duration {
 		var got []time.Duration
 		synctest.Test(t, func(t *testing.T) {
-			overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
-			srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{overloaded, overloaded, overloaded, overloaded}})
+			overloaded := geminitest.Step{Fault: geminitest.Overloaded}
+			srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{overloaded, overloaded, overloaded, overloaded}})
 			c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithJitterSource(rand.NewPCG(seed, 0)),
 				geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 5}), geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 10}))
 			_, rec, err := ask(t.Context(), c, "")

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // TestClientBeatsTheRawSDK runs the same flaky model (30% of answers are
@@ -18,8 +18,8 @@ import (
 // prints success rate and upstream requests per call side by side.
 func TestClientBeatsTheRawSDK(t *testing.T) {
 	const calls = 300
-	flaky := fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond, Seed: 42,
-		Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 0.3}}}
+	flaky := geminitest.Model{Name: flash, Latency: 800 * time.Millisecond, Seed: 42,
+		Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 0.3}}}
 
 	type result struct {
 		ok       int
@@ -28,7 +28,7 @@ func TestClientBeatsTheRawSDK(t *testing.T) {
 	}
 	var raw, guarded result
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(flaky)
+		srv := geminitest.New(flaky)
 		sdk, err := genai.NewClient(t.Context(), srv.ClientConfig())
 		require.NoError(t, err)
 		start := time.Now()
@@ -40,7 +40,7 @@ func TestClientBeatsTheRawSDK(t *testing.T) {
 		raw.requests, raw.elapsed = srv.Total(flash), time.Since(start)
 	})
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(flaky)
+		srv := geminitest.New(flaky)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		start := time.Now()
 		for range calls {
@@ -66,9 +66,9 @@ func TestClientBeatsTheRawSDK(t *testing.T) {
 
 func TestCheckCascadeReport(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: "gemini-2.5-pro", InputTokenLimit: 1048576, OutputTokenLimit: 65536},
-			fakegemini.Model{Name: "gemini-2.5-flash", InputTokenLimit: 1000000, OutputTokenLimit: 8192},
+		srv := geminitest.New(
+			geminitest.Model{Name: "gemini-2.5-pro", InputTokenLimit: 1048576, OutputTokenLimit: 65536},
+			geminitest.Model{Name: "gemini-2.5-flash", InputTokenLimit: 1000000, OutputTokenLimit: 8192},
 		)
 		soon := time.Now().Add(30 * 24 * time.Hour)
 		c := newClient(t, srv, nil, geminiguard.WithCascade("gemini-2.5-pro", "gemini-2.5-flash"),
@@ -89,6 +89,6 @@ func TestCheckCascadeReport(t *testing.T) {
 		require.Len(t, report.Warnings, 2)
 		assert.Contains(t, report.Warnings[0], "gemini-3.1-pro")
 		assert.Contains(t, report.Warnings[1], "every cascade model is generation 2.5")
-		assert.Equal(t, 2, srv.Hits("", fakegemini.VerbList), "one listing at New, one now")
+		assert.Equal(t, 2, srv.Hits("", geminitest.VerbList), "one listing at New, one now")
 	})
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // TestDefect12ServerStatedCoolDownIsCapped: a per-minute 429 that states a
@@ -17,8 +17,8 @@ import (
 // minutes), not for the century: the model is asked again after that.
 func TestDefect12ServerStatedCoolDownIsCapped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro}, fakegemini.Model{Name: flash})
-		srv.Script(pro, fakegemini.Step{Fault: fakegemini.RateLimitMinute, RetryDelay: 100 * 365 * 24 * time.Hour})
+		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
+		srv.Script(pro, geminitest.Step{Fault: geminitest.RateLimitMinute, RetryDelay: 100 * 365 * 24 * time.Hour})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
 		start := time.Now()
 

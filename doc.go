@@ -103,5 +103,7 @@
 //
 // The package is tested with the real SDK against an in-process fake of the
 // Gemini API that speaks its wire protocol, its error bodies and its quotas,
-// under testing/synctest, so outage scenarios run in fake time.
+// under testing/synctest, so outage scenarios run in fake time. The fake is
+// package geminitest, for your tests too: hand a Client the SDK client it
+// configures (WithGenAIClient) and script the outage your code must survive.
 package geminiguard

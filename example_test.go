@@ -8,20 +8,20 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // A 503 from the primary sends the call to the secondary at once; a per-day
 // 429 leaves the primary alone until its quota resets at midnight
 // America/Los_Angeles.
 func ExampleClient_GenerateContent() {
-	fake := fakegemini.New(
-		fakegemini.Model{Name: "gemini-3.5-flash", Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}, {}, {Fault: fakegemini.DailyQuota}}},
-		fakegemini.Model{Name: "gemini-2.5-flash-lite"},
+	fake := geminitest.New(
+		geminitest.Model{Name: "gemini-3.5-flash", Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {}, {Fault: geminitest.DailyQuota}}},
+		geminitest.Model{Name: "gemini-2.5-flash-lite"},
 	)
 	ctx := context.Background()
 	c, err := geminiguard.New(ctx,
-		geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()),
+		geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()),
 		geminiguard.WithCascade("gemini-3.5-flash", "gemini-2.5-flash-lite"))
 	if err != nil {
 		fmt.Println(err)

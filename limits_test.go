@@ -15,7 +15,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // allocated returns the bytes f allocated on the heap (all goroutines).
@@ -30,11 +30,11 @@ func allocated(f func()) uint64 {
 // Defect 5: a quotaValue the server states is learned within a bound: a huge
 // one neither panics nor allocates in proportion to it.
 func TestDefect5HugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
-	for _, fault := range []fakegemini.Fault{fakegemini.RateLimitMinute, fakegemini.RateLimitTokens} {
+	for _, fault := range []geminitest.Fault{geminitest.RateLimitMinute, geminitest.RateLimitTokens} {
 		for _, value := range []string{"2147483647", "9223372036854775807", "99999999999999999999999"} {
 			t.Run(fault.String()+"/"+value, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{
+					srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{
 						{Fault: fault, QuotaValue: value, RetryDelay: time.Second},
 					}})
 					c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
@@ -49,7 +49,7 @@ func TestDefect5HugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
 					})
 
 					assert.Equal(t, srv.FullText(flash), resp.Text())
-					assert.Equal(t, 4, srv.Hits(flash, fakegemini.VerbGenerate), "the 429, its retry, and two more calls")
+					assert.Equal(t, 4, srv.Hits(flash, geminitest.VerbGenerate), "the 429, its retry, and two more calls")
 					assert.Less(t, bytes, uint64(8<<20), "memory does not grow with the stated limit")
 				})
 			})
@@ -60,7 +60,7 @@ func TestDefect5HugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
 // Defect 5: any configured limit works, math.MaxInt included.
 func TestDefect5MaxIntLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		huge := geminiguard.Limits{RPM: math.MaxInt, TPM: math.MaxInt, RPD: math.MaxInt}
 		for _, headroom := range []float64{0.8, 1} {
 			c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithLimits(flash, huge), geminiguard.WithHeadroom(headroom))
@@ -72,7 +72,7 @@ func TestDefect5MaxIntLimits(t *testing.T) {
 			}
 			assert.Zero(t, time.Since(start), "no local wait")
 		}
-		assert.Equal(t, 100, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 100, srv.Hits(flash, geminitest.VerbGenerate))
 	})
 }
 
@@ -85,7 +85,7 @@ func prompt(tokens int) []*genai.Content {
 // its place in line back: the next small request does not wait for it.
 func TestDefect8CancelledWaitGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),
 			geminiguard.WithLimits(flash, geminiguard.Limits{TPM: 10_000}), geminiguard.WithTimeouts(time.Minute, 2*time.Minute))
 
@@ -105,7 +105,7 @@ func TestDefect8CancelledWaitGivesBackTokens(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(flash), resp.Text())
 		assert.Zero(t, time.Since(start), "a 2-token request does not wait behind the cancelled one")
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate))
 	})
 }
 
@@ -113,7 +113,7 @@ func TestDefect8CancelledWaitGivesBackTokens(t *testing.T) {
 // whatever the order their waits end in, the limiter is as they found it.
 func TestDefect8EveryCancelledWaitGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),
 			geminiguard.WithLimits(flash, geminiguard.Limits{TPM: 10_000}), geminiguard.WithTimeouts(time.Minute, 10*time.Minute))
 		_, err := c.GenerateContent(t.Context(), "", prompt(9_000), nil)
@@ -138,7 +138,7 @@ func TestDefect8EveryCancelledWaitGivesBackTokens(t *testing.T) {
 		_, err = c.GenerateContent(t.Context(), "", prompt(1_000), nil)
 		require.NoError(t, err)
 		assert.Zero(t, time.Since(start), "1,000 tokens fit: none of the cancelled waits holds them back")
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate))
 	})
 }
 
@@ -146,7 +146,7 @@ func TestDefect8EveryCancelledWaitGivesBackTokens(t *testing.T) {
 // gives its tokens back: the next small request is answered by it at once.
 func TestDefect8SkippedModelGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash}, fakegemini.Model{Name: lite})
+		srv := geminitest.New(geminitest.Model{Name: flash}, geminitest.Model{Name: lite})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithHeadroom(1),
 			geminiguard.WithLimits(flash, geminiguard.Limits{TPM: 10_000}))
 
@@ -162,8 +162,8 @@ func TestDefect8SkippedModelGivesBackTokens(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model, "flash has room for 2 tokens: the skipped request took none")
 		assert.Zero(t, time.Since(start))
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbGenerate))
-		assert.Equal(t, 1, srv.Hits(lite, fakegemini.VerbGenerate))
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate))
+		assert.Equal(t, 1, srv.Hits(lite, geminitest.VerbGenerate))
 	})
 }
 
@@ -171,7 +171,7 @@ func TestDefect8SkippedModelGivesBackTokens(t *testing.T) {
 // and says when the model can take it.
 func TestDefect15LocalRefusalIsNotAContextError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),
 			geminiguard.WithLimits(flash, geminiguard.Limits{RPD: 1}))
 		_, _, err := ask(t.Context(), c, "")
@@ -197,6 +197,6 @@ func TestDefect15LocalRefusalIsNotAContextError(t *testing.T) {
 		assert.Equal(t, midnight.Sub(start), v.RetryAfter, "the wait until the Pacific midnight")
 		require.Len(t, rec.Attempts, 1)
 		assert.True(t, rec.Attempts[0].Skipped)
-		assert.Equal(t, 1, srv.Hits(flash, fakegemini.VerbGenerate), "nothing was sent")
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "nothing was sent")
 	})
 }

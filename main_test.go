@@ -17,7 +17,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func TestMain(m *testing.M) {
@@ -78,11 +78,11 @@ func (s *stateChanges) get() []string {
 
 // newClient builds a Client on the fake's in-memory transport (usable inside
 // synctest bubbles), logging at Debug into logs when given.
-func newClient(t *testing.T, srv *fakegemini.Server, logs *logBuffer, opts ...geminiguard.Option) *geminiguard.Client {
+func newClient(t *testing.T, srv *geminitest.Server, logs *logBuffer, opts ...geminiguard.Option) *geminiguard.Client {
 	t.Helper()
 	base := []geminiguard.Option{
-		geminiguard.WithAPIKey(fakegemini.Key),
-		geminiguard.WithBaseURL(fakegemini.BaseURL),
+		geminiguard.WithAPIKey(geminitest.Key),
+		geminiguard.WithBaseURL(geminitest.BaseURL),
 		geminiguard.WithHTTPClient(srv.HTTPClient()),
 	}
 	if logs != nil {
@@ -103,5 +103,5 @@ func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.Gener
 // requireNoKey fails when the fake API key appears in s.
 func requireNoKey(t *testing.T, s string) {
 	t.Helper()
-	require.False(t, strings.Contains(s, fakegemini.Key), "the API key leaked into: %s", s)
+	require.False(t, strings.Contains(s, geminitest.Key), "the API key leaked into: %s", s)
 }

@@ -9,13 +9,13 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // TestDefect16KeyNeverPrinted: printing the Client used to print the API
 // key.
 func TestDefect16KeyNeverPrinted(t *testing.T) {
-	srv := fakegemini.New(fakegemini.Model{Name: lite})
+	srv := geminitest.New(geminitest.Model{Name: lite})
 	c := newClient(t, srv, nil, geminiguard.WithStartupCheck(false))
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
 		requireNoKey(t, fmt.Sprintf(verb, c))
@@ -25,15 +25,15 @@ func TestDefect16KeyNeverPrinted(t *testing.T) {
 // TestNewRejectsConflictingSDKOptions: WithGenAIClient with an option that
 // builds the SDK client used to win silently.
 func TestNewRejectsConflictingSDKOptions(t *testing.T) {
-	srv := fakegemini.New(fakegemini.Model{Name: lite})
+	srv := geminitest.New(geminitest.Model{Name: lite})
 	gc, err := genai.NewClient(t.Context(), srv.ClientConfig())
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		opt  geminiguard.Option
 		name string
 	}{
-		{geminiguard.WithAPIKey(fakegemini.Key), "WithAPIKey"},
-		{geminiguard.WithBaseURL(fakegemini.BaseURL), "WithBaseURL"},
+		{geminiguard.WithAPIKey(geminitest.Key), "WithAPIKey"},
+		{geminiguard.WithBaseURL(geminitest.BaseURL), "WithBaseURL"},
 		{geminiguard.WithHTTPClient(srv.HTTPClient()), "WithHTTPClient"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Regression tests of the defects a chaos soak found (issue 9), named after
@@ -25,7 +25,7 @@ import (
 // openedByOneFailure returns a Client on srv whose breakers open on one
 // counted failure for 30s, without retries or early probes, so that a test
 // can put a model in half-open with one failed call and a 30s sleep.
-func openedByOneFailure(t *testing.T, srv *fakegemini.Server, opts ...geminiguard.Option) *geminiguard.Client {
+func openedByOneFailure(t *testing.T, srv *geminitest.Server, opts ...geminiguard.Option) *geminiguard.Client {
 	t.Helper()
 	return newClient(t, srv, nil, append([]geminiguard.Option{
 		geminiguard.WithCascade(pro),
@@ -43,7 +43,7 @@ func recovered(f func()) (v any) {
 
 func TestDefect2PanicInStreamLoopBodyDuringProbeFreesTheProbeSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}}})
+		srv := geminitest.New(geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.Overloaded}}})
 		c := openedByOneFailure(t, srv)
 		_, _, err := ask(t.Context(), c, "")
 		require.Error(t, err)
@@ -86,7 +86,7 @@ func TestDefect2PanicDuringUnaryProbeFreesTheProbeSlot(t *testing.T) {
 	for _, source := range []string{"the transport", "a state-change hook"} {
 		t.Run(source, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Fault: fakegemini.Overloaded}}})
+				srv := geminitest.New(geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.Overloaded}}})
 				tr := &panickingTransport{base: srv.Transport()}
 				var hookArmed atomic.Bool
 				c := openedByOneFailure(t, srv, geminiguard.WithHTTPClient(&http.Client{Transport: tr}),
@@ -127,10 +127,10 @@ func halfOf(text string) string {
 
 func TestDefect3FailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Continuation: true}, overloaded, overloaded, overloaded}},
-			fakegemini.Model{Name: flash})
+		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}, overloaded, overloaded, overloaded}},
+			geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithFallback(geminiguard.TextFallback("We're busy")))
 
 		resp, rec, err := ask(t.Context(), c, "")
@@ -156,8 +156,8 @@ func TestDefect3FailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 
 func TestDefect3ContinuationHopsShareTheCallTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Latency: 4 * time.Second,
-			Script: []fakegemini.Step{{Continuation: true}, {Continuation: true}, {}}})
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 4 * time.Second,
+			Script: []geminitest.Step{{Continuation: true}, {Continuation: true}, {}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro), geminiguard.WithTimeouts(5*time.Second, 10*time.Second))
 
 		start := time.Now()
@@ -172,10 +172,10 @@ func TestDefect3ContinuationHopsShareTheCallTimeout(t *testing.T) {
 
 func TestDefect3StreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
-		srv := fakegemini.New(
-			fakegemini.Model{Name: pro, Script: []fakegemini.Step{{Continuation: true}, overloaded, overloaded, overloaded}},
-			fakegemini.Model{Name: flash})
+		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}, overloaded, overloaded, overloaded}},
+			geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithFallback(geminiguard.TextFallback("We're busy")))
 
 		text, _, err := streamed(t.Context(), c, "")
@@ -193,10 +193,10 @@ func TestDefect3StreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 }
 
 func TestDefect4StreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
-	for _, fault := range []fakegemini.Fault{fakegemini.StopNoParts, fakegemini.FinishOther, fakegemini.FinishMalformedFunctionCall} {
+	for _, fault := range []geminitest.Fault{geminitest.StopNoParts, geminitest.FinishOther, geminitest.FinishMalformedFunctionCall} {
 		t.Run(fault.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fault}, P: 1}}})
+				srv := geminitest.New(geminitest.Model{Name: flash, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: fault}, P: 1}}})
 				c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 
 				_, _, unaryErr := ask(t.Context(), c, "")
@@ -207,7 +207,7 @@ func TestDefect4StreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
 				assert.Empty(t, text)
 				assert.ErrorIs(t, err, geminiguard.ErrEmptyResponse)
 				assert.Equal(t, geminiguard.Classify(unaryErr).Class, geminiguard.Classify(err).Class)
-				assert.Equal(t, srv.Hits(flash, fakegemini.VerbGenerate), srv.Hits(flash, fakegemini.VerbStream), "retried alike")
+				assert.Equal(t, srv.Hits(flash, geminitest.VerbGenerate), srv.Hits(flash, geminitest.VerbStream), "retried alike")
 			})
 		})
 	}
@@ -215,9 +215,9 @@ func TestDefect4StreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
 
 func TestDefect4ResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		other := fakegemini.Step{Fault: fakegemini.FinishOther}
-		srv := fakegemini.New(fakegemini.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,
-			Script: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 2}, other, other, other, other}})
+		other := geminitest.Step{Fault: geminitest.FinishOther}
+		srv := geminitest.New(geminitest.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,
+			Script: []geminitest.Step{{Fault: geminitest.StreamCutBetween, CutAfter: 2}, other, other, other, other}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(true))
 
 		text, _, err := streamed(t.Context(), c, "")
@@ -234,7 +234,7 @@ func TestDefect6FallbackResponseIsNeverWritten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cached := &genai.GenerateContentResponse{Candidates: []*genai.Candidate{{
 			Content: genai.NewContentFromText("a cached answer", genai.RoleModel), FinishReason: genai.FinishReasonStop}}}
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
 			geminiguard.WithFallback(func(context.Context, geminiguard.FallbackRequest) (*genai.GenerateContentResponse, error) {
 				return cached, nil // one shared value for every call
@@ -258,7 +258,7 @@ func TestDefect6FallbackResponseIsNeverWritten(t *testing.T) {
 
 func TestDefect7ModelsOutsideTheCascadeKeepBoundedState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash})
+		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 
 		const names = 1000
@@ -298,7 +298,7 @@ func (s *stallingCounts) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func TestDefect10StalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Second})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
 		counts := &stallingCounts{base: srv.Transport()}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithExactTokenCount(true),
 			geminiguard.WithHTTPClient(&http.Client{Transport: counts}),
@@ -321,10 +321,10 @@ func TestDefect10StalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.
 
 func TestDefect11StreamNeverFallsBackOnceAChunkWasYielded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		overloaded := fakegemini.Step{Fault: fakegemini.Overloaded}
-		srv := fakegemini.New(fakegemini.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,
-			Script: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 1, Thought: "Thinking about a story"}},
-			Faults: []fakegemini.Chance{{Step: overloaded, P: 1}}})
+		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
+		srv := geminitest.New(geminitest.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,
+			Script: []geminitest.Step{{Fault: geminitest.StreamCutBetween, CutAfter: 1, Thought: "Thinking about a story"}},
+			Faults: []geminitest.Chance{{Step: overloaded, P: 1}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(true),
 			geminiguard.WithFallback(geminiguard.TextFallback("We're busy")))
 

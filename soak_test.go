@@ -17,7 +17,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Scale of the soak, per Client configuration (two configurations: the
@@ -195,7 +195,7 @@ func planSoakCall(seed uint64, cfg string, id int) soakCall {
 type soakRun struct {
 	cfg     soakConfig
 	seed    uint64
-	srv     *fakegemini.Server
+	srv     *geminitest.Server
 	c       *geminiguard.Client
 	tally   *soakTally
 	figs    *soakFigures
@@ -210,16 +210,16 @@ var errConsumerPanic = errors.New("soak: the consumer's loop body panics")
 
 func runSoak(t *testing.T, seed uint64, cfg soakConfig, tally *soakTally, figs *soakFigures) {
 	faults := newSoakFaults(seed, (soakUnary+soakStreams)*9/10, soakFaultRates)
-	var models []fakegemini.Model
+	var models []geminitest.Model
 	for i, m := range soakCascade {
 		// The quota is the paid tier's, high enough never to be hit: the
 		// limits a scripted 429 states are learned, and the free tier's
 		// (10 RPM) would leave the run to the limiter.
-		models = append(models, fakegemini.Model{Name: m, Latency: time.Duration(20*(3-i)) * time.Millisecond,
+		models = append(models, geminitest.Model{Name: m, Latency: time.Duration(20*(3-i)) * time.Millisecond,
 			ChunkInterval: 10 * time.Millisecond, Decide: faults.decide(m),
-			Quota: fakegemini.Quota{RPM: 20_000, RPD: 1_000_000, PaidTier: true}})
+			Quota: geminitest.Quota{RPM: 20_000, RPD: 1_000_000, PaidTier: true}})
 	}
-	srv := fakegemini.New(models...)
+	srv := geminitest.New(models...)
 	r := &soakRun{cfg: cfg, seed: seed, srv: srv, c: newClient(t, srv, nil, cfg.opts...), tally: tally, figs: figs, texts: make(map[string]string)}
 	for _, m := range soakCascade {
 		r.texts[m] = srv.FullText(m)
@@ -771,7 +771,7 @@ func runSoakBadInputs(t *testing.T, seed uint64, tally *soakTally) {
 		t.Run("option/"+row.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := soakHealthyServer()
-				opts := append([]geminiguard.Option{geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+				opts := append([]geminiguard.Option{geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
 					geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade(soakCascade...)}, row.opts...)
 				var (
 					c   *geminiguard.Client
@@ -847,8 +847,8 @@ func runSoakBadInputs(t *testing.T, seed uint64, tally *soakTally) {
 	chanSchema := &genai.GenerateContentConfig{ResponseMIMEType: "application/json", ResponseJsonSchema: make(chan int)}
 	// probing opens the primary's breaker (one 503, threshold 1) and lets
 	// OpenFor pass: the bad call is then the primary's half-open probe.
-	probing := func(ctx context.Context, srv *fakegemini.Server, c *geminiguard.Client) {
-		srv.Script(pro, fakegemini.Step{Fault: fakegemini.Overloaded})
+	probing := func(ctx context.Context, srv *geminitest.Server, c *geminiguard.Client) {
+		srv.Script(pro, geminitest.Step{Fault: geminitest.Overloaded})
 		_, _, _ = ask(ctx, c, "")
 		time.Sleep(2 * time.Second)
 	}
@@ -857,7 +857,7 @@ func runSoakBadInputs(t *testing.T, seed uint64, tally *soakTally) {
 	for _, row := range []struct {
 		name  string
 		opts  []geminiguard.Option
-		setup func(context.Context, *fakegemini.Server, *geminiguard.Client)
+		setup func(context.Context, *geminitest.Server, *geminiguard.Client)
 		call  func(context.Context, *geminiguard.Client) outcome
 	}{
 		{name: "nil content element", call: generate(nilElem, nil, "")},
@@ -912,17 +912,17 @@ func runSoakBadInputs(t *testing.T, seed uint64, tally *soakTally) {
 }
 
 // soakHealthyServer returns a fake whose cascade models always answer.
-func soakHealthyServer() *fakegemini.Server {
-	var models []fakegemini.Model
+func soakHealthyServer() *geminitest.Server {
+	var models []geminitest.Model
 	for _, m := range soakCascade {
-		models = append(models, fakegemini.Model{Name: m, Latency: 50 * time.Millisecond})
+		models = append(models, geminitest.Model{Name: m, Latency: 50 * time.Millisecond})
 	}
-	return fakegemini.New(models...)
+	return geminitest.New(models...)
 }
 
 // soakGoodCall makes a good call on c and counts it under badBreaksGood
 // unless the primary answers it with exactly one upstream request.
-func soakGoodCall(ctx context.Context, srv *fakegemini.Server, c *geminiguard.Client, tally *soakTally, what string) {
+func soakGoodCall(ctx context.Context, srv *geminitest.Server, c *geminiguard.Client, tally *soakTally, what string) {
 	total := func() int {
 		n := 0
 		for _, m := range soakCascade {

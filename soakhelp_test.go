@@ -16,7 +16,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // soakSeed seeds every random draw of the soak: the fault each upstream
@@ -128,49 +128,49 @@ func typedErr(err error, callerDone, timedOut bool) bool {
 // (overload, per-minute quota, cuts) often, the ones that take a model or
 // the whole project out for long (daily quota, limit zero, spend cap, bad
 // key, retired model) rarely, so that the run is not one long cool-down.
-var soakFaultWeights = map[fakegemini.Fault]float64{
-	fakegemini.RateLimitMinute:             2,
-	fakegemini.DailyQuota:                  0.02,
-	fakegemini.DailyAndMinute:              0.02,
-	fakegemini.LimitZero:                   0.02,
-	fakegemini.SpendCap:                    0.02,
-	fakegemini.PrepayDepleted:              0.02,
-	fakegemini.ResourceExhausted:           0.1,
-	fakegemini.RateLimitLegacy:             0.1,
-	fakegemini.Internal:                    5,
-	fakegemini.Overloaded:                  10,
-	fakegemini.DeadlineExpired503:          3,
-	fakegemini.GatewayTimeout:              3,
-	fakegemini.InvalidArgument:             0.5,
-	fakegemini.APIKeyInvalid:               0.02,
-	fakegemini.FailedPrecondition:          0.02,
-	fakegemini.LeakedKey:                   0.02,
-	fakegemini.Unregistered:                0.02,
-	fakegemini.ServiceDisabled:             0.02,
-	fakegemini.NotFound:                    0.02,
-	fakegemini.NonJSONBody:                 2,
-	fakegemini.JSONArrayBody:               2,
-	fakegemini.DropBeforeHeaders:           3,
-	fakegemini.PromptBlocked:               0.5,
-	fakegemini.FinishSafety:                0.5,
-	fakegemini.FinishRecitation:            0.5,
-	fakegemini.FinishOther:                 1,
-	fakegemini.FinishMalformedFunctionCall: 1,
-	fakegemini.MaxTokensEmpty:              1,
-	fakegemini.StopNoParts:                 1,
-	fakegemini.NoCandidates:                1,
-	fakegemini.StreamCutBetween:            5,
-	fakegemini.StreamCutInside:             4,
-	fakegemini.StreamErrorInside:           4,
-	fakegemini.StreamNoFinish:              3,
-	fakegemini.StreamStallFirst:            3,
-	fakegemini.StreamStallBetween:          3,
+var soakFaultWeights = map[geminitest.Fault]float64{
+	geminitest.RateLimitMinute:             2,
+	geminitest.DailyQuota:                  0.02,
+	geminitest.DailyAndMinute:              0.02,
+	geminitest.LimitZero:                   0.02,
+	geminitest.SpendCap:                    0.02,
+	geminitest.PrepayDepleted:              0.02,
+	geminitest.ResourceExhausted:           0.1,
+	geminitest.RateLimitLegacy:             0.1,
+	geminitest.Internal:                    5,
+	geminitest.Overloaded:                  10,
+	geminitest.DeadlineExpired503:          3,
+	geminitest.GatewayTimeout:              3,
+	geminitest.InvalidArgument:             0.5,
+	geminitest.APIKeyInvalid:               0.02,
+	geminitest.FailedPrecondition:          0.02,
+	geminitest.LeakedKey:                   0.02,
+	geminitest.Unregistered:                0.02,
+	geminitest.ServiceDisabled:             0.02,
+	geminitest.NotFound:                    0.02,
+	geminitest.NonJSONBody:                 2,
+	geminitest.JSONArrayBody:               2,
+	geminitest.DropBeforeHeaders:           3,
+	geminitest.PromptBlocked:               0.5,
+	geminitest.FinishSafety:                0.5,
+	geminitest.FinishRecitation:            0.5,
+	geminitest.FinishOther:                 1,
+	geminitest.FinishMalformedFunctionCall: 1,
+	geminitest.MaxTokensEmpty:              1,
+	geminitest.StopNoParts:                 1,
+	geminitest.NoCandidates:                1,
+	geminitest.StreamCutBetween:            5,
+	geminitest.StreamCutInside:             4,
+	geminitest.StreamErrorInside:           4,
+	geminitest.StreamNoFinish:              3,
+	geminitest.StreamStallFirst:            3,
+	geminitest.StreamStallBetween:          3,
 }
 
 // soakLateFaults take a model out until midnight (the local limiter then
 // refuses it for the rest of the fake day): the soak draws them only for the
 // last calls, so that the run is not spent on the cascade's last model.
-var soakLateFaults = map[fakegemini.Fault]bool{fakegemini.DailyQuota: true, fakegemini.DailyAndMinute: true}
+var soakLateFaults = map[geminitest.Fault]bool{geminitest.DailyQuota: true, geminitest.DailyAndMinute: true}
 
 // soakContinuation is the chance that an answer (faulty or not) pauses
 // halfway with finishReason CONTINUATION.
@@ -189,9 +189,9 @@ type soakFaults struct {
 
 	mu    sync.Mutex               // guards seen, drawn
 	seen  map[soakSeenKey]int      // requests per model and call
-	drawn map[fakegemini.Fault]int // steps drawn per fault kind
+	drawn map[geminitest.Fault]int // steps drawn per fault kind
 	cont  int                      // steps drawn with Continuation
-	kinds []fakegemini.Fault       // the faults of soakFaultWeights, in order
+	kinds []geminitest.Fault       // the faults of soakFaultWeights, in order
 	total float64                  // sum of soakFaultWeights
 	rates map[string]float64       // per model: the chance a request is faulty
 	index map[string]uint64        // per model: its number, for the seed
@@ -200,7 +200,7 @@ type soakFaults struct {
 // soakForced is a fault the soak must meet, from call on.
 type soakForced struct {
 	call  int
-	fault fakegemini.Fault
+	fault geminitest.Fault
 }
 
 type soakSeenKey struct {
@@ -209,7 +209,7 @@ type soakSeenKey struct {
 }
 
 func newSoakFaults(seed uint64, late int, rates map[string]float64) *soakFaults {
-	f := &soakFaults{seed: seed, late: late, seen: make(map[soakSeenKey]int), drawn: make(map[fakegemini.Fault]int), rates: rates, index: make(map[string]uint64)}
+	f := &soakFaults{seed: seed, late: late, seen: make(map[soakSeenKey]int), drawn: make(map[geminitest.Fault]int), rates: rates, index: make(map[string]uint64)}
 	for k := range soakFaultWeights {
 		f.kinds = append(f.kinds, k)
 	}
@@ -240,14 +240,14 @@ func newSoakFaults(seed uint64, late int, rates map[string]float64) *soakFaults 
 }
 
 // decide returns model's Decide func.
-func (f *soakFaults) decide(model string) func(fakegemini.Request, int) fakegemini.Step {
-	return func(req fakegemini.Request, _ int) fakegemini.Step {
+func (f *soakFaults) decide(model string) func(geminitest.Request, int) geminitest.Step {
+	return func(req geminitest.Request, _ int) geminitest.Step {
 		if f.healthy.Load() {
-			return fakegemini.Step{}
+			return geminitest.Step{}
 		}
 		id, ok := soakCallID(req.Contents)
 		if !ok {
-			return fakegemini.Step{}
+			return geminitest.Step{}
 		}
 		f.mu.Lock()
 		k := soakSeenKey{model, id}
@@ -276,10 +276,10 @@ func (f *soakFaults) decide(model string) func(fakegemini.Request, int) fakegemi
 // server-stated delay, cut position and stall; CONTINUATION at random. The
 // daily quotas (soakLateFaults) are drawn again, as another fault, unless
 // late: they take a model out until midnight.
-func (f *soakFaults) draw(r *rand.Rand, rate float64, late bool) fakegemini.Step {
-	var st fakegemini.Step
+func (f *soakFaults) draw(r *rand.Rand, rate float64, late bool) geminitest.Step {
+	var st geminitest.Step
 	if r.Float64() < rate {
-		for st.Fault == fakegemini.OK || (soakLateFaults[st.Fault] && !late) {
+		for st.Fault == geminitest.OK || (soakLateFaults[st.Fault] && !late) {
 			x := r.Float64() * f.total
 			for _, k := range f.kinds {
 				if x -= soakFaultWeights[k]; x < 0 {
@@ -318,14 +318,14 @@ func soakCallID(contents []*genai.Content) (int, bool) {
 type soakUnitKey struct {
 	call    int
 	model   string
-	verb    fakegemini.Verb
+	verb    geminitest.Verb
 	token   string
 	partial int // length of a resumed text, -1 when none
 }
 
 // soakUnit returns the unit of a logged request, false for requests that are
 // not the soak's.
-func soakUnit(model string, req fakegemini.Request) (soakUnitKey, bool) {
+func soakUnit(model string, req geminitest.Request) (soakUnitKey, bool) {
 	id, ok := soakCallID(req.Contents)
 	if !ok {
 		return soakUnitKey{}, false

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // streamed ranges a stream and returns its text, its chunks and its error.
@@ -34,15 +34,15 @@ func streamed(ctx context.Context, c *geminiguard.Client, model string) (string,
 	return b.String(), chunks, nil
 }
 
-var streamFaults = []fakegemini.Step{
-	{Fault: fakegemini.StreamCutBetween, CutAfter: 2},
-	{Fault: fakegemini.StreamCutInside, CutAfter: 2},
-	{Fault: fakegemini.StreamErrorInside, CutAfter: 2},
-	{Fault: fakegemini.StreamNoFinish},
-	{Fault: fakegemini.StreamStallFirst, Stall: time.Hour},
-	{Fault: fakegemini.StreamStallBetween, CutAfter: 2, Stall: time.Hour},
-	{Fault: fakegemini.StreamCutBetween, CutAfter: -1},
-	{Fault: fakegemini.Overloaded},
+var streamFaults = []geminitest.Step{
+	{Fault: geminitest.StreamCutBetween, CutAfter: 2},
+	{Fault: geminitest.StreamCutInside, CutAfter: 2},
+	{Fault: geminitest.StreamErrorInside, CutAfter: 2},
+	{Fault: geminitest.StreamNoFinish},
+	{Fault: geminitest.StreamStallFirst, Stall: time.Hour},
+	{Fault: geminitest.StreamStallBetween, CutAfter: 2, Stall: time.Hour},
+	{Fault: geminitest.StreamCutBetween, CutAfter: -1},
+	{Fault: geminitest.Overloaded},
 }
 
 // TestStreamFaultsAreNeverSilent runs every stream fault of the fake, with and
@@ -54,7 +54,7 @@ func TestStreamFaultsAreNeverSilent(t *testing.T) {
 			name := fmt.Sprintf("%v/cutAfter=%d/resume=%v", fault.Fault, fault.CutAfter, resume)
 			t.Run(name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 300 * time.Millisecond, ChunkInterval: 100 * time.Millisecond, Script: []fakegemini.Step{fault}})
+					srv := geminitest.New(geminitest.Model{Name: flash, Latency: 300 * time.Millisecond, ChunkInterval: 100 * time.Millisecond, Script: []geminitest.Step{fault}})
 					c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(resume),
 						geminiguard.WithStreamDeadlines(5*time.Second, 2*time.Second))
 					text, _, err := streamed(t.Context(), c, "")
@@ -83,7 +83,7 @@ func TestStreamFaultsOverRealHTTP(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		for _, fault := range streamFaults[:4] {
 			t.Run(fmt.Sprintf("h2=%v/%v", h2, fault.Fault), func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{fault, fault}})
+				srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{fault, fault}})
 				hs := httptest.NewUnstartedServer(srv)
 				hs.EnableHTTP2 = h2
 				if h2 {
@@ -93,7 +93,7 @@ func TestStreamFaultsOverRealHTTP(t *testing.T) {
 				}
 				defer hs.Close()
 				for _, resume := range []bool{false, true} {
-					c, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(hs.URL),
+					c, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(hs.URL),
 						geminiguard.WithHTTPClient(hs.Client()), geminiguard.WithCascade(flash), geminiguard.WithStreamResume(resume))
 					require.NoError(t, err)
 					srv.Script(flash, fault)
@@ -108,7 +108,7 @@ func TestStreamFaultsOverRealHTTP(t *testing.T) {
 					v := geminiguard.Classify(err)
 					assert.True(t, v.Retryable, "a cut is worth another attempt: %+v", v)
 					assert.Equal(t, geminiguard.ScopeModel, v.Scope, "a cut says the model is unwell: %+v", v)
-					if fault.Fault != fakegemini.StreamErrorInside { // an error object inside the 200 keeps its own class
+					if fault.Fault != geminitest.StreamErrorInside { // an error object inside the 200 keeps its own class
 						assert.Equal(t, geminiguard.ClassStreamCut, v.Class)
 					}
 				}
@@ -122,15 +122,15 @@ func TestStreamResumeExactUnderRandomCuts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 7))
 		const answer = "Once upon a time, a retry storm met a token bucket, and the bucket won. The end, told in twelve careful chunks with nothing lost and nothing repeated."
-		srv := fakegemini.New(
-			fakegemini.Model{Name: flash, Text: answer, Chunks: 12, ChunkInterval: 50 * time.Millisecond,
-				Decide: func(_ fakegemini.Request, _ int) fakegemini.Step {
+		srv := geminitest.New(
+			geminitest.Model{Name: flash, Text: answer, Chunks: 12, ChunkInterval: 50 * time.Millisecond,
+				Decide: func(_ geminitest.Request, _ int) geminitest.Step {
 					if rng.Float64() < 0.2 {
-						return fakegemini.Step{Fault: fakegemini.StreamCutBetween, CutAfter: 1 + rng.IntN(10)}
+						return geminitest.Step{Fault: geminitest.StreamCutBetween, CutAfter: 1 + rng.IntN(10)}
 					}
-					return fakegemini.Step{}
+					return geminitest.Step{}
 				}},
-			fakegemini.Model{Name: lite, Text: answer, Chunks: 12, ChunkInterval: 50 * time.Millisecond}, // resumes may land on the secondary
+			geminitest.Model{Name: lite, Text: answer, Chunks: 12, ChunkInterval: 50 * time.Millisecond}, // resumes may land on the secondary
 		)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithStreamResume(true))
 		full := srv.FullText(flash)
@@ -151,10 +151,10 @@ func TestStreamResumeExactUnderRandomCuts(t *testing.T) {
 
 func TestStreamStallFailsOverWithinIdleDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(
-			fakegemini.Model{Name: flash, Latency: 200 * time.Millisecond,
-				Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.StreamStallFirst, Stall: time.Hour}, P: 1}}},
-			fakegemini.Model{Name: lite, Latency: 200 * time.Millisecond},
+		srv := geminitest.New(
+			geminitest.Model{Name: flash, Latency: 200 * time.Millisecond,
+				Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: time.Hour}, P: 1}}},
+			geminitest.Model{Name: lite, Latency: 200 * time.Millisecond},
 		)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithStreamDeadlines(3*time.Second, time.Second),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
@@ -175,12 +175,12 @@ func TestStreamStallFailsOverWithinIdleDeadline(t *testing.T) {
 }
 
 func TestStreamEarlyBreakAndCancelLeaveNothingBehind(t *testing.T) {
-	srv := fakegemini.New(fakegemini.Model{Name: flash, Chunks: 8, ChunkInterval: time.Millisecond})
+	srv := geminitest.New(geminitest.Model{Name: flash, Chunks: 8, ChunkInterval: time.Millisecond})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
-	c, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(hs.URL),
+	c, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(hs.URL),
 		geminiguard.WithHTTPClient(&http.Client{Transport: transport}), geminiguard.WithCascade(flash))
 	require.NoError(t, err)
 
@@ -207,7 +207,7 @@ func TestStreamEarlyBreakAndCancelLeaveNothingBehind(t *testing.T) {
 
 func TestStreamBlockedMidway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.FinishSafety}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.FinishSafety}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		_, _, err := streamed(t.Context(), c, "")
 		require.ErrorIs(t, err, geminiguard.ErrBlocked)
@@ -217,7 +217,7 @@ func TestStreamBlockedMidway(t *testing.T) {
 
 func TestStreamContinuationHopsGoThroughTheLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Continuation: true}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Continuation: true}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
 		// Even a caller who asks for the SDK's own continuation gets ours:
 		// the SDK's hops would bypass the limiter and the breaker.
@@ -233,7 +233,7 @@ func TestStreamContinuationHopsGoThroughTheLimiter(t *testing.T) {
 		text := b.String()
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(flash), text, "the paused answer is completed by our own hop")
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbStream), "two hops, two requests, each through the chain")
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbStream), "two hops, two requests, each through the chain")
 		reqs := srv.Requests(flash)
 		require.Len(t, reqs, 2)
 		assert.Contains(t, string(reqs[1].Body), "continuationToken")
@@ -243,7 +243,7 @@ func TestStreamContinuationHopsGoThroughTheLimiter(t *testing.T) {
 
 func TestStreamFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.SpendCap}, P: 1}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.SpendCap}, P: 1}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithFallback(geminiguard.TextFallback("later")))
 		text, chunks, err := streamed(t.Context(), c, "")
 		require.NoError(t, err)
@@ -255,8 +255,8 @@ func TestStreamFallback(t *testing.T) {
 
 func TestStreamResumeWithNoModelLeftReportsTheCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Chunks: 4,
-			Script: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 2}, {Fault: fakegemini.SpendCap}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Chunks: 4,
+			Script: []geminitest.Step{{Fault: geminitest.StreamCutBetween, CutAfter: 2}, {Fault: geminitest.SpendCap}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(true),
 			geminiguard.WithFallback(geminiguard.TextFallback("canned")))
 		text, chunks, err := streamed(t.Context(), c, "")
@@ -272,8 +272,8 @@ func TestStreamResumeWithNoModelLeftReportsTheCut(t *testing.T) {
 
 func TestStreamStallMidwayResumesWithinIdleDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: flash, Latency: 200 * time.Millisecond, ChunkInterval: 100 * time.Millisecond, Chunks: 4,
-			Script: []fakegemini.Step{{Fault: fakegemini.StreamStallBetween, CutAfter: 2, Stall: time.Hour}}})
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: 200 * time.Millisecond, ChunkInterval: 100 * time.Millisecond, Chunks: 4,
+			Script: []geminitest.Step{{Fault: geminitest.StreamStallBetween, CutAfter: 2, Stall: time.Hour}}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithStreamResume(true),
 			geminiguard.WithStreamDeadlines(5*time.Second, time.Second))
 
@@ -286,7 +286,7 @@ func TestStreamStallMidwayResumesWithinIdleDeadline(t *testing.T) {
 		// (the rest of the text in its own 4 chunks: 200ms to the first, 3 ×
 		// 100ms after): no backoff, no other wait.
 		assert.Equal(t, 300*time.Millisecond+time.Second+200*time.Millisecond+300*time.Millisecond, time.Since(start))
-		assert.Equal(t, 2, srv.Hits(flash, fakegemini.VerbStream))
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbStream))
 	})
 }
 
@@ -294,8 +294,8 @@ func TestStreamStallMidwayResumesWithinIdleDeadline(t *testing.T) {
 // call; the probe's outcome is known when the stream ends.
 func TestStreamProbesEarlyWhenEveryModelIsOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		down := []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 1}}
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Faults: down}, fakegemini.Model{Name: flash, Faults: down})
+		down := []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}
+		srv := geminitest.New(geminitest.Model{Name: pro, Faults: down}, geminitest.Model{Name: flash, Faults: down})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 1}))
@@ -306,8 +306,8 @@ func TestStreamProbesEarlyWhenEveryModelIsOpen(t *testing.T) {
 		require.Equal(t, 2, srv.Total(pro)+srv.Total(flash))
 
 		time.Sleep(2 * time.Second)
-		srv.SetModel(fakegemini.Model{Name: pro})
-		srv.SetModel(fakegemini.Model{Name: flash})
+		srv.SetModel(geminitest.Model{Name: pro})
+		srv.SetModel(geminitest.Model{Name: flash})
 		text, _, err := streamed(t.Context(), c, "")
 
 		require.NoError(t, err)

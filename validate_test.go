@@ -13,7 +13,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // countingTransport counts every request that reaches the fake, those to
@@ -31,12 +31,12 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // newCountingClient builds a Client with pro then flash, on srv's transport
 // behind a countingTransport, without a startup check, so that the count is
 // of the calls alone.
-func newCountingClient(t *testing.T, srv *fakegemini.Server, opts ...geminiguard.Option) (*geminiguard.Client, *countingTransport) {
+func newCountingClient(t *testing.T, srv *geminitest.Server, opts ...geminiguard.Option) (*geminiguard.Client, *countingTransport) {
 	t.Helper()
 	sent := &countingTransport{rt: srv.Transport()}
 	base := []geminiguard.Option{
-		geminiguard.WithAPIKey(fakegemini.Key),
-		geminiguard.WithBaseURL(fakegemini.BaseURL),
+		geminiguard.WithAPIKey(geminitest.Key),
+		geminiguard.WithBaseURL(geminitest.BaseURL),
 		geminiguard.WithHTTPClient(&http.Client{Transport: sent}),
 		geminiguard.WithCascade(pro, flash),
 		geminiguard.WithStartupCheck(false),
@@ -125,7 +125,7 @@ func TestDefect1UnencodableRequestIsRefusedAtOnce(t *testing.T) {
 	for _, tc := range unencodable() {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: pro}, fakegemini.Model{Name: flash})
+				srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
 				c, sent := newCountingClient(t, srv)
 				contents := tc.contents
 				if contents == nil {
@@ -163,8 +163,8 @@ func TestDefect1UnencodableRequestIsRefusedAtOnce(t *testing.T) {
 // request, not the model: one request, no cascade, nothing cools down.
 func TestDefect1MethodNotFoundIsNotARetiredModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(fakegemini.Model{Name: pro}, fakegemini.Model{Name: flash})
-		c, sent := newCountingClient(t, srv, geminiguard.WithBaseURL(fakegemini.BaseURL+"/proxy"))
+		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
+		c, sent := newCountingClient(t, srv, geminiguard.WithBaseURL(geminitest.BaseURL+"/proxy"))
 
 		_, err := c.GenerateContent(t.Context(), "", genai.Text("Say hi"), nil)
 
@@ -200,7 +200,7 @@ func TestDefect17NilElementsAreRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := fakegemini.New(fakegemini.Model{Name: pro}, fakegemini.Model{Name: flash})
+				srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
 				c, sent := newCountingClient(t, srv)
 
 				resp, err := c.GenerateContent(t.Context(), "", tc.contents, tc.config)

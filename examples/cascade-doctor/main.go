@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func main() {
@@ -44,12 +44,12 @@ func run(ctx context.Context, out io.Writer, cascade []string) (bool, error) {
 		opts = append(opts, geminiguard.WithAPIKey(key))
 	} else {
 		fmt.Fprintln(out, "No GEMINI_API_KEY: checking against the embedded fake Gemini, where gemini-2.0-flash is retired.")
-		fake := fakegemini.New(
-			fakegemini.Model{Name: "gemini-2.5-flash", InputTokenLimit: 1048576, OutputTokenLimit: 65536},
-			fakegemini.Model{Name: "gemini-2.5-flash-lite", InputTokenLimit: 1048576, OutputTokenLimit: 65536},
-			fakegemini.Model{Name: "gemini-2.0-flash", Unlisted: true},
+		fake := geminitest.New(
+			geminitest.Model{Name: "gemini-2.5-flash", InputTokenLimit: 1048576, OutputTokenLimit: 65536},
+			geminitest.Model{Name: "gemini-2.5-flash-lite", InputTokenLimit: 1048576, OutputTokenLimit: 65536},
+			geminitest.Model{Name: "gemini-2.0-flash", Unlisted: true},
 		)
-		opts = append(opts, geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()))
+		opts = append(opts, geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()))
 	}
 	c, err := geminiguard.New(ctx, opts...)
 	if err != nil {

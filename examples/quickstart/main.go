@@ -22,7 +22,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 const (
@@ -44,43 +44,43 @@ func main() {
 type call struct {
 	title              string
 	prompt             string
-	primary, secondary []fakegemini.Step
+	primary, secondary []geminitest.Step
 	stream             bool
 	pause              time.Duration // wait after the call (lets a per-minute quota refill)
 }
 
 var calls = []call{
 	{title: "a 503 on the primary: the secondary answers at once", prompt: "Name a prime number.",
-		primary: []fakegemini.Step{{Fault: fakegemini.Overloaded}}},
+		primary: []geminitest.Step{{Fault: geminitest.Overloaded}}},
 	{title: "503s on both models: after a jittered pause the call comes back to the primary", prompt: "Name a planet.",
-		primary:   []fakegemini.Step{{Fault: fakegemini.Overloaded}},
-		secondary: []fakegemini.Step{{Fault: fakegemini.Overloaded}}},
+		primary:   []geminitest.Step{{Fault: geminitest.Overloaded}},
+		secondary: []geminitest.Step{{Fault: geminitest.Overloaded}}},
 	{title: "per-minute quota: 429 with RetryInfo 2s", prompt: "Name a colour.",
-		primary: []fakegemini.Step{{Fault: fakegemini.RateLimitMinute, RetryDelay: 2 * time.Second}}, pause: 2 * time.Second},
+		primary: []geminitest.Step{{Fault: geminitest.RateLimitMinute, RetryDelay: 2 * time.Second}}, pause: 2 * time.Second},
 	{title: "blocked prompt (a quiet 200)", prompt: "Something unsafe.",
-		primary: []fakegemini.Step{{Fault: fakegemini.PromptBlocked}}},
+		primary: []geminitest.Step{{Fault: geminitest.PromptBlocked}}},
 	{title: "stream cut after 2 chunks", prompt: "Tell a short story.", stream: true,
-		primary: []fakegemini.Step{{Fault: fakegemini.StreamCutBetween, CutAfter: 2}}},
+		primary: []geminitest.Step{{Fault: geminitest.StreamCutBetween, CutAfter: 2}}},
 	{title: "daily quota exhausted", prompt: "Name a river.",
-		primary: []fakegemini.Step{{Fault: fakegemini.DailyQuota}}},
+		primary: []geminitest.Step{{Fault: geminitest.DailyQuota}}},
 	{title: "the next call, same day", prompt: "Name a mountain."},
 }
 
 func run(ctx context.Context) error {
 	opts := []geminiguard.Option{geminiguard.WithStreamResume(true)}
-	var fake *fakegemini.Server
+	var fake *geminitest.Server
 	if key := os.Getenv("GEMINI_API_KEY"); key != "" {
 		fmt.Println("GEMINI_API_KEY is set: calling the real Gemini API.")
 		opts = append(opts, geminiguard.WithAPIKey(key), geminiguard.WithCascade(live()...))
 	} else {
 		fmt.Println("No GEMINI_API_KEY: calling the embedded fake Gemini, with injected faults.")
-		fake = fakegemini.New(
+		fake = geminitest.New(
 			// A paid-tier primary: its 429s state tier-1 limits, which the
 			// Client learns and paces by.
-			fakegemini.Model{Name: primary, Latency: 300 * time.Millisecond, ChunkInterval: 50 * time.Millisecond, Quota: fakegemini.Quota{PaidTier: true}},
-			fakegemini.Model{Name: secondary, Latency: 200 * time.Millisecond, ChunkInterval: 50 * time.Millisecond},
+			geminitest.Model{Name: primary, Latency: 300 * time.Millisecond, ChunkInterval: 50 * time.Millisecond, Quota: geminitest.Quota{PaidTier: true}},
+			geminitest.Model{Name: secondary, Latency: 200 * time.Millisecond, ChunkInterval: 50 * time.Millisecond},
 		)
-		opts = append(opts, geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithBaseURL(fakegemini.BaseURL),
+		opts = append(opts, geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
 			geminiguard.WithHTTPClient(fake.HTTPClient()), geminiguard.WithCascade(primary, secondary),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: 300 * time.Millisecond}))
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Arm is one way of calling Gemini that a scenario compares.
@@ -25,7 +25,7 @@ type Arm struct {
 type Env struct {
 	Scenario   *Scenario
 	HTTPClient *http.Client // reaches this arm's fake
-	BaseURL    string       // the fake's base URL for the SDK (fakegemini.BaseURL in memory)
+	BaseURL    string       // the fake's base URL for the SDK (geminitest.BaseURL in memory)
 	Start      time.Time    // the run's start
 }
 
@@ -69,7 +69,7 @@ func SDKRetryArm() Arm {
 // newClient returns an SDK client on env's fake with the given retry.
 func newClient(ctx context.Context, env Env, retry *genai.HTTPRetryOptions) (*genai.Client, error) {
 	return genai.NewClient(ctx, &genai.ClientConfig{
-		APIKey:     fakegemini.Key,
+		APIKey:     geminitest.Key,
 		Backend:    genai.BackendGeminiAPI,
 		HTTPClient: env.HTTPClient,
 		HTTPOptions: genai.HTTPOptions{
@@ -136,7 +136,7 @@ func collect(stream iter.Seq2[*genai.GenerateContentResponse, error], out *Outco
 func GeminiguardArm(name string, opts ...geminiguard.Option) Arm {
 	return Arm{Name: name, New: func(ctx context.Context, env Env) (Caller, error) {
 		all := []geminiguard.Option{
-			geminiguard.WithAPIKey(fakegemini.Key),
+			geminiguard.WithAPIKey(geminitest.Key),
 			geminiguard.WithBaseURL(env.BaseURL),
 			geminiguard.WithHTTPClient(env.HTTPClient),
 			geminiguard.WithCascade(env.Scenario.names()...),

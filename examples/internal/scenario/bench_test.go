@@ -17,7 +17,7 @@ import (
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/examples/internal/failsafestack"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
 
@@ -33,7 +33,7 @@ func overhead() *Scenario {
 	return &Scenario{
 		Name:   "overhead",
 		Models: []Model{{Name: flash}, {Name: lite}},
-		Script: func(Request) fakegemini.Step { return fakegemini.Step{} },
+		Script: func(Request) geminitest.Step { return geminitest.Step{} },
 	}
 }
 
@@ -46,34 +46,34 @@ type wire struct {
 	name string
 	// env returns the Env of a run of sc against srv, and a func that
 	// releases what it started.
-	env func(sc *Scenario, srv *fakegemini.Server) (Env, func())
+	env func(sc *Scenario, srv *geminitest.Server) (Env, func())
 }
 
 var (
 	// loopback: an httptest.Server over real TCP on 127.0.0.1, HTTP/1.1.
-	loopback = wire{"loopback", func(sc *Scenario, srv *fakegemini.Server) (Env, func()) {
+	loopback = wire{"loopback", func(sc *Scenario, srv *geminitest.Server) (Env, func()) {
 		ts := httptest.NewServer(srv)
 		return Env{Scenario: sc, HTTPClient: ts.Client(), BaseURL: ts.URL, Start: time.Now()}, ts.Close
 	}}
 	// memory: the fake's in-memory transport.
-	memory = wire{"memory", func(sc *Scenario, srv *fakegemini.Server) (Env, func()) {
-		return Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: fakegemini.BaseURL, Start: time.Now()}, func() {}
+	memory = wire{"memory", func(sc *Scenario, srv *geminitest.Server) (Env, func()) {
+		return Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: geminitest.BaseURL, Start: time.Now()}, func() {}
 	}}
 	// canned: a transport that answers every request with a body the fake
 	// gave once, so that nearly all the time left is the client's.
-	canned = wire{"canned", func(sc *Scenario, srv *fakegemini.Server) (Env, func()) {
+	canned = wire{"canned", func(sc *Scenario, srv *geminitest.Server) (Env, func()) {
 		t := &cannedTransport{
 			list:     record(srv, http.MethodGet, "/v1beta/models", ""),
 			generate: record(srv, http.MethodPost, "/v1beta/models/"+flash+":generateContent", `{"contents":[{"parts":[{"text":"hi"}],"role":"user"}]}`),
 		}
-		return Env{Scenario: sc, HTTPClient: &http.Client{Transport: t}, BaseURL: fakegemini.BaseURL, Start: time.Now()}, func() {}
+		return Env{Scenario: sc, HTTPClient: &http.Client{Transport: t}, BaseURL: geminitest.BaseURL, Start: time.Now()}, func() {}
 	}}
 )
 
 // record returns the body srv answers to one request.
-func record(srv *fakegemini.Server, method, path, body string) []byte {
+func record(srv *geminitest.Server, method, path, body string) []byte {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.Header.Set("X-Goog-Api-Key", fakegemini.Key)
+	req.Header.Set("X-Goog-Api-Key", geminitest.Key)
 	w := httptest.NewRecorder()
 	srv.ServeHTTP(w, req)
 	return w.Body.Bytes()
@@ -103,12 +103,12 @@ func (c *cannedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // build builds arm over w against a fresh fake of sc (nil: overhead()).
-func build(tb testing.TB, arm Arm, w wire, sc *Scenario) (Caller, *fakegemini.Server) {
+func build(tb testing.TB, arm Arm, w wire, sc *Scenario) (Caller, *geminitest.Server) {
 	tb.Helper()
 	if sc == nil {
 		sc = overhead()
 	}
-	srv := fakegemini.New(sc.fakeModels(time.Now())...)
+	srv := geminitest.New(sc.fakeModels(time.Now())...)
 	env, stop := w.env(sc, srv)
 	tb.Cleanup(stop)
 	c, err := arm.New(context.Background(), env)
@@ -295,7 +295,7 @@ func BenchmarkCallParallel(b *testing.B) {
 func refusing(tb testing.TB, arm Arm) func() error {
 	tb.Helper()
 	sc := overhead()
-	sc.Script = func(Request) fakegemini.Step { return fakegemini.Step{Fault: fakegemini.Overloaded} }
+	sc.Script = func(Request) geminitest.Step { return geminitest.Step{Fault: geminitest.Overloaded} }
 	c, srv := build(tb, arm, memory, sc)
 	call := direct(tb, c)
 	for range 2 * failsafestack.Threshold * failsafestack.Attempts {

@@ -1,6 +1,6 @@
 // Package scenario is the performance yardstick of geminiguard: named outage
 // scripts (DESIGN.md §7) played against the in-process fake Gemini
-// (internal/fakegemini) for several arms — ways of calling Gemini — on the
+// (geminitest) for several arms — ways of calling Gemini — on the
 // same script in one run, and the figures that compare them.
 //
 // # Arms

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // OracleArm calls, for each call, the first model of the cascade that the
@@ -86,7 +86,7 @@ func (o *oracle) pick(ctx context.Context, call int) (model string, ok bool) {
 func (o *oracle) nextAnswer(call int, now time.Time) (time.Duration, bool) {
 	for d := time.Duration(0); d <= oracleLookahead; d += oracleStep {
 		for _, m := range o.sc.Models {
-			if o.sc.Script(Request{Model: m.Name, Call: call, At: now.Add(d).Sub(o.start)}).Fault == fakegemini.OK {
+			if o.sc.Script(Request{Model: m.Name, Call: call, At: now.Add(d).Sub(o.start)}).Fault == geminitest.OK {
 				return d, true
 			}
 		}
@@ -102,7 +102,7 @@ func (o *oracle) reserve(call int, now time.Time) (string, time.Duration) {
 	defer o.mu.Unlock()
 	var wait time.Duration
 	for _, m := range o.sc.Models {
-		if o.sc.Script(Request{Model: m.Name, Call: call, At: now.Sub(o.start)}).Fault != fakegemini.OK {
+		if o.sc.Script(Request{Model: m.Name, Call: call, At: now.Sub(o.start)}).Fault != geminitest.OK {
 			continue
 		}
 		rpm := m.Quota.RPM

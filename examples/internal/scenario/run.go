@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Result is one run of a scenario: every arm's calls and upstream requests.
@@ -36,7 +36,7 @@ type ArmRun struct {
 	Calls    []Call     // by index
 	Upstream []Upstream // generate and stream requests, in the order sent
 	// Total is the fake's count of generate and stream requests over the
-	// cascade's models (fakegemini.Server.Total).
+	// cascade's models (geminitest.Server.Total).
 	Total int
 }
 
@@ -76,13 +76,13 @@ func Run(ctx context.Context, sc *Scenario) *Result {
 
 // runArm plays sc for one arm, filling ar.
 func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *ArmRun) {
-	srv := fakegemini.New(sc.fakeModels(start)...)
+	srv := geminitest.New(sc.fakeModels(start)...)
 	rec := &recorder{next: srv.Transport(), start: start}
 	if r := sc.Retire; r != nil {
 		t := time.AfterFunc(r.At, func() { srv.SetModel(sc.fakeModel(sc.mustModel(r.Model), start, true)) })
 		defer t.Stop()
 	}
-	caller, err := arm.New(ctx, Env{Scenario: sc, HTTPClient: &http.Client{Transport: rec}, BaseURL: fakegemini.BaseURL, Start: start})
+	caller, err := arm.New(ctx, Env{Scenario: sc, HTTPClient: &http.Client{Transport: rec}, BaseURL: geminitest.BaseURL, Start: start})
 	if err != nil {
 		ar.StartErr = err
 		return
@@ -122,8 +122,8 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 }
 
 // fakeModels returns the fake's models for a run that starts at start.
-func (sc *Scenario) fakeModels(start time.Time) []fakegemini.Model {
-	out := make([]fakegemini.Model, len(sc.Models))
+func (sc *Scenario) fakeModels(start time.Time) []geminitest.Model {
+	out := make([]geminitest.Model, len(sc.Models))
 	for i, m := range sc.Models {
 		out[i] = sc.fakeModel(m, start, false)
 	}
@@ -132,15 +132,15 @@ func (sc *Scenario) fakeModels(start time.Time) []fakegemini.Model {
 
 // fakeModel returns m as the fake serves it: every generate and stream
 // request decided by sc.Script; unlisted when retired.
-func (sc *Scenario) fakeModel(m Model, start time.Time, retired bool) fakegemini.Model {
-	return fakegemini.Model{
+func (sc *Scenario) fakeModel(m Model, start time.Time, retired bool) geminitest.Model {
+	return geminitest.Model{
 		Name:          m.Name,
 		Latency:       m.Latency,
 		ChunkInterval: m.ChunkInterval,
 		Chunks:        m.Chunks,
 		Quota:         m.Quota,
 		Unlisted:      retired,
-		Decide: func(r fakegemini.Request, _ int) fakegemini.Step {
+		Decide: func(r geminitest.Request, _ int) geminitest.Step {
 			return sc.Script(request(m.Name, r, start))
 		},
 	}
@@ -148,7 +148,7 @@ func (sc *Scenario) fakeModel(m Model, start time.Time, retired bool) fakegemini
 
 // request reads what a Script sees of a request the fake received in a
 // run that started at start.
-func request(model string, r fakegemini.Request, start time.Time) Request {
+func request(model string, r geminitest.Request, start time.Time) Request {
 	req := Request{Model: model, Call: -1, At: r.At.Sub(start)}
 	if len(r.Contents) == 0 {
 		return req

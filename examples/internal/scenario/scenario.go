@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Scenario is a named outage script and the workload that meets it. It is
@@ -49,7 +49,7 @@ type Model struct {
 	// Quota is the server's quota, emulated by the fake. The arms that take
 	// limits configure it as theirs (geminiguard.WithLimits, a failsafe-go
 	// rate limiter), and the oracle never exceeds it.
-	Quota fakegemini.Quota
+	Quota geminitest.Quota
 }
 
 // Retirement takes Model off the API At a moment since the run's start:

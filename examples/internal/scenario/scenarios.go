@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
@@ -24,7 +24,7 @@ const (
 
 // healthy returns a script in which every model answers every call.
 func healthy(seed uint64, sc *Scenario) Script {
-	return func(r Request) fakegemini.Step {
+	return func(r Request) geminitest.Step {
 		return answer(seed, sc.mustModel(r.Model), r)
 	}
 }
@@ -39,8 +39,8 @@ func Burst429() *Scenario {
 		Summary: "5 bursts, one a minute, of 30 calls in 10s: 3x the primary's 10 RPM; the secondary allows 30 RPM",
 		Anchor:  "seed: backoff only 25% success / 8.2 s; + breaker 87% / 1.4 s; + bucket 96% / 1.1 s",
 		Models: []Model{
-			{Name: flash, Latency: flashLatency, Quota: fakegemini.Quota{RPM: 10}},
-			{Name: lite, Latency: liteLatency, Quota: fakegemini.Quota{RPM: 30}},
+			{Name: flash, Latency: flashLatency, Quota: geminitest.Quota{RPM: 10}},
+			{Name: lite, Latency: liteLatency, Quota: geminitest.Quota{RPM: 30}},
 		},
 		Workload: Workload{Arrivals: bursts(5, 30, time.Minute, 10*time.Second)},
 		Arms:     Arms(),
@@ -75,9 +75,9 @@ func DailyExhausted() *Scenario {
 			}},
 		},
 	}
-	sc.Script = func(r Request) fakegemini.Step {
+	sc.Script = func(r Request) geminitest.Step {
 		if r.Model == flash && r.At < dailyReset {
-			return fakegemini.Step{Fault: fakegemini.DailyQuota}
+			return geminitest.Step{Fault: geminitest.DailyQuota}
 		}
 		return answer(seed, sc.mustModel(r.Model), r)
 	}
@@ -114,7 +114,7 @@ func Storm503() *Scenario {
 		Workload: Workload{Arrivals: arrivals},
 		Arms:     Arms(),
 	}
-	sc.Script = func(r Request) fakegemini.Step {
+	sc.Script = func(r Request) geminitest.Step {
 		p := liteFail
 		if r.Model == flash {
 			p = calmFail
@@ -158,7 +158,7 @@ func FullOutage() *Scenario {
 			{Name: "1st s load", Format: "%.2fx", Of: firstSecondLoad},
 		},
 	}
-	sc.Script = func(r Request) fakegemini.Step {
+	sc.Script = func(r Request) geminitest.Step {
 		if r.At >= outageStart && r.At < outageEnd {
 			return overloaded()
 		}
@@ -192,9 +192,9 @@ func Retired404() *Scenario {
 			}},
 		},
 	}
-	sc.Script = func(r Request) fakegemini.Step {
+	sc.Script = func(r Request) geminitest.Step {
 		if r.Model == flash && r.At >= retiredAt {
-			return fakegemini.Step{Fault: fakegemini.NotFound}
+			return geminitest.Step{Fault: geminitest.NotFound}
 		}
 		return answer(seed, sc.mustModel(r.Model), r)
 	}
@@ -204,7 +204,7 @@ func Retired404() *Scenario {
 // The stream cuts of streamCut, drawn with equal chances: a transport
 // error, half an event, an error object inside the 200 stream, and a clean
 // end without finishReason after part of the text (silent in the SDK).
-var cuts = []fakegemini.Fault{fakegemini.StreamCutBetween, fakegemini.StreamCutInside, fakegemini.StreamErrorInside, fakegemini.StreamNoFinish}
+var cuts = []geminitest.Fault{geminitest.StreamCutBetween, geminitest.StreamCutInside, geminitest.StreamErrorInside, geminitest.StreamNoFinish}
 
 // StreamCut cuts 20% of streams mid-answer.
 func StreamCut() *Scenario {
@@ -233,7 +233,7 @@ func StreamCut() *Scenario {
 			{Name: "dup chars", Format: "%.0f", Of: func(_ *Scenario, r *ArmRun) float64 { return sumCalls(r, func(c Call) int { return c.Dup }) }},
 		},
 	}
-	sc.Script = func(r Request) fakegemini.Step {
+	sc.Script = func(r Request) geminitest.Step {
 		step := answer(seed, sc.mustModel(r.Model), r)
 		draws := rng(seed, "cut", r.Model, r.Call, r.At)
 		if draws.Float64() >= share {
@@ -241,7 +241,7 @@ func StreamCut() *Scenario {
 		}
 		step.Fault = cuts[draws.IntN(len(cuts))]
 		step.CutAfter = 1 + draws.IntN(chunks-2)
-		if step.Fault == fakegemini.StreamNoFinish {
+		if step.Fault == geminitest.StreamNoFinish {
 			// The clean end comes after part of what this request answers.
 			step.Text = step.Text[:r.Resumed+(len(step.Text)-r.Resumed)*step.CutAfter/chunks]
 		}

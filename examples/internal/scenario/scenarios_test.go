@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // knownMisses are the targets of issue 5 that the library misses today,
@@ -187,8 +187,8 @@ func TestRetired404StartupCheck(t *testing.T) {
 	sc := Retired404()
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		srv := fakegemini.New(sc.fakeModel(sc.Models[0], start, true), sc.fakeModel(sc.Models[1], start, false))
-		_, err := GeminiguardArm("geminiguard").New(t.Context(), Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: fakegemini.BaseURL, Start: start})
+		srv := geminitest.New(sc.fakeModel(sc.Models[0], start, true), sc.fakeModel(sc.Models[1], start, false))
+		_, err := GeminiguardArm("geminiguard").New(t.Context(), Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: geminitest.BaseURL, Start: start})
 		require.ErrorIs(t, err, geminiguard.ErrModelNotFound)
 		check(t, "retired404: no request to the retired model with the startup check", srv.Total(flash) == 0, "%d requests", srv.Total(flash))
 	})

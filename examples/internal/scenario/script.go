@@ -9,14 +9,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Script decides how a model answers a request. It must be a pure function
 // of the request: the fake of every arm consults it for every generate and
 // stream request, and the oracle consults it before choosing a model, so
 // every arm meets the same faults and latencies.
-type Script func(r Request) fakegemini.Step
+type Script func(r Request) geminitest.Step
 
 // Request is a generate or stream request as a Script sees it.
 type Request struct {
@@ -97,8 +97,8 @@ func spread(seed uint64, median time.Duration, model string, call int) time.Dura
 
 // answer returns the step of a good answer of m to r: its latency and the
 // call's text.
-func answer(seed uint64, m Model, r Request) fakegemini.Step {
-	return fakegemini.Step{Latency: spread(seed, m.Latency, m.Name, r.Call), Text: Answer(r.Call)}
+func answer(seed uint64, m Model, r Request) geminitest.Step {
+	return geminitest.Step{Latency: spread(seed, m.Latency, m.Name, r.Call), Text: Answer(r.Call)}
 }
 
 // Error latencies: how long the API takes to refuse.
@@ -107,8 +107,8 @@ const (
 )
 
 // overloaded returns the step of a 503 overload answer.
-func overloaded() fakegemini.Step {
-	return fakegemini.Step{Fault: fakegemini.Overloaded, Latency: overloadLatency}
+func overloaded() geminitest.Step {
+	return geminitest.Step{Fault: geminitest.Overloaded, Latency: overloadLatency}
 }
 
 // poisson returns n arrival offsets of a Poisson process of rate per

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Upstream is one generate or stream request an arm sent to its fake.
@@ -17,7 +17,7 @@ type Upstream struct {
 	At     time.Duration   // when it was sent, since the run's start
 	Took   time.Duration   // until the response headers (or the error)
 	Model  string          // without "models/"
-	Verb   fakegemini.Verb // VerbGenerate or VerbStream
+	Verb   geminitest.Verb // VerbGenerate or VerbStream
 	Call   int             // the call whose prompt it carried, -1 when none
 	Status int             // HTTP status, 0 when no response came (dropped, cancelled)
 }
@@ -70,16 +70,16 @@ func (r *recorder) entries() []Upstream {
 
 // route reads a generate or stream request's model and verb from its path
 // (/v1beta/models/{model}:{verb}).
-func route(path string) (model string, verb fakegemini.Verb, ok bool) {
+func route(path string) (model string, verb geminitest.Verb, ok bool) {
 	_, rest, found := strings.Cut(path, "/models/")
 	if !found {
 		return "", "", false
 	}
 	model, v, found := strings.Cut(rest, ":")
-	switch verb = fakegemini.Verb(v); {
+	switch verb = geminitest.Verb(v); {
 	case !found:
 		return "", "", false
-	case verb == fakegemini.VerbGenerate, verb == fakegemini.VerbStream:
+	case verb == geminitest.VerbGenerate, verb == geminitest.VerbStream:
 		return model, verb, true
 	}
 	return "", "", false

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"net/http"
@@ -143,7 +143,7 @@ func (m Model) wire() modelJSON {
 		BaseModelID:      m.Name,
 		Version:          m.Version,
 		DisplayName:      m.DisplayName,
-		Description:      "Served by fakegemini.",
+		Description:      "Served by geminitest.",
 		InputTokenLimit:  m.InputTokenLimit,
 		OutputTokenLimit: m.OutputTokenLimit,
 		SupportedGenerationMethods: []string{

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"encoding/json"
@@ -29,7 +29,7 @@ type errorEnvelope struct {
 func (e apiError) body() []byte {
 	b, err := json.Marshal(errorEnvelope{Error: e})
 	if err != nil {
-		panic("fakegemini: marshal error body: " + err.Error())
+		panic("geminitest: marshal error body: " + err.Error())
 	}
 	return b
 }
@@ -114,7 +114,7 @@ func writeFault(w http.ResponseWriter, st Step, m Model) {
 		writeBody(w, http.StatusServiceUnavailable, "application/json; charset=UTF-8", jsonArrayBody())
 		return
 	default:
-		panic("fakegemini: writeFault of " + st.Fault.String())
+		panic("geminitest: writeFault of " + st.Fault.String())
 	}
 	writeError(w, e)
 }
@@ -324,7 +324,7 @@ func jsonArrayBody() []byte {
 		"status": "UNAVAILABLE",
 	}}})
 	if err != nil {
-		panic("fakegemini: marshal array body: " + err.Error())
+		panic("geminitest: marshal array body: " + err.Error())
 	}
 	return b
 }

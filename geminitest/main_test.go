@@ -1,4 +1,4 @@
-package fakegemini_test
+package geminitest_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func TestMain(m *testing.M) {
@@ -37,35 +37,26 @@ const flash = "gemini-2.5-flash"
 // wire is one way of reaching the fake.
 type wire struct {
 	name   string
-	client func(t *testing.T, fake *fakegemini.Server) *genai.Client
+	client func(t *testing.T, fake *geminitest.Server) *genai.Client
 }
 
 var (
-	inMemory = wire{"in-memory", func(t *testing.T, fake *fakegemini.Server) *genai.Client {
+	inMemory = wire{"in-memory", func(t *testing.T, fake *geminitest.Server) *genai.Client {
 		return newClient(t, fake.ClientConfig())
 	}}
-	http1 = wire{"httptest-h1", func(t *testing.T, fake *fakegemini.Server) *genai.Client {
+	http1 = wire{"httptest-h1", func(t *testing.T, fake *geminitest.Server) *genai.Client {
 		srv := httptest.NewServer(fake)
 		t.Cleanup(srv.Close)
-		return newClient(t, serverConfig(srv))
+		return newClient(t, geminitest.ClientConfigFor(srv))
 	}}
-	http2 = wire{"httptest-h2", func(t *testing.T, fake *fakegemini.Server) *genai.Client {
+	http2 = wire{"httptest-h2", func(t *testing.T, fake *geminitest.Server) *genai.Client {
 		srv := httptest.NewUnstartedServer(fake)
 		srv.EnableHTTP2 = true
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
-		return newClient(t, serverConfig(srv))
+		return newClient(t, geminitest.ClientConfigFor(srv))
 	}}
 )
-
-func serverConfig(srv *httptest.Server) *genai.ClientConfig {
-	return &genai.ClientConfig{
-		APIKey:      fakegemini.Key,
-		Backend:     genai.BackendGeminiAPI,
-		HTTPClient:  srv.Client(),
-		HTTPOptions: genai.HTTPOptions{BaseURL: srv.URL},
-	}
-}
 
 func newClient(t *testing.T, cfg *genai.ClientConfig) *genai.Client {
 	t.Helper()

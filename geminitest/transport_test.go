@@ -1,4 +1,4 @@
-package fakegemini_test
+package geminitest_test
 
 import (
 	"bufio"
@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func post(ctx context.Context, t *testing.T, c *http.Client, path, body string) (*http.Response, error) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fakegemini.BaseURL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, geminitest.BaseURL+path, strings.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set("X-Goog-Api-Key", fakegemini.Key)
+	req.Header.Set("X-Goog-Api-Key", geminitest.Key)
 	return c.Do(req)
 }
 
@@ -30,7 +30,7 @@ const (
 )
 
 func TestTransportWire(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash, Chunks: 2})
+	fake := geminitest.New(geminitest.Model{Name: flash, Chunks: 2})
 	resp, err := post(t.Context(), t, fake.HTTPClient(), streamPath, hiBody)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -61,7 +61,7 @@ func TestTransportWire(t *testing.T) {
 // Closing the body ends a stalled handler at once.
 func TestTransportCloseEndsHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.StreamStallBetween}}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.StreamStallBetween}}})
 		resp, err := post(t.Context(), t, fake.HTTPClient(), streamPath, hiBody)
 		require.NoError(t, err)
 		first, err := bufio.NewReader(resp.Body).ReadString('\n')
@@ -80,7 +80,7 @@ func TestTransportCloseEndsHandler(t *testing.T) {
 // A context done before the headers fails RoundTrip with the context's error.
 func TestTransportContextBeforeHeaders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Latency: time.Hour})
+		fake := geminitest.New(geminitest.Model{Name: flash, Latency: time.Hour})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 
@@ -102,7 +102,7 @@ func TestTransportContextBeforeHeaders(t *testing.T) {
 // error.
 func TestTransportContextDuringBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.StreamStallFirst}}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.StreamStallFirst}}})
 		ctx, cancel := context.WithCancel(t.Context())
 		resp, err := post(ctx, t, fake.HTTPClient(), streamPath, hiBody)
 		require.NoError(t, err)

@@ -1,4 +1,4 @@
-package fakegemini_test
+package geminitest_test
 
 import (
 	"encoding/json"
@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func TestGenerateOK(t *testing.T) {
 	for _, w := range []wire{inMemory, http1, http2} {
 		t.Run(w.name, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash})
+			fake := geminitest.New(geminitest.Model{Name: flash})
 			c := w.client(t, fake)
 
 			r, err := c.Models.GenerateContent(t.Context(), flash, prompt("Say hi"), nil)
@@ -42,7 +42,7 @@ func TestGenerateOK(t *testing.T) {
 }
 
 func TestCountersAndRequests(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash}, fakegemini.Model{Name: "gemini-2.5-pro"})
+	fake := geminitest.New(geminitest.Model{Name: flash}, geminitest.Model{Name: "gemini-2.5-pro"})
 	c := inMemory.client(t, fake)
 
 	_, err := c.Models.GenerateContent(t.Context(), flash, prompt("one"), nil)
@@ -57,25 +57,25 @@ func TestCountersAndRequests(t *testing.T) {
 	_, err = c.Models.List(t.Context(), nil)
 	require.NoError(t, err)
 
-	assert.Equal(t, 2, fake.Hits(flash, fakegemini.VerbGenerate))
-	assert.Equal(t, 1, fake.Hits(flash, fakegemini.VerbStream))
-	assert.Equal(t, 1, fake.Hits(flash, fakegemini.VerbCountTokens))
-	assert.Equal(t, 1, fake.Hits(flash, fakegemini.VerbGet))
-	assert.Equal(t, 1, fake.Hits("", fakegemini.VerbList))
+	assert.Equal(t, 2, fake.Hits(flash, geminitest.VerbGenerate))
+	assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbStream))
+	assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbCountTokens))
+	assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbGet))
+	assert.Equal(t, 1, fake.Hits("", geminitest.VerbList))
 	assert.Equal(t, 3, fake.Total(flash))
 	assert.Equal(t, 0, fake.Total("gemini-2.5-pro"))
 
 	reqs := fake.Requests(flash)
 	require.Len(t, reqs, 3)
 	for i, want := range []struct {
-		verb fakegemini.Verb
+		verb geminitest.Verb
 		text string
-	}{{fakegemini.VerbGenerate, "one"}, {fakegemini.VerbGenerate, "two"}, {fakegemini.VerbStream, "stream please"}} {
+	}{{geminitest.VerbGenerate, "one"}, {geminitest.VerbGenerate, "two"}, {geminitest.VerbStream, "stream please"}} {
 		assert.Equal(t, want.verb, reqs[i].Verb)
 		require.Len(t, reqs[i].Contents, 1)
 		assert.Equal(t, genai.RoleUser, reqs[i].Contents[0].Role)
 		assert.Equal(t, want.text, reqs[i].Contents[0].Parts[0].Text)
-		assert.Equal(t, fakegemini.Key, reqs[i].Header.Get("X-Goog-Api-Key"))
+		assert.Equal(t, geminitest.Key, reqs[i].Header.Get("X-Goog-Api-Key"))
 		assert.False(t, reqs[i].At.IsZero())
 	}
 	assert.JSONEq(t, `{"contents":[{"parts":[{"text":"two"}],"role":"user"}],"generationConfig":{"temperature":0.2}}`, string(reqs[1].Body))
@@ -86,7 +86,7 @@ func TestCountersAndRequests(t *testing.T) {
 }
 
 func TestBadKey(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash})
+	fake := geminitest.New(geminitest.Model{Name: flash})
 	cfg := fake.ClientConfig()
 	cfg.APIKey = "AIza-real-looking-key"
 	c := newClient(t, cfg)
@@ -102,11 +102,11 @@ func TestBadKey(t *testing.T) {
 	_, err = c.Models.List(t.Context(), nil)
 	assert.Equal(t, 400, apiError(t, err).Code)
 	assert.Equal(t, 1, fake.Total(flash), "rejected requests are counted")
-	assert.Equal(t, 1, fake.Hits("", fakegemini.VerbList))
+	assert.Equal(t, 1, fake.Hits("", geminitest.VerbList))
 }
 
 func TestUnknownAndUnlistedModels(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash}, fakegemini.Model{Name: "gemini-1.5-pro", Unlisted: true})
+	fake := geminitest.New(geminitest.Model{Name: flash}, geminitest.Model{Name: "gemini-1.5-pro", Unlisted: true})
 	c := inMemory.client(t, fake)
 
 	for _, model := range []string{"gemini-1.5-pro", "nope"} {
@@ -124,18 +124,18 @@ func TestUnknownAndUnlistedModels(t *testing.T) {
 	}
 
 	// Retiring a model at run time.
-	fake.SetModel(fakegemini.Model{Name: flash, Unlisted: true})
+	fake.SetModel(geminitest.Model{Name: flash, Unlisted: true})
 	_, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
 	assert.Equal(t, 404, apiError(t, err).Code)
 }
 
 func TestListPaging(t *testing.T) {
-	var models []fakegemini.Model
+	var models []geminitest.Model
 	for i := range 5 {
-		models = append(models, fakegemini.Model{Name: fmt.Sprintf("gemini-%d", i), DisplayName: fmt.Sprintf("Gemini %d", i)})
+		models = append(models, geminitest.Model{Name: fmt.Sprintf("gemini-%d", i), DisplayName: fmt.Sprintf("Gemini %d", i)})
 	}
-	models = append(models, fakegemini.Model{Name: "gemini-retired", Unlisted: true})
-	fake := fakegemini.New(models...)
+	models = append(models, geminitest.Model{Name: "gemini-retired", Unlisted: true})
+	fake := geminitest.New(models...)
 	c := inMemory.client(t, fake)
 
 	var names []string
@@ -169,9 +169,9 @@ func TestListPaging(t *testing.T) {
 
 func TestScriptList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash})
+		fake := geminitest.New(geminitest.Model{Name: flash})
 		c := inMemory.client(t, fake)
-		fake.ScriptList(fakegemini.Step{Fault: fakegemini.Overloaded, Latency: time.Second}, fakegemini.Step{}, fakegemini.Step{Fault: fakegemini.APIKeyInvalid})
+		fake.ScriptList(geminitest.Step{Fault: geminitest.Overloaded, Latency: time.Second}, geminitest.Step{}, geminitest.Step{Fault: geminitest.APIKeyInvalid})
 		start := time.Now()
 		_, err := c.Models.List(t.Context(), nil)
 		assert.Equal(t, 503, apiError(t, err).Code)
@@ -183,18 +183,18 @@ func TestScriptList(t *testing.T) {
 		assert.Equal(t, 400, apiError(t, err).Code)
 		_, err = c.Models.List(t.Context(), nil)
 		require.NoError(t, err, "normal again after the script")
-		assert.Equal(t, 4, fake.Hits("", fakegemini.VerbList))
+		assert.Equal(t, 4, fake.Hits("", geminitest.VerbList))
 
-		fake.ScriptList(fakegemini.Step{Fault: fakegemini.Internal})
+		fake.ScriptList(geminitest.Step{Fault: geminitest.Internal})
 		fake.Reset()
 		_, err = c.Models.List(t.Context(), nil)
 		require.NoError(t, err, "Reset forgets the script")
-		assert.Panics(t, func() { fake.ScriptList(fakegemini.Step{Fault: fakegemini.FinishSafety}) })
+		assert.Panics(t, func() { fake.ScriptList(geminitest.Step{Fault: geminitest.FinishSafety}) })
 	})
 }
 
 func TestGet(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash, DisplayName: "Gemini 2.5 Flash", InputTokenLimit: 1000})
+	fake := geminitest.New(geminitest.Model{Name: flash, DisplayName: "Gemini 2.5 Flash", InputTokenLimit: 1000})
 	c := inMemory.client(t, fake)
 
 	m, err := c.Models.Get(t.Context(), flash, nil)
@@ -208,7 +208,7 @@ func TestGet(t *testing.T) {
 }
 
 func TestCountTokensAndEmbed(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash}, fakegemini.Model{Name: "text-embedding-004"})
+	fake := geminitest.New(geminitest.Model{Name: flash}, geminitest.Model{Name: "text-embedding-004"})
 	c := inMemory.client(t, fake)
 
 	n, err := c.Models.CountTokens(t.Context(), flash, []*genai.Content{
@@ -230,12 +230,12 @@ func TestCountTokensAndEmbed(t *testing.T) {
 	assert.Len(t, r.Embeddings[0].Values, 3)
 	assert.NotEqual(t, r.Embeddings[0].Values, r.Embeddings[1].Values)
 	assert.Equal(t, r.Embeddings, embed().Embeddings, "deterministic")
-	assert.Equal(t, 2, fake.Hits("text-embedding-004", fakegemini.VerbEmbed))
+	assert.Equal(t, 2, fake.Hits("text-embedding-004", geminitest.VerbEmbed))
 }
 
 // A client resumes a cut answer by sending the partial model turn.
 func TestResumeFromPartialModelTurn(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash})
+	fake := geminitest.New(geminitest.Model{Name: flash})
 	c := inMemory.client(t, fake)
 	full := fake.FullText(flash)
 	contents := []*genai.Content{
@@ -264,9 +264,9 @@ func TestResumeFromPartialModelTurn(t *testing.T) {
 }
 
 func TestContinuation(t *testing.T) {
-	step := fakegemini.Step{Continuation: true, Text: "part one, part two"}
+	step := geminitest.Step{Continuation: true, Text: "part one, part two"}
 	t.Run("unary", func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{step, {Text: step.Text}}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{step, {Text: step.Text}}})
 		c := inMemory.client(t, fake)
 
 		r, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
@@ -281,7 +281,7 @@ func TestContinuation(t *testing.T) {
 		assert.NotEmpty(t, second.ContinuationToken)
 	})
 	t.Run("stream", func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Chunks: 2, Script: []fakegemini.Step{{Continuation: true}}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Chunks: 2, Script: []geminitest.Step{{Continuation: true}}})
 		c := inMemory.client(t, fake)
 
 		s := stream(t.Context(), c, flash, nil)
@@ -289,10 +289,10 @@ func TestContinuation(t *testing.T) {
 		assert.Len(t, s.chunks, 4)
 		assert.Equal(t, fake.FullText(flash), s.text())
 		assert.Equal(t, []genai.FinishReason{genai.FinishReasonStop}, s.finishReasons())
-		assert.Equal(t, 2, fake.Hits(flash, fakegemini.VerbStream))
+		assert.Equal(t, 2, fake.Hits(flash, geminitest.VerbStream))
 	})
 	t.Run("turned off", func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{step}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{step}})
 		c := inMemory.client(t, fake)
 
 		r, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(false)})
@@ -306,7 +306,7 @@ func TestContinuation(t *testing.T) {
 
 func TestLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Latency: 800 * time.Millisecond})
+		fake := geminitest.New(geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := newClient(t, fake.ClientConfig())
 
 		start := time.Now()
@@ -315,7 +315,7 @@ func TestLatency(t *testing.T) {
 		assert.Equal(t, 800*time.Millisecond, time.Since(start))
 
 		// Errors answer at once unless their step has a latency.
-		fake.Script(flash, fakegemini.Step{Fault: fakegemini.Overloaded}, fakegemini.Step{Fault: fakegemini.Overloaded, Latency: 3 * time.Second})
+		fake.Script(flash, geminitest.Step{Fault: geminitest.Overloaded}, geminitest.Step{Fault: geminitest.Overloaded, Latency: 3 * time.Second})
 		start = time.Now()
 		require.Error(t, generate(t, c, flash))
 		assert.Zero(t, time.Since(start))
@@ -326,10 +326,10 @@ func TestLatency(t *testing.T) {
 
 func TestScriptThenFaultsAreDeterministic(t *testing.T) {
 	run := func() []string {
-		fake := fakegemini.New(fakegemini.Model{
+		fake := geminitest.New(geminitest.Model{
 			Name:   flash,
-			Script: []fakegemini.Step{{Fault: fakegemini.Internal}},
-			Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: 0.5}},
+			Script: []geminitest.Step{{Fault: geminitest.Internal}},
+			Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 0.5}},
 			Seed:   42,
 		})
 		c := inMemory.client(t, fake)
@@ -355,15 +355,15 @@ func TestDecide(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		var seen []int
-		fake := fakegemini.New(fakegemini.Model{
+		fake := geminitest.New(geminitest.Model{
 			Name:   flash,
-			Script: []fakegemini.Step{{Fault: fakegemini.Internal}}, // ignored
-			Decide: func(r fakegemini.Request, i int) fakegemini.Step {
+			Script: []geminitest.Step{{Fault: geminitest.Internal}}, // ignored
+			Decide: func(r geminitest.Request, i int) geminitest.Step {
 				seen = append(seen, i)
 				if r.At.Sub(start) < time.Minute {
-					return fakegemini.Step{Fault: fakegemini.Overloaded}
+					return geminitest.Step{Fault: geminitest.Overloaded}
 				}
-				return fakegemini.Step{}
+				return geminitest.Step{}
 			},
 		})
 		c := newClient(t, fake.ClientConfig())
@@ -376,7 +376,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestScriptReplacesAndRewinds(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.Internal}}})
+	fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.Internal}}})
 	c := inMemory.client(t, fake)
 
 	assert.Equal(t, 500, apiError(t, generate(t, c, flash)).Code)
@@ -384,17 +384,17 @@ func TestScriptReplacesAndRewinds(t *testing.T) {
 	fake.Reset()
 	assert.Equal(t, 500, apiError(t, generate(t, c, flash)).Code)
 
-	fake.Script(flash, fakegemini.Step{Fault: fakegemini.LeakedKey})
+	fake.Script(flash, geminitest.Step{Fault: geminitest.LeakedKey})
 	assert.Equal(t, 403, apiError(t, generate(t, c, flash)).Code)
 	assert.Panics(t, func() { fake.Script("nope") })
 }
 
 // Many concurrent calls over both wires, for the race detector.
 func TestConcurrent(t *testing.T) {
-	fake := fakegemini.New(fakegemini.Model{
+	fake := geminitest.New(geminitest.Model{
 		Name:   flash,
-		Quota:  fakegemini.Quota{RPM: 1000},
-		Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.StreamCutBetween}, P: 0.3}},
+		Quota:  geminitest.Quota{RPM: 1000},
+		Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.StreamCutBetween}, P: 0.3}},
 	})
 	clients := []*genai.Client{inMemory.client(t, fake), http1.client(t, fake)}
 	var wg sync.WaitGroup

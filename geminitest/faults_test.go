@@ -1,4 +1,4 @@
-package fakegemini_test
+package geminitest_test
 
 import (
 	"errors"
@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // errorCases are the faults answered with a non-2xx status, and what the SDK
 // must report for each (research/gemini-wire.md §5.1).
 var errorCases = []struct {
-	fault   fakegemini.Fault
+	fault   geminitest.Fault
 	code    int
 	status  string
 	message string   // a substring of the message
@@ -25,7 +25,7 @@ var errorCases = []struct {
 	check   func(t *testing.T, e genai.APIError)
 }{
 	{
-		fault: fakegemini.RateLimitMinute, code: 429, status: "RESOURCE_EXHAUSTED",
+		fault: geminitest.RateLimitMinute, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "Please retry in 7s.",
 		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
 		check: func(t *testing.T, e genai.APIError) {
@@ -34,7 +34,7 @@ var errorCases = []struct {
 		},
 	},
 	{
-		fault: fakegemini.RateLimitTokens, code: 429, status: "RESOURCE_EXHAUSTED",
+		fault: geminitest.RateLimitTokens, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "generate_content_free_tier_input_token_count, limit: 250000",
 		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
 		check: func(t *testing.T, e genai.APIError) {
@@ -43,7 +43,7 @@ var errorCases = []struct {
 		},
 	},
 	{
-		fault: fakegemini.DailyQuota, code: 429, status: "RESOURCE_EXHAUSTED",
+		fault: geminitest.DailyQuota, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "limit: 250, model: gemini-2.5-flash",
 		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
 		check: func(t *testing.T, e genai.APIError) {
@@ -52,7 +52,7 @@ var errorCases = []struct {
 		},
 	},
 	{
-		fault: fakegemini.DailyAndMinute, code: 429, status: "RESOURCE_EXHAUSTED",
+		fault: geminitest.DailyAndMinute, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "You exceeded your current quota",
 		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
 		check: func(t *testing.T, e genai.APIError) {
@@ -63,7 +63,7 @@ var errorCases = []struct {
 		},
 	},
 	{
-		fault: fakegemini.LimitZero, code: 429, status: "RESOURCE_EXHAUSTED",
+		fault: geminitest.LimitZero, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "limit: 0",
 		details: []string{"google.rpc.QuotaFailure", "google.rpc.Help", "google.rpc.RetryInfo"},
 		check: func(t *testing.T, e genai.APIError) {
@@ -72,11 +72,11 @@ var errorCases = []struct {
 			}
 		},
 	},
-	{fault: fakegemini.SpendCap, code: 429, status: "RESOURCE_EXHAUSTED", message: "exceeded its monthly spending cap"},
-	{fault: fakegemini.PrepayDepleted, code: 429, status: "RESOURCE_EXHAUSTED", message: "prepayment credits are depleted"},
-	{fault: fakegemini.ResourceExhausted, code: 429, status: "RESOURCE_EXHAUSTED", message: "Resource has been exhausted (e.g. check quota)."},
+	{fault: geminitest.SpendCap, code: 429, status: "RESOURCE_EXHAUSTED", message: "exceeded its monthly spending cap"},
+	{fault: geminitest.PrepayDepleted, code: 429, status: "RESOURCE_EXHAUSTED", message: "prepayment credits are depleted"},
+	{fault: geminitest.ResourceExhausted, code: 429, status: "RESOURCE_EXHAUSTED", message: "Resource has been exhausted (e.g. check quota)."},
 	{
-		fault: fakegemini.RateLimitLegacy, code: 429, status: "RESOURCE_EXHAUSTED",
+		fault: geminitest.RateLimitLegacy, code: 429, status: "RESOURCE_EXHAUSTED",
 		message: "Quota exceeded for quota metric 'Generate Content API requests per minute'",
 		details: []string{"google.rpc.ErrorInfo", "google.rpc.Help"},
 		check: func(t *testing.T, e genai.APIError) {
@@ -86,23 +86,23 @@ var errorCases = []struct {
 			assert.Equal(t, "10", meta["quota_limit_value"])
 		},
 	},
-	{fault: fakegemini.Internal, code: 500, status: "INTERNAL", message: "An internal error has occurred."},
-	{fault: fakegemini.Overloaded, code: 503, status: "UNAVAILABLE", message: "The model is overloaded. Please try again later."},
-	{fault: fakegemini.DeadlineExpired503, code: 503, status: "UNAVAILABLE", message: "Deadline expired before operation could complete."},
-	{fault: fakegemini.GatewayTimeout, code: 504, status: "DEADLINE_EXCEEDED", message: "Deadline expired"},
-	{fault: fakegemini.InvalidArgument, code: 400, status: "INVALID_ARGUMENT", message: "Request contains an invalid argument."},
+	{fault: geminitest.Internal, code: 500, status: "INTERNAL", message: "An internal error has occurred."},
+	{fault: geminitest.Overloaded, code: 503, status: "UNAVAILABLE", message: "The model is overloaded. Please try again later."},
+	{fault: geminitest.DeadlineExpired503, code: 503, status: "UNAVAILABLE", message: "Deadline expired before operation could complete."},
+	{fault: geminitest.GatewayTimeout, code: 504, status: "DEADLINE_EXCEEDED", message: "Deadline expired"},
+	{fault: geminitest.InvalidArgument, code: 400, status: "INVALID_ARGUMENT", message: "Request contains an invalid argument."},
 	{
-		fault: fakegemini.APIKeyInvalid, code: 400, status: "INVALID_ARGUMENT", message: "API key not valid.",
+		fault: geminitest.APIKeyInvalid, code: 400, status: "INVALID_ARGUMENT", message: "API key not valid.",
 		details: []string{"google.rpc.ErrorInfo", "google.rpc.LocalizedMessage"},
 		check: func(t *testing.T, e genai.APIError) {
 			assert.Equal(t, "API_KEY_INVALID", e.Details[0]["reason"])
 		},
 	},
-	{fault: fakegemini.FailedPrecondition, code: 400, status: "FAILED_PRECONDITION", message: "User location is not supported for the API use."},
-	{fault: fakegemini.LeakedKey, code: 403, status: "PERMISSION_DENIED", message: "Your API key was reported as leaked."},
-	{fault: fakegemini.Unregistered, code: 403, status: "PERMISSION_DENIED", message: "Method doesn't allow unregistered callers"},
+	{fault: geminitest.FailedPrecondition, code: 400, status: "FAILED_PRECONDITION", message: "User location is not supported for the API use."},
+	{fault: geminitest.LeakedKey, code: 403, status: "PERMISSION_DENIED", message: "Your API key was reported as leaked."},
+	{fault: geminitest.Unregistered, code: 403, status: "PERMISSION_DENIED", message: "Method doesn't allow unregistered callers"},
 	{
-		fault: fakegemini.ServiceDisabled, code: 403, status: "PERMISSION_DENIED", message: "has not been used in project",
+		fault: geminitest.ServiceDisabled, code: 403, status: "PERMISSION_DENIED", message: "has not been used in project",
 		details: []string{"google.rpc.ErrorInfo", "google.rpc.LocalizedMessage", "google.rpc.Help"},
 		check: func(t *testing.T, e genai.APIError) {
 			assert.Equal(t, "SERVICE_DISABLED", e.Details[0]["reason"])
@@ -111,13 +111,13 @@ var errorCases = []struct {
 			assert.Contains(t, meta["consumer"], "projects/")
 		},
 	},
-	{fault: fakegemini.NotFound, code: 404, status: "NOT_FOUND", message: "models/gemini-2.5-flash is not found for API version v1beta"},
+	{fault: geminitest.NotFound, code: 404, status: "NOT_FOUND", message: "models/gemini-2.5-flash is not found for API version v1beta"},
 	{
-		fault: fakegemini.NonJSONBody, code: 503, status: "503 Service Unavailable",
+		fault: geminitest.NonJSONBody, code: 503, status: "503 Service Unavailable",
 		message: "upstream connect error or disconnect/reset before headers. reset reason: overflow",
 	},
 	{
-		fault: fakegemini.JSONArrayBody, code: 503, status: "503 Service Unavailable", message: `[{"error":{"code":503`,
+		fault: geminitest.JSONArrayBody, code: 503, status: "503 Service Unavailable", message: `[{"error":{"code":503`,
 	},
 }
 
@@ -125,7 +125,7 @@ func TestErrorFaults(t *testing.T) {
 	for _, w := range []wire{inMemory, http1} {
 		for _, tc := range errorCases {
 			t.Run(w.name+"/"+tc.fault.String(), func(t *testing.T) {
-				fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: tc.fault}, {Fault: tc.fault}}})
+				fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: tc.fault}, {Fault: tc.fault}}})
 				c := w.client(t, fake)
 
 				_, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
@@ -145,8 +145,8 @@ func TestErrorFaults(t *testing.T) {
 				s := stream(t.Context(), c, flash, nil)
 				assert.Empty(t, s.chunks)
 				check(s.err)
-				assert.Equal(t, 1, fake.Hits(flash, fakegemini.VerbGenerate))
-				assert.Equal(t, 1, fake.Hits(flash, fakegemini.VerbStream))
+				assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbGenerate))
+				assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbStream))
 			})
 		}
 	}
@@ -154,9 +154,9 @@ func TestErrorFaults(t *testing.T) {
 
 func TestStepQuotaValue(t *testing.T) {
 	huge := "99999999999999999999999"
-	fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{
-		{Fault: fakegemini.RateLimitTokens, QuotaValue: huge},
-		{Fault: fakegemini.DailyAndMinute, QuotaValue: "2147483647"},
+	fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{
+		{Fault: geminitest.RateLimitTokens, QuotaValue: huge},
+		{Fault: geminitest.DailyAndMinute, QuotaValue: "2147483647"},
 	}})
 	c := inMemory.client(t, fake)
 
@@ -175,8 +175,8 @@ func TestStepQuotaValue(t *testing.T) {
 func TestDropBeforeHeaders(t *testing.T) {
 	for _, w := range []wire{inMemory, http1} {
 		t.Run(w.name, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{
-				{Fault: fakegemini.DropBeforeHeaders}, {Fault: fakegemini.DropBeforeHeaders},
+			fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{
+				{Fault: geminitest.DropBeforeHeaders}, {Fault: geminitest.DropBeforeHeaders},
 			}})
 			c := w.client(t, fake)
 
@@ -196,15 +196,15 @@ func TestDropBeforeHeaders(t *testing.T) {
 
 func TestQuietFaults(t *testing.T) {
 	cases := []struct {
-		fault fakegemini.Fault
+		fault geminitest.Fault
 		check func(t *testing.T, r *genai.GenerateContentResponse)
 	}{
-		{fakegemini.PromptBlocked, func(t *testing.T, r *genai.GenerateContentResponse) {
+		{geminitest.PromptBlocked, func(t *testing.T, r *genai.GenerateContentResponse) {
 			assert.Empty(t, r.Candidates)
 			require.NotNil(t, r.PromptFeedback)
 			assert.Equal(t, genai.BlockedReasonSafety, r.PromptFeedback.BlockReason)
 		}},
-		{fakegemini.FinishSafety, func(t *testing.T, r *genai.GenerateContentResponse) {
+		{geminitest.FinishSafety, func(t *testing.T, r *genai.GenerateContentResponse) {
 			require.Len(t, r.Candidates, 1)
 			assert.Equal(t, genai.FinishReasonSafety, r.Candidates[0].FinishReason)
 			assert.Nil(t, r.Candidates[0].Content)
@@ -214,23 +214,23 @@ func TestQuietFaults(t *testing.T) {
 			}
 			assert.True(t, blocked)
 		}},
-		{fakegemini.FinishRecitation, finishOnly(genai.FinishReasonRecitation)},
-		{fakegemini.FinishOther, finishOnly(genai.FinishReasonOther)},
-		{fakegemini.FinishMalformedFunctionCall, finishOnly(genai.FinishReasonMalformedFunctionCall)},
-		{fakegemini.MaxTokensEmpty, func(t *testing.T, r *genai.GenerateContentResponse) {
+		{geminitest.FinishRecitation, finishOnly(genai.FinishReasonRecitation)},
+		{geminitest.FinishOther, finishOnly(genai.FinishReasonOther)},
+		{geminitest.FinishMalformedFunctionCall, finishOnly(genai.FinishReasonMalformedFunctionCall)},
+		{geminitest.MaxTokensEmpty, func(t *testing.T, r *genai.GenerateContentResponse) {
 			require.Len(t, r.Candidates, 1)
 			assert.Equal(t, genai.FinishReasonMaxTokens, r.Candidates[0].FinishReason)
 			require.NotNil(t, r.Candidates[0].Content)
 			assert.Empty(t, r.Candidates[0].Content.Parts)
 			assert.Positive(t, r.UsageMetadata.ThoughtsTokenCount)
 		}},
-		{fakegemini.StopNoParts, func(t *testing.T, r *genai.GenerateContentResponse) {
+		{geminitest.StopNoParts, func(t *testing.T, r *genai.GenerateContentResponse) {
 			require.Len(t, r.Candidates, 1)
 			assert.Equal(t, genai.FinishReasonStop, r.Candidates[0].FinishReason)
 			require.NotNil(t, r.Candidates[0].Content)
 			assert.Empty(t, r.Candidates[0].Content.Parts)
 		}},
-		{fakegemini.NoCandidates, func(t *testing.T, r *genai.GenerateContentResponse) {
+		{geminitest.NoCandidates, func(t *testing.T, r *genai.GenerateContentResponse) {
 			assert.Empty(t, r.Candidates)
 			assert.Nil(t, r.PromptFeedback)
 			require.NotNil(t, r.UsageMetadata)
@@ -239,7 +239,7 @@ func TestQuietFaults(t *testing.T) {
 	for _, w := range []wire{inMemory, http1} {
 		for _, tc := range cases {
 			t.Run(w.name+"/"+tc.fault.String(), func(t *testing.T) {
-				fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: tc.fault}, {Fault: tc.fault}}})
+				fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: tc.fault}, {Fault: tc.fault}}})
 				c := w.client(t, fake)
 
 				r, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
@@ -268,13 +268,13 @@ func finishOnly(reason genai.FinishReason) func(t *testing.T, r *genai.GenerateC
 
 // Stream faults on the unary endpoint answer like OK.
 func TestStreamFaultsOnUnaryAreOK(t *testing.T) {
-	faults := []fakegemini.Fault{
-		fakegemini.StreamCutBetween, fakegemini.StreamCutInside, fakegemini.StreamErrorInside,
-		fakegemini.StreamNoFinish, fakegemini.StreamStallBetween,
+	faults := []geminitest.Fault{
+		geminitest.StreamCutBetween, geminitest.StreamCutInside, geminitest.StreamErrorInside,
+		geminitest.StreamNoFinish, geminitest.StreamStallBetween,
 	}
 	for _, f := range faults {
 		t.Run(f.String(), func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: f}}})
+			fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: f}}})
 			c := inMemory.client(t, fake)
 			r, err := c.Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
 			require.NoError(t, err)
@@ -285,12 +285,12 @@ func TestStreamFaultsOnUnaryAreOK(t *testing.T) {
 }
 
 func TestFaultString(t *testing.T) {
-	assert.Equal(t, "OK", fakegemini.OK.String())
-	assert.Equal(t, "RateLimitMinute", fakegemini.RateLimitMinute.String())
-	assert.Equal(t, "StreamStallBetween", fakegemini.StreamStallBetween.String())
-	assert.Equal(t, "PrepayDepleted", fakegemini.PrepayDepleted.String())
-	assert.Equal(t, "Fault(999)", fakegemini.Fault(999).String())
-	for f := fakegemini.OK; f <= fakegemini.StreamStallBetween; f++ {
+	assert.Equal(t, "OK", geminitest.OK.String())
+	assert.Equal(t, "RateLimitMinute", geminitest.RateLimitMinute.String())
+	assert.Equal(t, "StreamStallBetween", geminitest.StreamStallBetween.String())
+	assert.Equal(t, "PrepayDepleted", geminitest.PrepayDepleted.String())
+	assert.Equal(t, "Fault(999)", geminitest.Fault(999).String())
+	for f := geminitest.OK; f <= geminitest.StreamStallBetween; f++ {
 		assert.False(t, strings.HasPrefix(f.String(), "Fault("), "fault %d has no name", int(f))
 	}
 }

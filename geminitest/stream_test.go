@@ -1,4 +1,4 @@
-package fakegemini_test
+package geminitest_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 func TestStreamOK(t *testing.T) {
 	for _, w := range []wire{inMemory, http1, http2} {
 		t.Run(w.name, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash, Chunks: 5})
+			fake := geminitest.New(geminitest.Model{Name: flash, Chunks: 5})
 			c := w.client(t, fake)
 
 			s := stream(t.Context(), c, flash, nil)
@@ -32,7 +32,7 @@ func TestStreamOK(t *testing.T) {
 			require.NotNil(t, last.UsageMetadata)
 			assert.Equal(t, int32(4), last.UsageMetadata.PromptTokenCount) // "stream please": 13 chars
 			assert.Equal(t, int32((len(fake.FullText(flash))+3)/4), last.UsageMetadata.CandidatesTokenCount)
-			assert.Equal(t, 1, fake.Hits(flash, fakegemini.VerbStream))
+			assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbStream))
 		})
 	}
 }
@@ -55,30 +55,30 @@ func TestStreamFaults(t *testing.T) {
 	}
 	cases := []struct {
 		w      wire
-		step   fakegemini.Step
+		step   geminitest.Step
 		chunks int
 		err    func(t *testing.T, err error) // nil: no error
 	}{
-		{inMemory, fakegemini.Step{Fault: fakegemini.StreamCutBetween}, 1, isUnexpectedEOF},
-		{http1, fakegemini.Step{Fault: fakegemini.StreamCutBetween}, 1, isUnexpectedEOF},
-		{http2, fakegemini.Step{Fault: fakegemini.StreamCutBetween}, 1, isH2Reset},
-		{inMemory, fakegemini.Step{Fault: fakegemini.StreamCutBetween, CutAfter: 3}, 3, isUnexpectedEOF},
-		{http1, fakegemini.Step{Fault: fakegemini.StreamCutBetween, CutAfter: -1}, 0, isUnexpectedEOF},
-		{inMemory, fakegemini.Step{Fault: fakegemini.StreamCutInside}, 1, isUnmarshal},
-		{http1, fakegemini.Step{Fault: fakegemini.StreamCutInside, CutAfter: 2}, 2, isUnmarshal},
-		{http2, fakegemini.Step{Fault: fakegemini.StreamCutInside}, 1, isUnmarshal},
-		{inMemory, fakegemini.Step{Fault: fakegemini.StreamErrorInside}, 1, isOverloaded},
-		{http1, fakegemini.Step{Fault: fakegemini.StreamErrorInside, CutAfter: 2}, 2, isOverloaded},
-		{http2, fakegemini.Step{Fault: fakegemini.StreamErrorInside}, 1, isOverloaded},
-		{inMemory, fakegemini.Step{Fault: fakegemini.StreamNoFinish}, 4, nil},
-		{http1, fakegemini.Step{Fault: fakegemini.StreamNoFinish}, 4, nil},
-		{http2, fakegemini.Step{Fault: fakegemini.StreamNoFinish}, 4, nil},
-		{inMemory, fakegemini.Step{Fault: fakegemini.StreamStallBetween, Stall: 20 * time.Millisecond}, 4, nil},
-		{http1, fakegemini.Step{Fault: fakegemini.StreamStallFirst, Stall: 20 * time.Millisecond}, 4, nil},
+		{inMemory, geminitest.Step{Fault: geminitest.StreamCutBetween}, 1, isUnexpectedEOF},
+		{http1, geminitest.Step{Fault: geminitest.StreamCutBetween}, 1, isUnexpectedEOF},
+		{http2, geminitest.Step{Fault: geminitest.StreamCutBetween}, 1, isH2Reset},
+		{inMemory, geminitest.Step{Fault: geminitest.StreamCutBetween, CutAfter: 3}, 3, isUnexpectedEOF},
+		{http1, geminitest.Step{Fault: geminitest.StreamCutBetween, CutAfter: -1}, 0, isUnexpectedEOF},
+		{inMemory, geminitest.Step{Fault: geminitest.StreamCutInside}, 1, isUnmarshal},
+		{http1, geminitest.Step{Fault: geminitest.StreamCutInside, CutAfter: 2}, 2, isUnmarshal},
+		{http2, geminitest.Step{Fault: geminitest.StreamCutInside}, 1, isUnmarshal},
+		{inMemory, geminitest.Step{Fault: geminitest.StreamErrorInside}, 1, isOverloaded},
+		{http1, geminitest.Step{Fault: geminitest.StreamErrorInside, CutAfter: 2}, 2, isOverloaded},
+		{http2, geminitest.Step{Fault: geminitest.StreamErrorInside}, 1, isOverloaded},
+		{inMemory, geminitest.Step{Fault: geminitest.StreamNoFinish}, 4, nil},
+		{http1, geminitest.Step{Fault: geminitest.StreamNoFinish}, 4, nil},
+		{http2, geminitest.Step{Fault: geminitest.StreamNoFinish}, 4, nil},
+		{inMemory, geminitest.Step{Fault: geminitest.StreamStallBetween, Stall: 20 * time.Millisecond}, 4, nil},
+		{http1, geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 20 * time.Millisecond}, 4, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.w.name+"/"+tc.step.Fault.String(), func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{tc.step}})
+			fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{tc.step}})
 			c := tc.w.client(t, fake)
 
 			s := stream(t.Context(), c, flash, nil)
@@ -91,7 +91,7 @@ func TestStreamFaults(t *testing.T) {
 				tc.err(t, s.err)
 				assert.True(t, len(s.text()) < len(fake.FullText(flash)))
 			}
-			if tc.step.Fault == fakegemini.StreamNoFinish {
+			if tc.step.Fault == geminitest.StreamNoFinish {
 				assert.Empty(t, s.finishReasons())
 			}
 			assert.Equal(t, 1, fake.Total(flash), "the SDK must not resume without a continuation token")
@@ -103,7 +103,7 @@ func TestStreamFaults(t *testing.T) {
 func TestStreamStalls(t *testing.T) {
 	t.Run("stall first, caller deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.StreamStallFirst}}})
+			fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.StreamStallFirst}}})
 			c := newClient(t, fake.ClientConfig())
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
@@ -117,9 +117,9 @@ func TestStreamStalls(t *testing.T) {
 	})
 	t.Run("stall between, then the rest", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{
+			fake := geminitest.New(geminitest.Model{
 				Name: flash, Latency: 300 * time.Millisecond, ChunkInterval: 100 * time.Millisecond,
-				Script: []fakegemini.Step{{Fault: fakegemini.StreamStallBetween, CutAfter: 2, Stall: 10 * time.Second}},
+				Script: []geminitest.Step{{Fault: geminitest.StreamStallBetween, CutAfter: 2, Stall: 10 * time.Second}},
 			})
 			c := newClient(t, fake.ClientConfig())
 
@@ -135,7 +135,7 @@ func TestStreamStalls(t *testing.T) {
 	})
 	t.Run("stall between, caller cancels", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{Name: flash, Script: []fakegemini.Step{{Fault: fakegemini.StreamStallBetween}}})
+			fake := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.StreamStallBetween}}})
 			c := newClient(t, fake.ClientConfig())
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -156,9 +156,9 @@ func TestStreamStalls(t *testing.T) {
 	})
 	t.Run("stall first on unary delays the answer", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			fake := fakegemini.New(fakegemini.Model{
+			fake := geminitest.New(geminitest.Model{
 				Name: flash, Latency: time.Second,
-				Script: []fakegemini.Step{{Fault: fakegemini.StreamStallFirst, Stall: time.Minute}},
+				Script: []geminitest.Step{{Fault: geminitest.StreamStallFirst, Stall: time.Minute}},
 			})
 			c := newClient(t, fake.ClientConfig())
 			start := time.Now()

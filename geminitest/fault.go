@@ -1,18 +1,17 @@
-package fakegemini
+package geminitest
 
 import (
 	"strconv"
 	"time"
 )
 
-// Fault names one way a request can go wrong. The zero value OK is a normal
-// answer. The wire shape of each fault is in bodies.go (errors) and answer.go
-// (quiet 200s); how the genai SDK surfaces it is in research/gemini-wire.md.
+// Fault names one way a request can go wrong, with the body and status the
+// real API sends for it. The zero value OK is a normal answer.
 type Fault int
 
-// The faults the fake can answer with, grouped by what the caller sees. The
-// groups are contiguous ranges (isErrorFault, isQuietFault): add a fault to
-// its group.
+// The faults the fake can answer with, grouped by what the caller sees: error
+// answers (which the SDK returns as a genai.APIError, unless said otherwise),
+// quiet 200s (an answer without text, and no error), and broken streams.
 const (
 	// OK answers normally (the model's text, finishReason STOP).
 	OK Fault = iota

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"context"
@@ -137,7 +137,7 @@ func resumeOffset(full string, contents []*genai.Content) int {
 	return 0
 }
 
-const tokenPrefix = "fakegemini/"
+const tokenPrefix = "geminitest/"
 
 func makeToken(offset int) []byte { return []byte(tokenPrefix + strconv.Itoa(offset)) }
 
@@ -260,6 +260,10 @@ func (a *answer) quiet() response {
 	return r
 }
 
+// isQuietFault reports whether f answers with a 200 that has no text.
+//
+// The Fault groups are contiguous ranges of the constants, here and in
+// isErrorFault: add a new fault to its group.
 func isQuietFault(f Fault) bool { return f >= PromptBlocked && f <= NoCandidates }
 
 // isErrorFault reports whether f answers with a non-2xx status.

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"context"
@@ -11,25 +11,26 @@ import (
 )
 
 // Transport returns an http.RoundTripper that serves each request with s in
-// memory, without sockets, so it works inside a testing/synctest bubble.
+// memory, without sockets, so it works inside a testing/synctest bubble. It
+// keeps nothing alive between requests. Use it with BaseURL (any other host
+// reaches s too).
 //
-// It behaves like the network as the SDK sees it: RoundTrip returns once the
-// handler has written its status (or when the request's context is done,
-// with the context's error); the body streams through an io.Pipe, each
-// handler write reaching the reader as it happens. A handler that aborts
-// with panic(http.ErrAbortHandler) before its status makes RoundTrip fail
-// with an error that wraps io.EOF; after it, the body read fails with
-// io.ErrUnexpectedEOF. When the request's context is done, the handler sees
-// it and a pending body read returns the context's error. Closing the body
-// ends the handler. No goroutine outlives the exchange: RoundTrip's error
-// paths and Body.Close wait for the handler to return.
+// It behaves like the network as the SDK sees it: RoundTrip returns once s
+// has written the status (or when the request's context is done, with the
+// context's error); the body streams, each event reaching the reader as s
+// writes it. DropBeforeHeaders makes RoundTrip fail with an error that wraps
+// io.EOF; a stream cut after the headers fails the body read with
+// io.ErrUnexpectedEOF. When the request's context is done, s stops and a
+// pending body read returns the context's error. Closing the body stops s.
+// No goroutine outlives the exchange: RoundTrip's error paths and
+// Body.Close wait for s to return.
 func (s *Server) Transport() http.RoundTripper { return transport{s} }
 
 type transport struct{ h http.Handler }
 
 // errDropped is what RoundTrip wraps when the handler aborts before writing
 // its status.
-var errDropped = errors.New("fakegemini: connection closed before response headers")
+var errDropped = errors.New("geminitest: connection closed before response headers")
 
 func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancel(req.Context())
@@ -63,7 +64,7 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			case v == http.ErrAbortHandler:
 				pw.CloseWithError(io.ErrUnexpectedEOF)
 			default:
-				pw.CloseWithError(fmt.Errorf("fakegemini: handler panic: %v", v))
+				pw.CloseWithError(fmt.Errorf("geminitest: handler panic: %v", v))
 				panic(v)
 			}
 		}()
@@ -110,7 +111,7 @@ func (b *pipeBody) Close() error {
 	return nil
 }
 
-var errBodyClosed = errors.New("fakegemini: response body closed")
+var errBodyClosed = errors.New("geminitest: response body closed")
 
 // pipeWriter is the http.ResponseWriter of an in-memory exchange.
 type pipeWriter struct {

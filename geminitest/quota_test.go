@@ -1,4 +1,4 @@
-package fakegemini_test
+package geminitest_test
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
@@ -21,7 +21,7 @@ func generate(t *testing.T, c *genai.Client, model string) error {
 
 func TestQuotaPerMinute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Quota: fakegemini.Quota{RPM: 5}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Quota: geminitest.Quota{RPM: 5}})
 		c := newClient(t, fake.ClientConfig())
 
 		for i := range 5 {
@@ -46,13 +46,13 @@ func TestQuotaPerMinute(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		require.NoError(t, generate(t, c, flash))
 		// Rejected requests are counted as hits but not charged to the quota.
-		assert.Equal(t, 8, fake.Hits(flash, fakegemini.VerbGenerate))
+		assert.Equal(t, 8, fake.Hits(flash, geminitest.VerbGenerate))
 	})
 }
 
 func TestQuotaTokensPerMinutePaidTier(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Quota: fakegemini.Quota{TPM: 10, PaidTier: true}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Quota: geminitest.Quota{TPM: 10, PaidTier: true}})
 		c := newClient(t, fake.ClientConfig())
 		long := prompt("0123456789012345678901234567") // 28 chars: 7 tokens
 
@@ -73,7 +73,7 @@ func TestQuotaTokensPerMinutePaidTier(t *testing.T) {
 
 func TestQuotaPerDay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := fakegemini.New(fakegemini.Model{Name: flash, Quota: fakegemini.Quota{RPD: 3}})
+		fake := geminitest.New(geminitest.Model{Name: flash, Quota: geminitest.Quota{RPD: 3}})
 		c := newClient(t, fake.ClientConfig())
 
 		for range 3 {

@@ -1,10 +1,11 @@
-package fakegemini
+package geminitest
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ const Key = "fake-test-key"
 
 // BaseURL is the base URL to give the SDK with the in-memory transport. The
 // host never resolves: only Transport can reach it.
-const BaseURL = "http://fakegemini.invalid"
+const BaseURL = "http://geminitest.invalid"
 
 // Verb is an API method of a model, as it appears after the colon in the
 // URL path; VerbGet and VerbList are the two GET methods. The zero value is
@@ -92,7 +93,7 @@ func (s *Server) Script(model string, steps ...Step) {
 	defer s.mu.Unlock()
 	st, ok := s.models[model]
 	if !ok {
-		panic(fmt.Sprintf("fakegemini: Script for unknown model %q", model))
+		panic(fmt.Sprintf("geminitest: Script for unknown model %q", model))
 	}
 	st.m.Script, st.pos = slices.Clone(steps), 0
 }
@@ -106,7 +107,7 @@ func (s *Server) Script(model string, steps ...Step) {
 func (s *Server) ScriptList(steps ...Step) {
 	for _, st := range steps {
 		if st.Fault != OK && st.Fault != DropBeforeHeaders && !isErrorFault(st.Fault) {
-			panic("fakegemini: ScriptList with " + st.Fault.String() + ": use OK, an error fault or DropBeforeHeaders")
+			panic("geminitest: ScriptList with " + st.Fault.String() + ": use OK, an error fault or DropBeforeHeaders")
 		}
 	}
 	s.mu.Lock()
@@ -175,9 +176,36 @@ func (s *Server) ClientConfig() *genai.ClientConfig {
 	}
 }
 
-// HTTPClient returns an http.Client that reaches s through Transport.
+// HTTPClient returns an http.Client that reaches s through Transport, for
+// code that takes an HTTP client and a base URL (BaseURL) rather than a
+// genai.ClientConfig.
 func (s *Server) HTTPClient() *http.Client {
 	return &http.Client{Transport: s.Transport()}
+}
+
+// ClientConfigFor returns a config for genai.NewClient that reaches srv, an
+// httptest.Server whose handler is a Server, over its loopback sockets, with
+// Key, the Gemini API backend and srv.URL set explicitly so that nothing is
+// read from the environment. Its HTTP client is srv.Client() (which trusts
+// srv's certificate after StartTLS, and speaks HTTP/2 with EnableHTTP2) with
+// keep-alives off: each request has its own connection, closed when its
+// response ends, so no idle connection or its goroutine outlives a request
+// (goleak stays quiet, and a testing/synctest bubble can end). Still, inside
+// a bubble use Server.ClientConfig: fake time stands still while a goroutine
+// waits on a socket.
+func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
+	hc := *srv.Client()
+	if tr, ok := hc.Transport.(*http.Transport); ok {
+		tr = tr.Clone()
+		tr.DisableKeepAlives = true
+		hc.Transport = tr
+	}
+	return &genai.ClientConfig{
+		APIKey:      Key,
+		Backend:     genai.BackendGeminiAPI,
+		HTTPClient:  &hc,
+		HTTPOptions: genai.HTTPOptions{BaseURL: srv.URL},
+	}
 }
 
 // ServeHTTP serves the Gemini API routes under /v1beta/models: GET list
@@ -216,7 +244,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rt.verb == VerbEmbed:
 		s.embed(w, r, rt, req, body)
 	case rt.verb == VerbStream && r.URL.Query().Get("alt") != "sse":
-		writeError(w, invalidArgument("fakegemini serves streamGenerateContent with alt=sse only."))
+		writeError(w, invalidArgument("geminitest serves streamGenerateContent with alt=sse only."))
 	case len(req.Contents) == 0:
 		writeError(w, invalidArgument(invalidArgumentMessage))
 	default:
@@ -280,7 +308,7 @@ func (s *Server) listed(model string) bool {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic("fakegemini: marshal response: " + err.Error())
+		panic("geminitest: marshal response: " + err.Error())
 	}
 	writeBody(w, status, "application/json; charset=UTF-8", b)
 }

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func (a *answer) events() [][]byte {
 	for i, r := range rs {
 		b, err := json.Marshal(r)
 		if err != nil {
-			panic("fakegemini: marshal event: " + err.Error())
+			panic("geminitest: marshal event: " + err.Error())
 		}
 		out[i] = b
 	}

@@ -1,4 +1,4 @@
-package fakegemini
+package geminitest
 
 import (
 	"time"
