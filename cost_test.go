@@ -12,7 +12,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Models of the built-in price table (Prices) the cost tests use.
@@ -28,13 +28,13 @@ var answer400 = strings.Repeat("abcd", 100)
 
 // billedStep answers with 1000 prompt tokens of which 200 cached, 300
 // thinking tokens and 100 output tokens.
-var billedStep = fakegemini.Step{Text: answer400, PromptTokens: 1000, CachedTokens: 200, ThoughtsTokens: 300}
+var billedStep = geminitest.Step{Text: answer400, PromptTokens: 1000, CachedTokens: 200, ThoughtsTokens: 300}
 
 var billedTokens = geminiguard.Tokens{Input: 1000, Output: 100, Thinking: 300, Cached: 200}
 
 // always makes a fake model answer every request with st.
-func always(name string, st fakegemini.Step) fakegemini.Model {
-	return fakegemini.Model{Name: name, Decide: func(fakegemini.Request, int) fakegemini.Step { return st }}
+func always(name string, st geminitest.Step) geminitest.Model {
+	return geminitest.Model{Name: name, Decide: func(geminitest.Request, int) geminitest.Step { return st }}
 }
 
 // modelStats returns the Stats of model.
@@ -55,7 +55,7 @@ func modelStats(t *testing.T, c *geminiguard.Client, model string) geminiguard.M
 // is billed as output, cached tokens at the cached rate.
 func TestCallCostIsHandComputed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(always(flash25, billedStep))
+		srv := geminitest.New(always(flash25, billedStep))
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash25))
 		_, rec, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestStreamCostIsItsLastChunks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := always(flash25, billedStep)
 		m.Chunks, m.ChunkInterval = 4, 100*time.Millisecond
-		srv := fakegemini.New(m)
+		srv := geminitest.New(m)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash25))
 		var rec geminiguard.CallRecord
 		chunks := 0
@@ -109,7 +109,7 @@ func TestLongPromptTier(t *testing.T) {
 		{300_000, 750_000 + 1_500}, // 300k × $2.50 + 100 × $15 per 1M
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			srv := fakegemini.New(always(pro25, fakegemini.Step{Text: answer400, PromptTokens: tc.prompt}))
+			srv := geminitest.New(always(pro25, geminitest.Step{Text: answer400, PromptTokens: tc.prompt}))
 			c := newClient(t, srv, nil, geminiguard.WithCascade(pro25))
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestLongPromptTier(t *testing.T) {
 func TestPriceDoublesAtPacificMidnight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pst := time.FixedZone("PST", -8*60*60) // America/Los_Angeles in January
-		srv := fakegemini.New(always(flash38, billedStep))
+		srv := geminitest.New(always(flash38, billedStep))
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash38))
 
 		time.Sleep(time.Until(time.Date(2026, time.December, 31, 23, 59, 59, 0, pst)))
@@ -148,7 +148,7 @@ func TestPriceDoublesAtPacificMidnight(t *testing.T) {
 // drift, as float sums of $0.00014 would have.
 func TestCostAddsUpExactly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(always(flash, fakegemini.Step{Text: answer400, PromptTokens: 1000}))
+		srv := geminitest.New(always(flash, geminitest.Step{Text: answer400, PromptTokens: 1000}))
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash),
 			geminiguard.WithPrices(flash, geminiguard.Price{Input: 0.10 * geminiguard.Dollar, Output: 0.40 * geminiguard.Dollar}))
 		const calls = 1000
@@ -186,7 +186,7 @@ func TestCostAddsUpExactly(t *testing.T) {
 func TestWithPricesOverrides(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		change := time.Now().Add(time.Hour)
-		srv := fakegemini.New(always(flash25, billedStep), always(unknown, billedStep))
+		srv := geminitest.New(always(flash25, billedStep), always(unknown, billedStep))
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash25, unknown),
 			geminiguard.WithPrices("models/"+flash25,
 				geminiguard.Price{EffectiveFrom: change, Input: 2 * geminiguard.Dollar, Output: 4 * geminiguard.Dollar, CachedInput: 1 * geminiguard.Dollar},
@@ -213,7 +213,7 @@ func TestWithPricesOverrides(t *testing.T) {
 // A price not yet in effect is no price either.
 func TestUnpricedModelCostIsUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(always(unknown, billedStep), always(flash25, billedStep))
+		srv := geminitest.New(always(unknown, billedStep), always(flash25, billedStep))
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash25, unknown),
 			geminiguard.WithPrices(flash25, geminiguard.Price{EffectiveFrom: time.Now().Add(time.Minute), Input: 1}))
 		for _, model := range []string{unknown, flash25} {
@@ -232,7 +232,7 @@ func TestUnpricedModelCostIsUnknown(t *testing.T) {
 // blocked prompt) counts in the failed call's record.
 func TestBlockedPromptIsCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(always(flash25, fakegemini.Step{Fault: fakegemini.PromptBlocked, PromptTokens: 1000}))
+		srv := geminitest.New(always(flash25, geminitest.Step{Fault: geminitest.PromptBlocked, PromptTokens: 1000}))
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash25))
 		_, rec, err := ask(t.Context(), c, "")
 		require.ErrorIs(t, err, geminiguard.ErrBlocked)
@@ -246,7 +246,7 @@ func TestBlockedPromptIsCounted(t *testing.T) {
 // saying what to fix.
 func TestWithPricesRejectsBadPrices(t *testing.T) {
 	at := time.Date(2027, time.January, 1, 8, 0, 0, 0, time.UTC)
-	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(fakegemini.Key), geminiguard.WithStartupCheck(false),
+	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
 		geminiguard.WithPrices(""),
 		geminiguard.WithPrices(flash, geminiguard.Price{Input: -1}),
 		geminiguard.WithPrices(pro, geminiguard.Price{Output: 3_000_000_000 * geminiguard.Dollar}), // $3e9 per 1M: units slipped

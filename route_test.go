@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/internal/fakegemini"
+	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // Routing by recent success (issue 10): a degraded model keeps the traffic
@@ -18,9 +18,9 @@ import (
 
 // failing returns a model that answers 503 to a fraction p of its requests,
 // drawn from a fixed seed.
-func failing(name string, p float64) fakegemini.Model {
-	return fakegemini.Model{Name: name, Latency: 500 * time.Millisecond, Seed: 7,
-		Faults: []fakegemini.Chance{{Step: fakegemini.Step{Fault: fakegemini.Overloaded}, P: p}}}
+func failing(name string, p float64) geminitest.Model {
+	return geminitest.Model{Name: name, Latency: 500 * time.Millisecond, Seed: 7,
+		Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: p}}}
 }
 
 // askEvery sends n calls, one every gap, and returns how many the first
@@ -41,7 +41,7 @@ func askEvery(t *testing.T, c *geminiguard.Client, n int, gap time.Duration, fir
 
 func TestDegradedModelKeepsTheTrafficItCanServe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := fakegemini.New(failing(pro, 0.3), fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+		srv := geminitest.New(failing(pro, 0.3), geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
@@ -62,13 +62,13 @@ func TestBurstOfFailuresDoesNotTakeAnAnsweringModelOut(t *testing.T) {
 		// A storm: for 15s the primary answers one request in seven, then
 		// it is healthy again.
 		start := time.Now()
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Latency: 500 * time.Millisecond,
-			Decide: func(_ fakegemini.Request, i int) fakegemini.Step {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
 				if time.Since(start) < 15*time.Second && i%7 != 0 {
-					return fakegemini.Step{Fault: fakegemini.Overloaded}
+					return geminitest.Step{Fault: geminitest.Overloaded}
 				}
-				return fakegemini.Step{}
-			}}, fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
@@ -84,13 +84,13 @@ func TestBurstOfFailuresDoesNotTakeAnAnsweringModelOut(t *testing.T) {
 func TestDeadModelGetsOnlyProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		srv := fakegemini.New(fakegemini.Model{Name: pro, Latency: 500 * time.Millisecond,
-			Decide: func(fakegemini.Request, int) fakegemini.Step {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
+			Decide: func(geminitest.Request, int) geminitest.Step {
 				if time.Since(start) < 10*time.Second {
-					return fakegemini.Step{}
+					return geminitest.Step{}
 				}
-				return fakegemini.Step{Fault: fakegemini.Overloaded} // dead from 10s on
-			}}, fakegemini.Model{Name: flash, Latency: 500 * time.Millisecond})
+				return geminitest.Step{Fault: geminitest.Overloaded} // dead from 10s on
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
