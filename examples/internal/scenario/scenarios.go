@@ -252,9 +252,10 @@ func StreamCut() *Scenario {
 	return sc
 }
 
-// The latency brownout of slowBrownout: the share of the primary's
-// requests that stall, and how long they stall before answering.
+// The latency brownout of slowBrownout: its seed, the share of the
+// primary's requests that stall, and how long they stall before answering.
 const (
+	slowSeed     = 4545
 	stallShare   = 0.15
 	stallLatency = 45 * time.Second
 )
@@ -263,7 +264,7 @@ const (
 // requests stall 45s before they answer, drawn per request (a second
 // request of the same call may not stall).
 func SlowBrownout() *Scenario {
-	const seed = 4545
+	const seed = slowSeed
 	sc := &Scenario{
 		Name:    "slowBrownout",
 		Summary: "latency brownout, no errors: 15% of the primary's requests stall 45s before answering, the secondary answers in 0.8s; 300 calls, Poisson 2/s",

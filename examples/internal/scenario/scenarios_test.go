@@ -79,6 +79,7 @@ func aheadOfBaselines(t *testing.T, sc *Scenario, sums map[string]Summary, arm s
 }
 
 func TestBurst429(t *testing.T) {
+	t.Parallel()
 	sc := Burst429()
 	_, sums := play(t, sc)
 	g, o := sums["geminiguard"], sums["oracle"]
@@ -91,6 +92,7 @@ func TestBurst429(t *testing.T) {
 }
 
 func TestDailyExhausted(t *testing.T) {
+	t.Parallel()
 	sc := DailyExhausted()
 	res, sums := play(t, sc)
 	g, o := sums["geminiguard"], sums["oracle"]
@@ -103,6 +105,7 @@ func TestDailyExhausted(t *testing.T) {
 }
 
 func TestStorm503(t *testing.T) {
+	t.Parallel()
 	sc := Storm503()
 	res, sums := play(t, sc)
 	g, o := sums["geminiguard"], sums["oracle"]
@@ -142,6 +145,7 @@ func TestStorm503(t *testing.T) {
 }
 
 func TestFullOutage(t *testing.T) {
+	t.Parallel()
 	sc := FullOutage()
 	res, sums := play(t, sc)
 	g := sums["geminiguard"]
@@ -192,6 +196,7 @@ func TestFullOutage(t *testing.T) {
 }
 
 func TestRetired404(t *testing.T) {
+	t.Parallel()
 	sc := Retired404()
 	_, sums := play(t, sc)
 	g := sums["geminiguard"]
@@ -215,6 +220,7 @@ func TestRetired404StartupCheck(t *testing.T) {
 }
 
 func TestStreamCut(t *testing.T) {
+	t.Parallel()
 	sc := StreamCut()
 	_, sums := play(t, sc)
 	resumed, plain := sums["geminiguard+resume"], sums["geminiguard"]
@@ -229,6 +235,7 @@ func TestStreamCut(t *testing.T) {
 }
 
 func TestSlowBrownout(t *testing.T) {
+	t.Parallel()
 	sc := SlowBrownout()
 	res, sums := play(t, sc)
 	o, raw := sums["oracle"], sums["raw"]
@@ -250,7 +257,7 @@ func TestSlowBrownout(t *testing.T) {
 	// answer within the models' normal spread.
 	unstalled := 0
 	for i, at := range sc.Workload.Arrivals {
-		if !stalled(4545, Request{Model: flash, Call: i, At: at}) {
+		if !stalled(slowSeed, Request{Model: flash, Call: i, At: at}) {
 			unstalled++
 		}
 	}
@@ -264,6 +271,7 @@ func TestSlowBrownout(t *testing.T) {
 }
 
 func TestLongThinking(t *testing.T) {
+	t.Parallel()
 	sc := LongThinking()
 	_, sums := play(t, sc)
 	o := sums["oracle"]
