@@ -20,6 +20,13 @@
 //   - RateLimiter, one per model with a per-minute quota: bursty, RPM
 //     permits per minute (NewBursty), the quota as the console shows it; no
 //     wait (the library's default), so a refusal goes to the next model.
+//   - HedgePolicy, only on a model with a HedgeAfter (the latency
+//     scenarios): one hedge (failsafe-go's default), to the same model,
+//     after that fixed delay (NewWithDelay), if the attempt has not
+//     answered; the first result wins and the other request is cancelled
+//     (the default). Inside the retry, so each attempt is hedged; outside
+//     the breaker and the rate limiter, so a hedge passes both like any
+//     request. No hedge budget: the delay alone bounds the hedges.
 //   - Fallback: on any error, the next model's stack; the last model has
 //     none.
 //
@@ -38,6 +45,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/fallback"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"google.golang.org/genai"
@@ -57,6 +65,10 @@ const (
 type Model struct {
 	Name string
 	RPM  int // per-minute quota; 0: no RateLimiter
+	// HedgeAfter is the fixed delay of the model's HedgePolicy; 0: none.
+	// Attempts run concurrently when it is set: an Attempt must not share
+	// state between the attempts of a call.
+	HedgeAfter time.Duration
 }
 
 // Stack runs calls through the per-model failsafe-go stacks, each falling
@@ -106,7 +118,11 @@ func New[R any](models []Model, openFor time.Duration) *Stack[R] {
 			WithFailureThreshold(Threshold).
 			WithDelay(openFor).
 			Build()
-		policies = append(policies, retry, s.Breakers[i])
+		policies = append(policies, retry)
+		if m.HedgeAfter > 0 {
+			policies = append(policies, hedgepolicy.NewWithDelay[R](m.HedgeAfter))
+		}
+		policies = append(policies, s.Breakers[i])
 		if m.RPM > 0 {
 			policies = append(policies, ratelimiter.NewBursty[R](uint(m.RPM), time.Minute))
 		}

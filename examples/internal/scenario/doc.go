@@ -10,12 +10,16 @@
 //     &genai.HTTPRetryOptions{} (5 attempts, 1s initial delay doubling,
 //     1s jitter, 60s cap), primary model only.
 //   - failsafe: the stack a Go developer assembles from failsafe-go (see
-//     examples/internal/failsafestack for every setting and why).
+//     examples/internal/failsafestack for every setting and why); in the
+//     latency scenarios (slowBrownout, longThinking) with a HedgePolicy:
+//     one hedge to the same model after a fixed 1.2s, Flash's p95 on
+//     ordinary requests, as a developer sets it once (see FailsafeArm).
 //   - geminiguard: the library's Client at its defaults, with the
 //     scenario's cascade, the quotas as WithLimits, the startup check on and
 //     a seeded jitter source (WithJitterSource).
 //   - oracle: the SDK calling, for each call, a model the script says will
-//     answer now (and whose quota has room): the floor no client can beat.
+//     answer now without stalling (and whose quota has room): the floor no
+//     client can beat.
 //
 // # Runs
 //
@@ -40,5 +44,10 @@
 //
 // Summarize reduces an arm's run to the report's columns; see Summary for
 // the exact definitions (latency is time to a good answer; a failed call
-// never got one).
+// never got one). The primary share is the calls that got a good answer
+// from the cascade's first model over all calls, failed ones included: a
+// user who put a model first gets its answers that often. The oracle's is
+// the most a client gets that sends each call one request at the call's
+// start (see OracleArm); on storm503 that is the calls whose request to
+// the primary, sent then, succeeds.
 package scenario

@@ -10,7 +10,11 @@ import (
 
 // FailsafeArm is the failsafe-go stack of examples/internal/failsafestack
 // around the genai SDK (SDK retry off), over the scenario's cascade and its
-// per-minute quotas.
+// per-minute quotas. In the latency scenarios (Scenario.HedgeAfter set)
+// each model's stack has a HedgePolicy with that fixed delay, the way a
+// developer who measured the primary's p95 on ordinary requests sets it;
+// streams are never hedged (the attempts of a stream share what the user
+// sees).
 func FailsafeArm() Arm {
 	return Arm{Name: "failsafe", New: func(ctx context.Context, env Env) (Caller, error) {
 		c, err := newClient(ctx, env, nil)
@@ -31,6 +35,9 @@ func newFailsafeCaller(api *genai.Models, sc *Scenario) *failsafeCaller {
 	models := make([]failsafestack.Model, len(sc.Models))
 	for i, m := range sc.Models {
 		models[i] = failsafestack.Model{Name: m.Name, RPM: m.Quota.RPM}
+		if !sc.Workload.Stream {
+			models[i].HedgeAfter = sc.HedgeAfter
+		}
 	}
 	return &failsafeCaller{stack: failsafestack.New[Outcome](models, failsafestack.OpenFor), api: api}
 }

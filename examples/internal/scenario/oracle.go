@@ -13,14 +13,19 @@ import (
 )
 
 // OracleArm calls, for each call, the first model of the cascade that the
-// script says will answer it now and whose quota has room, through the SDK
-// without retry. When no model answers now but one will within
-// oracleLookahead (a fault drawn for this moment), it waits for that
-// moment; when every answering model is out of quota, it waits for the
-// first room; otherwise it fails at once without a request. Of the
-// clients that keep to the cascade's order, none answers more calls,
-// sooner, with fewer requests (a client that sends more calls to a faster
-// secondary can be quicker). It knows request-per-minute quotas only.
+// script says will answer it now without stalling (see Model.Latency) and
+// whose quota has room, through the SDK without retry. When no model
+// answers now but one will within oracleLookahead (a fault drawn for this
+// moment), it waits for that moment; when no model answers without a
+// stall within the lookahead, it takes the first answer, stalled or not;
+// when every answering model is out of quota, it waits for the first
+// room; otherwise it fails at once without a request. Of the clients that
+// keep to the cascade's order, none answers more calls, sooner, with fewer
+// requests (a client that sends more calls to a faster secondary can be
+// quicker). Its primary share is the most a client gets that sends each
+// call one request at the call's start: the share of calls whose request
+// to the primary, sent then, answers without a stall. It knows
+// request-per-minute quotas only.
 func OracleArm() Arm {
 	return Arm{Name: "oracle", New: func(ctx context.Context, env Env) (Caller, error) {
 		c, err := newClient(ctx, env, nil)
@@ -58,18 +63,19 @@ const (
 )
 
 // pick returns the model to send call to, after waiting for the first
-// moment (within oracleLookahead) when some model answers it and for quota
-// room; ok is false when no model answers within the lookahead.
+// moment (within oracleLookahead) when some model answers it, without a
+// stall when one can, and for quota room; ok is false when no model
+// answers within the lookahead.
 func (o *oracle) pick(ctx context.Context, call int) (model string, ok bool) {
 	for {
 		now := time.Now()
-		wait, found := o.nextAnswer(call, now)
+		wait, slow, found := o.nextAnswer(call, now)
 		if !found {
 			return "", false
 		}
 		if wait == 0 {
 			var name string
-			if name, wait = o.reserve(call, now); name != "" {
+			if name, wait = o.reserve(call, now, slow); name != "" {
 				return name, true
 			}
 		}
@@ -81,28 +87,39 @@ func (o *oracle) pick(ctx context.Context, call int) (model string, ok bool) {
 	}
 }
 
-// nextAnswer returns how long from now until some model answers call, and
-// false when none does within oracleLookahead.
-func (o *oracle) nextAnswer(call int, now time.Time) (time.Duration, bool) {
-	for d := time.Duration(0); d <= oracleLookahead; d += oracleStep {
-		for _, m := range o.sc.Models {
-			if o.sc.Script(Request{Model: m.Name, Call: call, At: now.Add(d).Sub(o.start)}).Fault == geminitest.OK {
-				return d, true
+// answers reports whether the script says m answers call at at (since the
+// run's start), and whether only with a stall.
+func (o *oracle) answers(m Model, call int, at time.Duration) (ok, stall bool) {
+	step := o.sc.Script(Request{Model: m.Name, Call: call, At: at})
+	return step.Fault == geminitest.OK, m.stalls(step.Latency)
+}
+
+// nextAnswer returns how long from now until some model answers call
+// without a stall, or, when none does within oracleLookahead, until some
+// model answers at all (slow is then true); false when none answers within
+// the lookahead.
+func (o *oracle) nextAnswer(call int, now time.Time) (wait time.Duration, slow, found bool) {
+	for _, anyAnswer := range []bool{false, true} {
+		for d := time.Duration(0); d <= oracleLookahead; d += oracleStep {
+			for _, m := range o.sc.Models {
+				if ok, stall := o.answers(m, call, now.Add(d).Sub(o.start)); ok && (anyAnswer || !stall) {
+					return d, anyAnswer, true
+				}
 			}
 		}
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // reserve takes quota room at now on the first model that answers call now
-// and has room, and returns it; "" and the wait until the first room when
-// every answering model is out of quota.
-func (o *oracle) reserve(call int, now time.Time) (string, time.Duration) {
+// (without a stall unless slow) and has room, and returns it; "" and the
+// wait until the first room when every such model is out of quota.
+func (o *oracle) reserve(call int, now time.Time, slow bool) (string, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var wait time.Duration
 	for _, m := range o.sc.Models {
-		if o.sc.Script(Request{Model: m.Name, Call: call, At: now.Sub(o.start)}).Fault != geminitest.OK {
+		if ok, stall := o.answers(m, call, now.Sub(o.start)); !ok || (stall && !slow) {
 			continue
 		}
 		rpm := m.Quota.RPM

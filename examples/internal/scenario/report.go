@@ -35,9 +35,13 @@ type Summary struct {
 	Upstream int
 	PerCall  float64
 	Got429   int // upstream answers with status 429
-	// Fallbacks counts the answered calls that the primary did not answer
-	// (another model, or a configured last resort did); FallbackRate is
-	// Fallbacks / Calls.
+	// Primary counts the answered calls that the cascade's first model
+	// answered; PrimaryShare is Primary / Calls (failed calls count in the
+	// denominator). Fallbacks counts the answered calls that the primary
+	// did not answer (another model, or a configured last resort did);
+	// FallbackRate is Fallbacks / Calls. Primary + Fallbacks = Answered.
+	Primary      int
+	PrimaryShare float64
 	Fallbacks    int
 	FallbackRate float64
 	// Extra holds the scenario's Measures, in order.
@@ -58,7 +62,9 @@ func Summarize(sc *Scenario, r *ArmRun) Summary {
 		case c.OK:
 			answered = append(answered, c.Latency)
 			sum += c.Latency
-			if !sc.primary(c.Outcome) {
+			if sc.primary(c.Outcome) {
+				s.Primary++
+			} else {
 				s.Fallbacks++
 			}
 		default:
@@ -70,6 +76,7 @@ func Summarize(sc *Scenario, r *ArmRun) Summary {
 	if s.Calls > 0 {
 		s.Success = float64(s.Answered) / float64(s.Calls)
 		s.PerCall = float64(s.Upstream) / float64(s.Calls)
+		s.PrimaryShare = float64(s.Primary) / float64(s.Calls)
 		s.FallbackRate = float64(s.Fallbacks) / float64(s.Calls)
 	}
 	if s.Answered > 0 {
@@ -128,7 +135,7 @@ func (r *Result) Summaries() []Summary {
 // of aligned text.
 func (r *Result) WriteTable(w io.Writer, markdown bool) error {
 	sc := r.Scenario
-	head := []string{"arm", "success", "mean", "p50", "p95", "p99", "fail in", "req/call", "429s", "fallback"}
+	head := []string{"arm", "success", "mean", "p50", "p95", "p99", "fail in", "req/call", "429s", "primary", "fallback"}
 	for _, m := range sc.Measures {
 		head = append(head, m.Name)
 	}
@@ -146,7 +153,7 @@ func (r *Result) WriteTable(w io.Writer, markdown bool) error {
 			failIn = "–"
 		}
 		row := []string{s.Arm, pct(s.Success), mean, secs(s.P50), secs(s.P95), secs(s.P99), failIn,
-			fmt.Sprintf("%.2f", s.PerCall), fmt.Sprint(s.Got429), pct(s.FallbackRate)}
+			fmt.Sprintf("%.2f", s.PerCall), fmt.Sprint(s.Got429), pct(s.PrimaryShare), pct(s.FallbackRate)}
 		for i, m := range sc.Measures {
 			row = append(row, value(m.Format, s.Extra[i]))
 		}

@@ -77,7 +77,7 @@ func Run(ctx context.Context, sc *Scenario) *Result {
 // runArm plays sc for one arm, filling ar.
 func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *ArmRun) {
 	srv := geminitest.New(sc.fakeModels(start)...)
-	rec := &recorder{next: srv.Transport(), start: start}
+	rec := newRecorder(srv.Transport(), start)
 	if r := sc.Retire; r != nil {
 		t := time.AfterFunc(r.At, func() { srv.SetModel(sc.fakeModel(sc.mustModel(r.Model), start, true)) })
 		defer t.Stop()

@@ -31,6 +31,9 @@ type Scenario struct {
 	Window [2]time.Duration
 	// Arms are compared, in this order.
 	Arms []Arm
+	// HedgeAfter, when > 0, gives the failsafe arm a HedgePolicy on every
+	// model with this fixed delay (the latency scenarios): see FailsafeArm.
+	HedgeAfter time.Duration
 	// Measures are the scenario's own columns of the report.
 	Measures []Measure
 }
@@ -39,7 +42,10 @@ type Scenario struct {
 type Model struct {
 	Name string
 	// Latency is the median time to a full unary answer, or to a stream's
-	// first event; each call's latency is spread around it.
+	// first event; each call's latency is spread around it. An answer that
+	// takes more than stallFactor times Latency is a stall (the spread
+	// stays within 1.87 times): the oracle avoids it when another model
+	// answers in time.
 	Latency time.Duration
 	// ChunkInterval is the time between two events of a streamed answer.
 	ChunkInterval time.Duration
@@ -87,6 +93,15 @@ type Measure struct {
 	Of func(sc *Scenario, r *ArmRun) float64
 }
 
+// stallFactor is how many times its median latency an answer of a model
+// must exceed to be a stall: above the spread's ceiling (see spread).
+const stallFactor = 2
+
+// stalls reports whether an answer of m that takes latency is a stall.
+func (m Model) stalls(latency time.Duration) bool {
+	return latency > stallFactor*m.Latency
+}
+
 // model returns the cascade model called name, and whether there is one.
 func (sc *Scenario) model(name string) (Model, bool) {
 	i := slices.IndexFunc(sc.Models, func(m Model) bool { return m.Name == name })
@@ -105,10 +120,10 @@ func (sc *Scenario) names() []string {
 	return out
 }
 
-// All returns the named scenarios, in the order of DESIGN.md §7. Each call
-// returns fresh values.
+// All returns the named scenarios, in the order of DESIGN.md §7, then the
+// latency scenarios of issue 10. Each call returns fresh values.
 func All() []*Scenario {
-	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut()}
+	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking()}
 }
 
 // Lookup returns the scenario called name, nil when there is none.

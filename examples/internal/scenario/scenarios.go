@@ -11,11 +11,13 @@ import (
 
 // The models of the scenarios, with the seed's latencies: a Pro model
 // answers in about 2s, a Flash model in about 0.8s, a Flash-Lite in about
-// 0.5s (log-normal spread, see spread).
+// 0.5s (log-normal spread, see spread); gemini-2.5-flash, the secondary of
+// slowBrownout, answers as fast as the primary Flash.
 const (
-	pro   = "gemini-3.1-pro"
-	flash = "gemini-3.5-flash"
-	lite  = "gemini-2.5-flash-lite"
+	pro     = "gemini-3.1-pro"
+	flash   = "gemini-3.5-flash"
+	flash25 = "gemini-2.5-flash"
+	lite    = "gemini-2.5-flash-lite"
 
 	proLatency   = 2 * time.Second
 	flashLatency = 800 * time.Millisecond
@@ -249,3 +251,77 @@ func StreamCut() *Scenario {
 	}
 	return sc
 }
+
+// The latency brownout of slowBrownout: its seed, the share of the
+// primary's requests that stall, and how long they stall before answering.
+const (
+	slowSeed     = 4545
+	stallShare   = 0.15
+	stallLatency = 45 * time.Second
+)
+
+// SlowBrownout is a brownout without a single error: 15% of the primary's
+// requests stall 45s before they answer, drawn per request (a second
+// request of the same call may not stall).
+func SlowBrownout() *Scenario {
+	const seed = slowSeed
+	sc := &Scenario{
+		Name:    "slowBrownout",
+		Summary: "latency brownout, no errors: 15% of the primary's requests stall 45s before answering, the secondary answers in 0.8s; 300 calls, Poisson 2/s",
+		Anchor:  "The Tail at Scale (Dean & Barroso, CACM 2013): hedging after the p95 latency cut BigTable's p99.9 from 1,800 ms to 74 ms for 2% more requests; issue 10: p99 ≤ 3× the oracle's, 100% success, ≤ 1.1 requests per call",
+		Models: []Model{
+			{Name: flash, Latency: flashLatency},
+			{Name: flash25, Latency: flashLatency},
+		},
+		Workload:   Workload{Arrivals: poisson(seed, 300, 2.0)},
+		Arms:       Arms(),
+		HedgeAfter: hedgeAfter,
+	}
+	sc.Script = func(r Request) geminitest.Step {
+		step := answer(seed, sc.mustModel(r.Model), r)
+		if r.Model == flash && stalled(seed, r) {
+			step.Latency = stallLatency
+		}
+		return step
+	}
+	return sc
+}
+
+// stalled reports whether slowBrownout's request r stalls: a draw per
+// request, so a retry or a hedge of the same call draws again.
+func stalled(seed uint64, r Request) bool {
+	return draw(seed, "stall", r.Model, r.Call, r.At) < stallShare
+}
+
+// thinkLatency is how long every request of longThinking takes.
+const thinkLatency = 40 * time.Second
+
+// LongThinking is a workload that is slow by nature: every request of
+// every model takes 40s (a large thinking budget spent), under the 60s
+// attempt timeout of geminiguard's defaults. Nothing stalls: the models'
+// median is 40s.
+func LongThinking() *Scenario {
+	sc := &Scenario{
+		Name:    "longThinking",
+		Summary: "every request of every model takes 40s (long thinking), no errors; 150 calls, Poisson 1/s",
+		Anchor:  "hedge the tail only (Dean & Barroso; gRFC A6): a model that is slow on every request is neither cut nor duplicated; issue 10: 100% success at ≤ 1.05 requests per call",
+		Models: []Model{
+			{Name: flash, Latency: thinkLatency},
+			{Name: lite, Latency: thinkLatency},
+		},
+		Workload:   Workload{Arrivals: poisson(1040, 150, 1.0)},
+		Arms:       Arms(),
+		HedgeAfter: hedgeAfter,
+	}
+	sc.Script = func(r Request) geminitest.Step {
+		return geminitest.Step{Latency: thinkLatency, Text: Answer(r.Call)}
+	}
+	return sc
+}
+
+// hedgeAfter is the fixed delay of the failsafe arm's HedgePolicy in the
+// latency scenarios, as a developer sets it once from the primary's
+// latency on ordinary requests: Flash's p95 (1.5 times its 0.8s median
+// under the seed's spread), rounded to 1.2s. longThinking meets the same
+// setting with requests that take 40s.
+const hedgeAfter = 1200 * time.Millisecond

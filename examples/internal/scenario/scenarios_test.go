@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -56,6 +57,7 @@ func play(t *testing.T, sc *Scenario) (*Result, map[string]Summary) {
 	for _, s := range res.Summaries() {
 		require.NoError(t, s.StartErr, s.Arm)
 		require.Equal(t, len(sc.Workload.Arrivals)+sc.Workload.Calls, s.Calls, s.Arm)
+		require.Equal(t, s.Answered, s.Primary+s.Fallbacks, "%s: every answer comes from the primary or not", s.Arm)
 		sums[s.Arm] = s
 	}
 	for _, a := range res.Arms {
@@ -77,6 +79,7 @@ func aheadOfBaselines(t *testing.T, sc *Scenario, sums map[string]Summary, arm s
 }
 
 func TestBurst429(t *testing.T) {
+	t.Parallel()
 	sc := Burst429()
 	_, sums := play(t, sc)
 	g, o := sums["geminiguard"], sums["oracle"]
@@ -89,6 +92,7 @@ func TestBurst429(t *testing.T) {
 }
 
 func TestDailyExhausted(t *testing.T) {
+	t.Parallel()
 	sc := DailyExhausted()
 	res, sums := play(t, sc)
 	g, o := sums["geminiguard"], sums["oracle"]
@@ -101,6 +105,7 @@ func TestDailyExhausted(t *testing.T) {
 }
 
 func TestStorm503(t *testing.T) {
+	t.Parallel()
 	sc := Storm503()
 	res, sums := play(t, sc)
 	g, o := sums["geminiguard"], sums["oracle"]
@@ -119,9 +124,28 @@ func TestStorm503(t *testing.T) {
 		}
 	}
 	assert.InDelta(t, 0.37, float64(failed)/float64(len(raw.Upstream)), 0.03)
+
+	// The oracle answers from the primary every call whose request to the
+	// primary, sent at the call's start, succeeds, and from the primary or
+	// not the few calls that no model answers then (it waits for one).
+	primaryNow, noneNow := 0, 0
+	for i, at := range sc.Workload.Arrivals {
+		switch {
+		case sc.Script(Request{Model: flash, Call: i, At: at}).Fault == geminitest.OK:
+			primaryNow++
+		case sc.Script(Request{Model: lite, Call: i, At: at}).Fault != geminitest.OK:
+			noneNow++
+		}
+	}
+	assert.GreaterOrEqual(t, o.Primary, primaryNow)
+	assert.LessOrEqual(t, o.Primary, primaryNow+noneNow)
+	assert.InDelta(t, 0.61, o.PrimaryShare, 0.03, "the primary answers about 63%% of requests, fewer in the storms where calls crowd")
+
+	checkIssue10(t, sc, sums)
 }
 
 func TestFullOutage(t *testing.T) {
+	t.Parallel()
 	sc := FullOutage()
 	res, sums := play(t, sc)
 	g := sums["geminiguard"]
@@ -172,6 +196,7 @@ func TestFullOutage(t *testing.T) {
 }
 
 func TestRetired404(t *testing.T) {
+	t.Parallel()
 	sc := Retired404()
 	_, sums := play(t, sc)
 	g := sums["geminiguard"]
@@ -195,6 +220,7 @@ func TestRetired404StartupCheck(t *testing.T) {
 }
 
 func TestStreamCut(t *testing.T) {
+	t.Parallel()
 	sc := StreamCut()
 	_, sums := play(t, sc)
 	resumed, plain := sums["geminiguard+resume"], sums["geminiguard"]
@@ -206,6 +232,167 @@ func TestStreamCut(t *testing.T) {
 	assert.Positive(t, plain.Measure(sc, "cut"), "the script cuts streams")
 	assert.Less(t, sums["raw"].Measure(sc, "reported"), 100.0, "the SDK is silent on a clean end without finishReason")
 	aheadOfBaselines(t, sc, sums, "geminiguard+resume")
+}
+
+func TestSlowBrownout(t *testing.T) {
+	t.Parallel()
+	sc := SlowBrownout()
+	res, sums := play(t, sc)
+	o, raw := sums["oracle"], sums["raw"]
+
+	// The script is what it claims: about 15% of the requests to the
+	// primary stall 45s, and the raw SDK waits every one out.
+	stalls := 0
+	for _, u := range res.Arm("raw").Upstream {
+		if u.Took >= stallLatency {
+			stalls++
+		}
+	}
+	assert.InDelta(t, stallShare, float64(stalls)/float64(raw.Upstream), 0.05)
+	assert.GreaterOrEqual(t, raw.P95, stallLatency, "p95 is a stalled request waited out")
+	assert.Equal(t, 1.0, raw.Success, "nothing fails: it is slow")
+
+	// The oracle sends each call to the primary unless that request
+	// stalls, and then to the secondary: one request per call, every
+	// answer within the models' normal spread.
+	unstalled := 0
+	for i, at := range sc.Workload.Arrivals {
+		if !stalled(slowSeed, Request{Model: flash, Call: i, At: at}) {
+			unstalled++
+		}
+	}
+	assert.Equal(t, unstalled, o.Primary, "the oracle's primary answers are the calls whose primary request does not stall")
+	assert.Equal(t, o.Calls-unstalled, o.Fallbacks)
+	assert.Equal(t, 1.0, o.Success)
+	assert.Equal(t, o.Calls, o.Upstream, "one request per call")
+	assert.Less(t, o.P99, stallFactor*flashLatency)
+
+	checkIssue10(t, sc, sums)
+}
+
+func TestLongThinking(t *testing.T) {
+	t.Parallel()
+	sc := LongThinking()
+	_, sums := play(t, sc)
+	o := sums["oracle"]
+	// Every request takes 40s: the oracle has nothing to avoid.
+	assert.Equal(t, 1.0, o.PrimaryShare)
+	assert.Equal(t, o.Calls, o.Upstream, "one request per call")
+	assert.Equal(t, thinkLatency, o.P50)
+	assert.Equal(t, thinkLatency, o.P99)
+	// A hedge of a uniformly slow model buys nothing: failsafe-go's fixed
+	// delay hedges every call, and each call still takes 40s.
+	f := sums["failsafe"]
+	assert.Equal(t, 2*f.Calls, f.Upstream, "failsafe hedges every call once")
+	assert.Equal(t, thinkLatency, f.P99)
+
+	checkIssue10(t, sc, sums)
+}
+
+// issue10Target is a target of issue 10 on one scenario: met reports
+// whether it holds for the arms' summaries, by arm name, and the figures.
+type issue10Target struct {
+	scenario, name string
+	met            func(sums map[string]Summary) (bool, string)
+}
+
+// issue10Targets are the targets of issue 10 (brownouts: routing by
+// success ratio, hedging) that geminiguard misses until that work is
+// merged, for geminiguard at its defaults against the oracle and the
+// baselines. The storm503 targets already met (success, requests per call,
+// p95) are TestStorm503's.
+var issue10Targets = append([]issue10Target{
+	{"storm503", "storm503: primary share ≥ 0.9× oracle", func(sums map[string]Summary) (bool, string) {
+		g, o := sums["geminiguard"], sums["oracle"]
+		return g.PrimaryShare >= 0.9*o.PrimaryShare, fmt.Sprintf("%s vs oracle %s", pct(g.PrimaryShare), pct(o.PrimaryShare))
+	}},
+	{"slowBrownout", "slowBrownout: p99 ≤ 3× oracle p99", func(sums map[string]Summary) (bool, string) {
+		g, o := sums["geminiguard"], sums["oracle"]
+		return g.P99 <= 3*o.P99, fmt.Sprintf("%s vs oracle %s", secs(g.P99), secs(o.P99))
+	}},
+	{"slowBrownout", "slowBrownout: success 100%", func(sums map[string]Summary) (bool, string) {
+		g := sums["geminiguard"]
+		return g.Answered == g.Calls, pct(g.Success)
+	}},
+	{"slowBrownout", "slowBrownout: ≤ 1.1 upstream requests per call", func(sums map[string]Summary) (bool, string) {
+		g := sums["geminiguard"]
+		return g.PerCall <= 1.1, fmt.Sprintf("%.3f", g.PerCall)
+	}},
+	{"longThinking", "longThinking: success 100%", func(sums map[string]Summary) (bool, string) {
+		g := sums["geminiguard"]
+		return g.Answered == g.Calls, pct(g.Success)
+	}},
+	{"longThinking", "longThinking: ≤ 1.05 upstream requests per call", func(sums map[string]Summary) (bool, string) {
+		g := sums["geminiguard"]
+		return g.PerCall <= 1.05, fmt.Sprintf("%.3f", g.PerCall)
+	}},
+}, append(notBehind("slowBrownout"), notBehind("longThinking")...)...)
+
+// notBehind returns the targets that geminiguard is behind none of raw,
+// sdk-retry and failsafe on success and p95 in the named scenario (what
+// aheadOfBaselines checks in the others).
+func notBehind(scenario string) []issue10Target {
+	var out []issue10Target
+	for _, base := range []string{"raw", "sdk-retry", "failsafe"} {
+		out = append(out,
+			issue10Target{scenario, scenario + ": success not behind " + base, func(sums map[string]Summary) (bool, string) {
+				g, b := sums["geminiguard"], sums[base]
+				return g.Success >= b.Success, fmt.Sprintf("geminiguard %s, %s %s", pct(g.Success), base, pct(b.Success))
+			}},
+			issue10Target{scenario, scenario + ": p95 not behind " + base, func(sums map[string]Summary) (bool, string) {
+				g, b := sums["geminiguard"], sums[base]
+				return g.P95 <= b.P95, fmt.Sprintf("geminiguard %s, %s %s", secs(g.P95), base, secs(b.P95))
+			}})
+	}
+	return out
+}
+
+// issue10Gate is the environment variable that turns the checks of
+// issue10Targets on, until the library meets them.
+const issue10Gate = "GEMINIGUARD_ISSUE10"
+
+// checkIssue10 checks sc's targets of issue10Targets on sums, in a subtest
+// skipped unless issue10Gate is set.
+func checkIssue10(t *testing.T, sc *Scenario, sums map[string]Summary) {
+	t.Helper()
+	t.Run("issue10", func(t *testing.T) {
+		if os.Getenv(issue10Gate) == "" {
+			t.Skip("issue 10: routing and hedging not merged yet")
+		}
+		n := 0
+		for _, tg := range issue10Targets {
+			if tg.scenario == sc.Name {
+				ok, got := tg.met(sums)
+				check(t, tg.name, ok, "%s", got)
+				n++
+			}
+		}
+		require.Positive(t, n, "issue10Targets has targets for %s", sc.Name)
+	})
+}
+
+// The primary share counts the answers of the cascade's first model over
+// every call, failed ones included, and both tables show it with the
+// fallback rate.
+func TestPrimaryShare(t *testing.T) {
+	sc := &Scenario{Name: "share", Models: []Model{{Name: flash}, {Name: lite}}}
+	run := &ArmRun{Arm: "arm", Total: 5, Calls: []Call{
+		{Index: 0, OK: true, Outcome: Outcome{Model: "models/" + flash}},
+		{Index: 1, OK: true, Outcome: Outcome{Model: flash}},
+		{Index: 2, OK: true, Outcome: Outcome{Model: lite}},
+		{Index: 3, Outcome: Outcome{Err: errNoModel}},
+	}}
+	s := Summarize(sc, run)
+	assert.Equal(t, 2, s.Primary)
+	assert.Equal(t, 0.5, s.PrimaryShare)
+	assert.Equal(t, 0.25, s.FallbackRate)
+	res := &Result{Scenario: sc, Arms: []*ArmRun{run}}
+	var md, text strings.Builder
+	require.NoError(t, res.WriteTable(&md, true))
+	require.NoError(t, res.WriteTable(&text, false))
+	assert.Contains(t, md.String(), "| 429s | primary | fallback |")
+	assert.Contains(t, md.String(), "| 0 | 50.0% | 25.0% |")
+	assert.Regexp(t, `primary\s+fallback`, text.String())
 }
 
 // The retry storm reproduces the orderings of the AWS study, and full

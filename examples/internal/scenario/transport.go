@@ -23,13 +23,24 @@ type Upstream struct {
 }
 
 // recorder is an http.RoundTripper that logs every generate and stream
-// request on its way to next. It is safe for concurrent use.
+// request on its way to next. It is safe for concurrent use; its zero
+// value is not usable (see newRecorder).
 type recorder struct {
 	next  http.RoundTripper
 	start time.Time
 
-	mu  sync.Mutex // guards log
-	log []Upstream
+	mu    sync.Mutex // guards open and log
+	ended sync.Cond  // on mu: signalled when open falls to 0
+	open  int        // requests in flight
+	log   []Upstream
+}
+
+// newRecorder returns a recorder of the requests to next in a run that
+// started at start.
+func newRecorder(next http.RoundTripper, start time.Time) *recorder {
+	r := &recorder{next: next, start: start}
+	r.ended.L = &r.mu
+	return r
 }
 
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -48,6 +59,9 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.Clone(req.Context()) // a RoundTripper must not modify its request
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	r.mu.Lock()
+	r.open++
+	r.mu.Unlock()
 	resp, err := r.next.RoundTrip(req)
 	u.Took = time.Since(r.start) - u.At
 	if err == nil {
@@ -55,14 +69,22 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r.mu.Lock()
 	r.log = append(r.log, u)
+	if r.open--; r.open == 0 {
+		r.ended.Broadcast()
+	}
 	r.mu.Unlock()
 	return resp, err
 }
 
-// entries returns the log in the order the requests were sent.
+// entries returns the log in the order the requests were sent, once every
+// request in flight has ended: a call may return before a request it
+// abandoned (a hedge cancelled, a stall left behind) has.
 func (r *recorder) entries() []Upstream {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for r.open > 0 {
+		r.ended.Wait()
+	}
 	out := slices.Clone(r.log)
 	slices.SortStableFunc(out, func(a, b Upstream) int { return int(a.At - b.At) })
 	return out
