@@ -186,6 +186,13 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // server_error: the server gave up. A request this package refused before
 // sending it is bad_request; an error whose own methods panic is unknown.
 //
+// An error that reached the caller as another layer's text (another SDK's
+// exception, a gateway's body, a console or log line) is read the same way:
+// an error body inside the text (JSON or a Python repr, escaped or cut),
+// else the status the text states ("429 RESOURCE_EXHAUSTED", "[503 Service
+// Unavailable]") or the API's own wording ("Resource exhausted. Please try
+// again later."). Text that shows none of these is unknown.
+//
 // The base verdict of each class (a few cases narrow it, as noted):
 //
 //	class             retryable  scope    cool-down       counts
@@ -368,6 +375,10 @@ func transportVerdict(err error) Verdict {
 		return base(ClassTimeout)
 	}
 	text := err.Error()
+	if f, ok := embeddedFault(text); ok {
+		// An error body in the text outweighs the words around it.
+		return f.unnest().textVerdict()
+	}
 	switch {
 	case strings.Contains(text, "deserializeUnaryResponse: error unmarshalling response"):
 		// A 200 whose body is not JSON: the server's fault, retry.
@@ -380,11 +391,16 @@ func transportVerdict(err error) Verdict {
 		return base(ClassNetwork)
 	}
 	if f, ok := textFault(text); ok {
-		v := f.verdict()
-		v.RetryAfter = f.retryAfter()
-		return v
+		return f.textVerdict()
 	}
 	return base(ClassUnknown)
+}
+
+// textVerdict classifies a fault read from an error's text.
+func (f fault) textVerdict() Verdict {
+	v := f.verdict()
+	v.RetryAfter = f.retryAfter()
+	return v
 }
 
 // cutText matches the texts of transport errors that end a response that had
@@ -750,8 +766,12 @@ func (f fault) retryAfter() time.Duration {
 			d = x
 		}
 	}
-	return d
+	return min(d, maxStatedDelay)
 }
+
+// maxStatedDelay bounds a server-stated delay: every quota resets within a
+// day, so a longer one is a misreading.
+const maxStatedDelay = 24 * time.Hour
 
 // ---- errors as text ----
 //
@@ -920,7 +940,7 @@ func unescape(s string) (out string, changed bool) {
 	return b.String(), true
 }
 
-// field returns a pattern for a key of an error body written in any of the
+// fieldPattern returns a pattern for a key of an error body written in any of the
 // ways texts carry one — JSON, a Python repr, escaped once or twice, or
 // protobuf text (key: "name" value: "v") — capturing its value.
 func fieldPattern(key string) *regexp.Regexp {
@@ -1042,14 +1062,12 @@ func statusOf(text string) int {
 	return 0
 }
 
-// textFault reads an error that reached us as text: an error body inside
-// it, else the fields of one, with the status the text states beside them.
+// textFault reads an error that reached us as text, with no error body in
+// it that parses: the fields of one, with the status the text states beside
+// them or implies.
 func textFault(text string) (fault, bool) {
 	if len(text) > maxScan {
 		text = text[:maxScan]
-	}
-	if f, ok := embeddedFault(text); ok {
-		return f.unnest(), true
 	}
 	f := fieldFault(text)
 	if f.code == 0 {

@@ -322,6 +322,12 @@ For more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/St
 		want(wantRateLimit, 0),
 	},
 	{
+		// Gemini CLI's message and code, as printed
+		"https://github.com/google-gemini/gemini-cli/issues/8414", "2025-09-13",
+		asText("You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\ncode: 429"),
+		want(wantRateLimit, 0),
+	},
+	{
 		"https://github.com/googleapis/python-genai/issues/1764", "2025-11-24",
 		wrapped(`403 Your API key was reported as leaked. Please use another API key.`),
 		want(wantAuthProject, 0),
