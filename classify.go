@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -184,6 +185,13 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // seconds) and the message's (exact). A 499 CANCELLED answer is
 // server_error: the server gave up. A request this package refused before
 // sending it is bad_request; an error whose own methods panic is unknown.
+//
+// An error that reached the caller as another layer's text (another SDK's
+// exception, a gateway's body, a console or log line) is read the same way:
+// an error body inside the text (JSON or a Python repr, escaped or cut),
+// else the status the text states ("429 RESOURCE_EXHAUSTED", "[503 Service
+// Unavailable]") or the API's own wording ("Resource exhausted. Please try
+// again later."). Text that shows none of these is unknown.
 //
 // The base verdict of each class (a few cases narrow it, as noted):
 //
@@ -367,6 +375,10 @@ func transportVerdict(err error) Verdict {
 		return base(ClassTimeout)
 	}
 	text := err.Error()
+	if f, ok := embeddedFault(text); ok {
+		// An error body in the text outweighs the words around it.
+		return f.unnest().textVerdict()
+	}
 	switch {
 	case strings.Contains(text, "deserializeUnaryResponse: error unmarshalling response"):
 		// A 200 whose body is not JSON: the server's fault, retry.
@@ -378,7 +390,17 @@ func transportVerdict(err error) Verdict {
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, io.EOF):
 		return base(ClassNetwork)
 	}
+	if f, ok := textFault(text); ok {
+		return f.textVerdict()
+	}
 	return base(ClassUnknown)
+}
+
+// textVerdict classifies a fault read from an error's text.
+func (f fault) textVerdict() Verdict {
+	v := f.verdict()
+	v.RetryAfter = f.retryAfter()
+	return v
 }
 
 // cutText matches the texts of transport errors that end a response that had
@@ -411,8 +433,19 @@ func readFault(ae genai.APIError) fault {
 	if f.code == 0 {
 		f.code = lineCode
 	}
+	return f.unnest()
+}
+
+// unnest replaces f's code, status and details with those of the error
+// bodies its message holds (a proxy's body around the API's, or another
+// layer's text around one), up to maxNesting deep, and fills a missing code
+// from the status name.
+func (f fault) unnest() fault {
 	for range maxNesting {
 		in, ok := innerFault(f.message)
+		if !ok {
+			in, ok = embeddedFault(f.message)
+		}
 		if !ok {
 			break
 		}
@@ -487,6 +520,11 @@ func innerFault(msg string) (fault, bool) {
 	if json.Unmarshal([]byte(msg), &body) != nil {
 		return fault{}, false
 	}
+	return bodyFault(body)
+}
+
+// bodyFault reads a decoded error body: {"error":{...}} or an array of them.
+func bodyFault(body any) (fault, bool) {
 	candidates := []any{body}
 	if arr, ok := body.([]any); ok {
 		candidates = arr
@@ -728,7 +766,317 @@ func (f fault) retryAfter() time.Duration {
 			d = x
 		}
 	}
-	return d
+	return min(d, maxStatedDelay)
+}
+
+// maxStatedDelay bounds a server-stated delay: every quota resets within a
+// day, so a longer one is a misreading.
+const maxStatedDelay = 24 * time.Hour
+
+// ---- errors as text ----
+//
+// An error can reach a caller as text another layer made of the API's
+// answer: another SDK's exception ("429 RESOURCE_EXHAUSTED. {'error': ...}"
+// in a Python dict's repr), a gateway's body around the API's, a console or
+// a log that wrapped or prefixed its lines, a paste into an issue. The text
+// is read structure first: an error body inside it (JSON or a Python repr,
+// escaped once or twice, cut or not), then the body's fields where the body
+// cannot be parsed whole, then an HTTP or google.rpc status written beside
+// the message, and last the API's own wordings.
+
+// maxScan bounds how much of a text is searched for an error body.
+const maxScan = 64 << 10
+
+// errorKey matches the start of an error body: an object whose key is
+// "error" in either quote, its quotes escaped or not, separated by spaces,
+// tabs, newlines, or newlines written as escapes.
+var errorKey = regexp.MustCompile(`\{(?:\s|\\+[nrt])*\\*["']error\\*["'](?:\s|\\+[nrt])*:(?:\s|\\+[nrt])*\{`)
+
+// embeddedFault finds an error body inside text and reads it; it reports
+// false when no body there parses and states a code or a status.
+func embeddedFault(text string) (fault, bool) {
+	if !strings.Contains(text, `error"`) && !strings.Contains(text, `error'`) && !strings.Contains(text, `error\`) {
+		return fault{}, false
+	}
+	if len(text) > maxScan {
+		text = text[:maxScan]
+	}
+	for _, loc := range errorKey.FindAllStringIndex(text, 4) {
+		obj, ok := balanced(text[loc[0]:])
+		if !ok {
+			continue
+		}
+		for range 3 {
+			var body any
+			if json.Unmarshal([]byte(toJSON(obj)), &body) == nil {
+				if f, ok := bodyFault(body); ok && (f.code != 0 || f.status != "") {
+					return f, true
+				}
+				break
+			}
+			un, changed := unescape(obj)
+			if !changed {
+				break
+			}
+			obj = un
+		}
+	}
+	return fault{}, false
+}
+
+// balanced returns the object or array s starts with, up to its closing
+// bracket, skipping strings in either quote and escaped characters; false
+// when s ends first.
+func balanced(s string) (string, bool) {
+	depth, quote := 0, byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+			if depth == 0 {
+				return s[:i+1], true
+			}
+		}
+	}
+	return "", false
+}
+
+// toJSON rewrites a body printed as a Python repr or mangled by a console
+// into JSON: single-quoted strings double-quoted, True, False and None as
+// JSON literals, raw control characters in strings escaped, and newline
+// escapes between tokens read as spaces. JSON passes through unchanged.
+func toJSON(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	quote := byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote == 0 && c == '\\' && i+1 < len(s) && strings.IndexByte("nrt", s[i+1]) >= 0:
+			b.WriteByte(' ')
+			i++
+		case quote == 0 && (c == '"' || c == '\''):
+			quote = c
+			b.WriteByte('"')
+		case quote == 0:
+			switch {
+			case strings.HasPrefix(s[i:], "True"):
+				b.WriteString("true")
+				i += 3
+			case strings.HasPrefix(s[i:], "False"):
+				b.WriteString("false")
+				i += 4
+			case strings.HasPrefix(s[i:], "None"):
+				b.WriteString("null")
+				i += 3
+			default:
+				b.WriteByte(c)
+			}
+		case c == quote:
+			quote = 0
+			b.WriteByte('"')
+		case c == '\\' && i+1 < len(s):
+			i++
+			switch n := s[i]; {
+			case n == '\'':
+				b.WriteByte('\'')
+			case n == 'x' && quote == '\'' && i+2 < len(s):
+				b.WriteString(`\u00`)
+				b.WriteString(s[i+1 : i+3])
+				i += 2
+			case strings.IndexByte(`"\/bfnrtu`, n) >= 0:
+				b.WriteByte('\\')
+				b.WriteByte(n)
+			default: // an escape JSON lacks: keep the character
+				b.WriteByte(n)
+			}
+		case c == '"': // a double quote in a single-quoted string
+			b.WriteString(`\"`)
+		case c < 0x20:
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// unescape removes one level of string escaping from s (a body printed
+// inside another body's string); changed is false when s has none.
+func unescape(s string) (out string, changed bool) {
+	if !strings.Contains(s, `\`) {
+		return s, false
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch s[i] {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'r':
+			b.WriteByte('\r')
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String(), true
+}
+
+// fieldPattern returns a pattern for a key of an error body written in any of the
+// ways texts carry one — JSON, a Python repr, escaped once or twice, or
+// protobuf text (key: "name" value: "v") — capturing its value.
+func fieldPattern(key string) *regexp.Regexp {
+	return regexp.MustCompile(`(?:^|[\s\\"'{,(\[])` + key + `\\*["']?[ \t]*(?:[:=：]|\s+value:)\s*\\*["']?([A-Za-z0-9_.\-]+)`)
+}
+
+var (
+	codeField       = fieldPattern(`code`)
+	statusField     = fieldPattern(`(?i:status)`)
+	quotaIDField    = fieldPattern(`quotaId`)
+	quotaValueField = fieldPattern(`quotaValue`)
+	limitField      = fieldPattern(`quota_limit`)
+	limitValueField = fieldPattern(`quota_limit_value`)
+	retryDelayField = fieldPattern(`retryDelay`)
+	reasonField     = fieldPattern(`reason`)
+)
+
+// fieldFault reads the fields of error bodies written in text that does not
+// parse as a whole (cut short, each line behind a log prefix, quotes lost in
+// a paste): the status name or code, QuotaFailure quota ids and values,
+// ErrorInfo reasons and quota limits, RetryInfo's delay.
+func fieldFault(text string) fault {
+	f := fault{message: text}
+	for _, m := range statusField.FindAllStringSubmatch(text, -1) {
+		if code, ok := statusCodes[m[1]]; ok {
+			f.status, f.code = m[1], code
+			break
+		}
+	}
+	if f.code == 0 {
+		for _, m := range codeField.FindAllStringSubmatch(text, -1) {
+			if n, err := strconv.Atoi(m[1]); err == nil && n >= 400 && n <= 599 {
+				f.code = n
+				break
+			}
+		}
+	}
+	ids := quotaIDField.FindAllStringSubmatch(text, -1)
+	values := quotaValueField.FindAllStringSubmatch(text, -1)
+	var violations []any
+	for i, id := range ids {
+		v := map[string]any{"quotaId": id[1]}
+		if len(values) == len(ids) {
+			v["quotaValue"] = values[i][1]
+		}
+		violations = append(violations, v)
+	}
+	if len(violations) > 0 {
+		f.details = append(f.details, map[string]any{"@type": "google.rpc.QuotaFailure", "violations": violations})
+	}
+	for _, m := range reasonField.FindAllStringSubmatch(text, -1) {
+		info := map[string]any{"@type": "google.rpc.ErrorInfo", "reason": m[1]}
+		if m[1] == "RATE_LIMIT_EXCEEDED" {
+			md := map[string]any{}
+			if l := limitField.FindStringSubmatch(text); l != nil {
+				md["quota_limit"] = l[1]
+			}
+			if l := limitValueField.FindStringSubmatch(text); l != nil {
+				md["quota_limit_value"] = l[1]
+			}
+			info["metadata"] = md
+		}
+		f.details = append(f.details, info)
+	}
+	if m := retryDelayField.FindStringSubmatch(text); m != nil {
+		f.details = append(f.details, map[string]any{"@type": "google.rpc.RetryInfo", "retryDelay": m[1]})
+	}
+	return f
+}
+
+var (
+	// codeWords: a status code followed by its own reason phrase or code
+	// name: "429 RESOURCE_EXHAUSTED", "[429 Too Many Requests]",
+	// "'503 Service Unavailable'", "504: DEADLINE_EXCEEDED".
+	codeWords = regexp.MustCompile(`\b([45]\d\d):? ([A-Za-z][A-Za-z_]*(?: [A-Za-z]+){0,3})`)
+	// codeLabel: a status code after a label that names it: "status code
+	// 429", "status_code=429", "Error code: 429", "googleapi: Error 429",
+	// "API error (429)".
+	codeLabel = regexp.MustCompile(`(?i)(?:status[ _]?code|error code|googleapi: error|api error)[ :=(]*([45]\d\d)\b`)
+	// codeNameText: a google.rpc code name alone, among those no other text
+	// spells this way.
+	codeNameText = regexp.MustCompile(`\b(RESOURCE_EXHAUSTED|UNAVAILABLE|DEADLINE_EXCEEDED|PERMISSION_DENIED|UNAUTHENTICATED|FAILED_PRECONDITION|INVALID_ARGUMENT)\b`)
+	// quotaText: the API's own wordings of a 429: "Resource has been
+	// exhausted (e.g. check quota).", Vertex AI's "Resource exhausted.
+	// Please try again later.", "You exceeded your current quota", "Quota
+	// exceeded for metric: ...", "Quota exceeded for quota metric '...'",
+	// "Quota exceeded for aiplatform.googleapis.com/...".
+	quotaText = regexp.MustCompile(`(?i)\bresource (?:has been )?exhausted\b|you exceeded your current quota|quota exceeded for (?:quota metric|metric:|aiplatform\.googleapis\.)`)
+	// overloadText: the API's wordings of a 503.
+	overloadText = regexp.MustCompile(`(?i)the model is overloaded|model is currently experiencing high demand`)
+)
+
+// statusOf reads the status a text states beside its message, or implies
+// by the API's own wording; 0 when none.
+func statusOf(text string) int {
+	for _, m := range codeWords.FindAllStringSubmatch(text, 8) {
+		code, _ := strconv.Atoi(m[1])
+		if statusCodes[m[2]] == code || strings.HasPrefix(strings.ToLower(m[2]), strings.ToLower(http.StatusText(code))) && http.StatusText(code) != "" {
+			return code
+		}
+	}
+	if m := codeLabel.FindStringSubmatch(text); m != nil {
+		code, _ := strconv.Atoi(m[1])
+		return code
+	}
+	if m := codeNameText.FindStringSubmatch(text); m != nil {
+		return statusCodes[m[1]]
+	}
+	switch {
+	case quotaText.MatchString(text), spendText.MatchString(text):
+		return 429
+	case overloadText.MatchString(text), deadlineText.MatchString(text):
+		return 503
+	case serviceDisabledText.MatchString(text):
+		return 403
+	case keyText.MatchString(text), locationText.MatchString(text):
+		return 400
+	}
+	return 0
+}
+
+// textFault reads an error that reached us as text, with no error body in
+// it that parses: the fields of one, with the status the text states beside
+// them or implies.
+func textFault(text string) (fault, bool) {
+	if len(text) > maxScan {
+		text = text[:maxScan]
+	}
+	f := fieldFault(text)
+	if f.code == 0 {
+		f.code = statusOf(text)
+	}
+	if f.code == 0 && f.reason() == "RATE_LIMIT_EXCEEDED" {
+		f.code = 429
+	}
+	return f, f.code != 0
 }
 
 // ---- loosely typed JSON ----
