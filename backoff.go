@@ -284,6 +284,14 @@ func (b *retryBudget) deposit(now time.Time) {
 	b.mu.Unlock()
 }
 
+// allows reports whether withdraw would succeed at now, recording nothing.
+func (b *retryBudget) allows(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	return b.sum+b.reserve >= budgetScale
+}
+
 // withdraw reports whether a retry may be sent at now, and if so records it.
 func (b *retryBudget) withdraw(now time.Time) bool {
 	b.mu.Lock()

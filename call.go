@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -38,7 +39,9 @@ type call[R any] struct {
 	config   *genai.GenerateContentConfig                                               // generate: what is sent, the caller's with SDK retry and continuation off
 	user     *genai.GenerateContentConfig                                               // generate: the caller's, untouched
 	deadline time.Time
-	tokens   int // input token estimate; -1 until computed
+	learns   bool // unary generate: learns answer times, and attempts may be cut at the learned deadline
+	class    int  // the request's size class for learned deadlines (latencyClass)
+	tokens   int  // input token estimate; -1 until computed
 	start    time.Time
 	// now is the latest clock reading, taken at the start and after
 	// whatever takes time (upstream requests, waits, the token count, the
@@ -118,6 +121,7 @@ func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*
 	call := generateCalls.Get().(*generateCall)
 	call.init(ctx, c, endpointGenerate, model, contents)
 	call.config, call.user = callConfig(config, c.sdkRetries), config
+	call.class = latencyClass(config)
 	call.send = generateOnce
 	call.usage = promptTokens
 	if c.cfg.fallback != nil {
@@ -171,10 +175,14 @@ func (call *call[R]) firstModel() string {
 // (nothing that takes time comes between the latest clock reading and it);
 // call.now is then its end, the one clock reading of an attempt.
 func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
-	m, start := a.m, call.now
-	deadline := start.Add(call.c.cfg.attemptTimeout)
+	c, m, start := call.c, a.m, call.now
+	deadline := start.Add(c.cfg.attemptTimeout)
+	var cut time.Duration // the learned deadline bounds this attempt
+	if d, ok := m.lat.cut(call.class); ok && call.learns && d < c.cfg.attemptTimeout && c.cuts.allows(start) {
+		cut, deadline = d, start.Add(d)
+	}
 	if call.deadline.Before(deadline) {
-		deadline = call.deadline
+		cut, deadline = 0, call.deadline
 	}
 	actx := ctx
 	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
@@ -189,8 +197,21 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	resp, err := call.send(actx, call, m)
 	call.now = time.Now()
 	elapsed := call.now.Sub(start)
-	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+	switch {
+	case err == nil || ctx.Err() != nil || actx.Err() == nil:
+	case cut > 0:
+		err = &cutError{err: err, after: cut}
+		c.cuts.withdraw(call.now)
+		m.lat.record(call.class, math.MaxInt64)
+		m.routes[call.endpoint].slowed(call.now)
+	default:
 		err = &attemptTimeoutError{err: err}
+	}
+	if err == nil && call.learns {
+		m.lat.record(call.class, elapsed)
+		if d, ok := m.lat.cut(call.class); ok && elapsed > d {
+			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
+		}
 	}
 	var v Verdict
 	if err != nil {

@@ -272,6 +272,12 @@ func classify(err error) Verdict {
 		return classify(we.Err)
 	}
 
+	var cut *cutError
+	if errors.As(err, &cut) && cut != nil {
+		v := base(ClassTimeout)
+		v.counts = false // slow, not unwell: the breaker does not count it
+		return v
+	}
 	if errors.Is(err, context.Canceled) {
 		return base(ClassCanceled)
 	}

@@ -36,6 +36,7 @@ type Client struct {
 	cascade  []string      // configured models, primary first
 	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
+	cuts     *retryBudget // attempts abandoned at their learned deadline (latency.go)
 	jitter   jitterDraws
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats    clientStats
@@ -88,6 +89,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		sdkRetries: cfg.genaiClient != nil && cfg.genaiClient.ClientConfig().HTTPOptions.RetryOptions != nil,
 		cascade:    cfg.cascade,
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
+		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
 		prices:     newPriceTable(cfg.prices),
 	}
@@ -163,7 +165,7 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 	}
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
-	call.complete = completeAnswer
+	call.complete, call.learns = completeAnswer, true
 	return call.run(ctx)
 }
 

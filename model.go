@@ -31,6 +31,7 @@ type modelState struct {
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
+	lat      latencies                  // unary answer times, for learned attempt deadlines
 	spent    modelSpend                 // tokens and cost of its responses
 	prices   []Price                    // its dated prices, by EffectiveFrom; shared, never modified
 	self     []*modelState              // this model alone: the order of a call without cascade

@@ -34,6 +34,11 @@ const routeK = 4
 // model is throttled: a few failures of a quiet Client say little.
 const routeMinRequests = 10
 
+// routeSlowShare is the share of a model's requests that may be abandoned
+// at their learned deadline before it is throttled for latency: under the
+// cut budget (cutRatio), so the budget can rescue them.
+const routeSlowShare = 0.5 * cutRatio
+
 // routeWindow is the span requests and accepts are counted over, in
 // routeBuckets slices.
 const (
@@ -55,8 +60,8 @@ type availability struct {
 }
 
 type availabilityBucket struct {
-	epoch             atomic.Int64 // the span it counts, +1 (0: never used)
-	requests, accepts atomic.Int64
+	epoch                   atomic.Int64 // the span it counts, +1 (0: never used)
+	requests, accepts, slow atomic.Int64
 }
 
 func newAvailability() *availability {
@@ -76,6 +81,7 @@ func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
 		if b.epoch.Load() < e {
 			b.requests.Store(0)
 			b.accepts.Store(0)
+			b.slow.Store(0)
 			b.epoch.Store(e)
 		}
 		a.mu.Unlock()
@@ -95,27 +101,43 @@ func (a *availability) accept(now time.Time) {
 	b.accepts.Add(1)
 }
 
-// totals returns the requests and accepts of the window that ends at now.
-func (a *availability) totals(now time.Time) (requests, accepts int64) {
+// slowed counts an attempt abandoned at its learned deadline at now.
+func (a *availability) slowed(now time.Time) {
+	b, _ := a.bucket(now)
+	b.slow.Add(1)
+}
+
+// totals returns the requests, accepts and abandoned attempts of the
+// window that ends at now.
+func (a *availability) totals(now time.Time) (requests, accepts, slow int64) {
 	_, e := a.bucket(now)
 	for i := range a.buckets {
 		b := &a.buckets[i]
 		if be := b.epoch.Load(); be > e-routeBuckets && be <= e {
 			requests += b.requests.Load()
 			accepts += b.accepts.Load()
+			slow += b.slow.Load()
 		}
 	}
-	return requests, accepts
+	return requests, accepts, slow
 }
 
 // rejectProbability returns the chance that a request at now is throttled,
-// from the window's requests before it: 0 below routeMinRequests.
+// from the window's requests before it: 0 below routeMinRequests. It is the
+// larger of the failure rule (requests − routeK·accepts)/(requests + 1) and
+// the latency rule 1 − routeSlowShare·requests/slow: a model whose attempts
+// are abandoned at their learned deadline more often than the cut budget
+// can rescue gets that much less traffic.
 func (a *availability) rejectProbability(now time.Time) float64 {
-	r, acc := a.totals(now)
+	r, acc, slow := a.totals(now)
 	if r < routeMinRequests {
 		return 0
 	}
-	return max(0, float64(r-routeK*acc)/float64(r+1))
+	p := max(0, float64(r-routeK*acc)/float64(r+1))
+	if slow > 0 {
+		p = max(p, 1-routeSlowShare*float64(r)/float64(slow))
+	}
+	return p
 }
 
 // throttledError says why a model was skipped without a request: it has
@@ -142,7 +164,7 @@ func (call *call[R]) throttled(m *modelState) (bool, error) {
 	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p {
 		return false, nil
 	}
-	r, acc := av.totals(now)
+	r, acc, _ := av.totals(now)
 	return true, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel},
 		Err: &throttledError{Model: m.name, Requests: r, Accepted: acc}}
 }
