@@ -204,7 +204,7 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 //	spend_cap         no         project  project         no
 //	overloaded        yes        model    -               yes
 //	server_error      yes        model    -               yes
-//	timeout           yes        model    -               yes
+//	timeout           yes        model    -               yes  (an attempt abandoned at its learned deadline: no)
 //	network           yes        model    -               yes
 //	stream_cut        yes        model    -               yes
 //	bad_request       no         request  -               no

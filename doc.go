@@ -49,6 +49,17 @@
 //     keeps all of its traffic, each failure moving that call on to the
 //     next model at once; one that answers less gets less; one that answers
 //     nothing gets a request now and then until its breaker opens.
+//   - latency: per model and size of request (the output and thinking
+//     budget it asks for), the Client learns the median time the model
+//     takes to answer a GenerateContent call, and abandons an attempt not
+//     answered by three times that (at least 1s) for the next model, as a
+//     stalled request would otherwise be waited out to the attempt timeout.
+//     A model slow on every request (long thinking) has a slow median and
+//     is not cut. Abandoned attempts are capped like retries (10% of first
+//     attempts, plus one a second), are not counted by the breaker, and a
+//     model abandoned more often than half that budget gets less traffic
+//     (1 − 0.05·requests/abandoned of its calls go elsewhere). Streams are
+//     not cut: their first-chunk and idle deadlines bound them.
 //
 // New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
 // model the API does not list (or a key the API refuses) and warns about

@@ -145,7 +145,7 @@ func latencyBucket(d time.Duration) int {
 	return min((o-latencyMinOctave)*4+quarter, latencyBuckets-1)
 }
 
-// latencyMid returns the middle of bucket i, within 6% of any latency in it.
+// latencyMid returns the middle of bucket i, within 12% of any latency in it.
 func latencyMid(i int) time.Duration {
 	o, quarter := latencyMinOctave+i/4, i%4
 	return time.Duration(uint64(2*(4+quarter)+1) << (o - 3))

@@ -1,0 +1,99 @@
+package geminiguard_test
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+)
+
+// The latency defence (issue 10): an attempt not answered by three times
+// its model's median answer time is abandoned for the next model; a model
+// slow on every request is not.
+
+// stallEvery returns a model answering in latency, but every nth request
+// (from the 0th) after stall.
+func stallEvery(name string, latency time.Duration, n int, stall time.Duration) geminitest.Model {
+	return geminitest.Model{Name: name, Latency: latency, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		if i >= 20 && i%n == 0 {
+			return geminitest.Step{Latency: stall}
+		}
+		return geminitest.Step{}
+	}}
+}
+
+func TestStalledRequestIsAbandonedAtTheLearnedDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+		for range 20 { // the model's answer times are learned: 1s
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "") // pro's 21st request stalls
+
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "the next model answers")
+		assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), time.Since(start).Seconds(), 0.2,
+			"abandoned at three times pro's median (within the resolution of the learned histogram), then flash's 0.8s")
+		require.Len(t, rec.Attempts, 2)
+		assert.Equal(t, geminiguard.ClassTimeout, geminiguard.Classify(rec.Attempts[0].Err).Class)
+		assert.Empty(t, changes.get(), "slow is not dead: the breaker counts nothing")
+		assert.Empty(t, c.Stats().Models[0].Failures[geminiguard.ClassOverloaded])
+	})
+}
+
+func TestUniformlySlowModelIsNotCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 40 * time.Second}, geminitest.Model{Name: flash, Latency: 40 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+
+		for range 40 {
+			start := time.Now()
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+			require.Equal(t, 40*time.Second, time.Since(start))
+		}
+		assert.Equal(t, 40, srv.Total(pro), "one request per call")
+		assert.Zero(t, srv.Total(flash))
+	})
+}
+
+func TestLongerRequestsAreLearnedApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Short requests answer in 1s, requests for up to 32k tokens in 10s.
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(r geminitest.Request, _ int) geminitest.Step {
+			if strings.Contains(string(r.Body), `"maxOutputTokens":32000`) {
+				return geminitest.Step{Latency: 10 * time.Second}
+			}
+			return geminitest.Step{Latency: time.Second}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+		long := &genai.GenerateContentConfig{MaxOutputTokens: 32000}
+		for range 20 {
+			_, err := c.GenerateContent(t.Context(), "", genai.Text("Say hi"), nil)
+			require.NoError(t, err)
+		}
+
+		var rec geminiguard.CallRecord
+		start := time.Now()
+		_, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Write a long story"), long)
+
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "a long request is not cut by what short ones take")
+		assert.Equal(t, 10*time.Second, time.Since(start))
+	})
+}
