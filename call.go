@@ -39,8 +39,8 @@ type call[R any] struct {
 	config   *genai.GenerateContentConfig                                               // generate: what is sent, the caller's with SDK retry and continuation off
 	user     *genai.GenerateContentConfig                                               // generate: the caller's, untouched
 	deadline time.Time
-	learns   bool // unary generate: learns answer times, and attempts may be cut at the learned deadline
-	class    int  // the request's size class for learned deadlines (latencyClass)
+	learns   bool // generate: learns answer times, and attempts may be cut at the learned deadline
+	class    int  // the request's latency class (latencyClass; streams' first chunks from sizeClasses on)
 	tokens   int  // input token estimate; -1 until computed
 	start    time.Time
 	// now is the latest clock reading, taken at the start and after
@@ -198,13 +198,13 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	call.now = time.Now()
 	elapsed := call.now.Sub(start)
 	switch {
-	case err == nil || ctx.Err() != nil || actx.Err() == nil:
-	case cut > 0:
+	case err == nil || ctx.Err() != nil:
+	case cut > 0 && elapsed >= cut:
 		err = &cutError{err: err, after: cut}
 		c.cuts.withdraw(call.now)
 		m.lat.record(call.class, math.MaxInt64)
 		m.routes[call.endpoint].slowed(call.now)
-	default:
+	case actx.Err() != nil:
 		err = &attemptTimeoutError{err: err}
 	}
 	if err == nil && call.learns {

@@ -58,8 +58,9 @@
 //     is not cut. Abandoned attempts are capped like retries (10% of first
 //     attempts, plus one a second), are not counted by the breaker, and a
 //     model abandoned more often than half that budget gets less traffic
-//     (1 − 0.05·requests/abandoned of its calls go elsewhere). Streams are
-//     not cut: their first-chunk and idle deadlines bound them.
+//     (1 − 0.05·requests/abandoned of its calls go elsewhere). A stream's
+//     wait for its first chunk is learned and cut the same way; after the
+//     first chunk, only the idle deadline bounds it.
 //
 // New runs CheckCascade unless WithStartupCheck(false): it fails on a cascade
 // model the API does not list (or a key the API refuses) and warns about

@@ -11,8 +11,9 @@ import (
 )
 
 // Learned attempt deadlines: the latency defence. Per model and size class
-// of request, the Client learns how long the model takes to answer (the
-// latencies of its unary answers), and bounds an attempt by
+// of request, the Client learns how long the model takes to answer (a
+// unary answer, or a stream's first chunk: learned apart), and bounds an
+// attempt by
 //
 //	cut = max(cutFloor, cutFactor × median)
 //
@@ -38,7 +39,8 @@ const (
 	cutMaxSamples  = 512         // past it, a class's counts are halved: recent answers weigh more
 	cutRatio       = 0.1         // cuts per first attempt, over the budget's window
 	cutMinPerSec   = 1           // cuts always allowed per second, on top (the retry budget's floor)
-	latencyClasses = 4
+	sizeClasses    = 4
+	latencyClasses = 2 * sizeClasses // unary answers, then streams' first chunks
 )
 
 // Latency buckets: four per doubling, from about 1ms to about 4.9h.

@@ -97,3 +97,24 @@ func TestLongerRequestsAreLearnedApart(t *testing.T) {
 		assert.Equal(t, 10*time.Second, time.Since(start))
 	})
 }
+
+func TestStalledStreamIsAbandonedAtTheLearnedFirstChunkDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 10, 25*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+		for range 20 { // pro's first chunks are learned: 1s
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		var rec geminiguard.CallRecord
+		start := time.Now()
+		text, _, err := streamed(geminiguard.WithCallRecord(t.Context(), &rec), c, "") // pro's 21st request stalls 25s
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.Equal(t, flash, rec.Model)
+		assert.Less(t, time.Since(start), 5*time.Second, "abandoned near three times pro's 1s first chunk, not at the 25s stall")
+		assert.Equal(t, 1, srv.Total(flash), "one request to flash")
+	})
+}

@@ -187,6 +187,7 @@ func cutVerdict(err error) Verdict {
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig, hop bool) (*genai.GenerateContentResponse, *generateCall, error) {
 	call := s.c.newGenerateCall(s.ctx, model, contents, config)
 	call.send, call.stream = openStream, &streamCall{parent: s.ctx, continues: s.partial.Len() > 0}
+	call.learns, call.class = true, call.class+sizeClasses // the time to a first chunk, learned apart
 	call.only = hop
 	if s.yielded > 0 {
 		call.fallback = nil
