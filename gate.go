@@ -108,8 +108,11 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	}
 	a.settled = true
 	o := outcomeOf(err, v)
-	if o == outcomeSuccess {
-		a.m.routes[a.endpoint].accept(now)
+	switch o {
+	case outcomeSuccess:
+		a.m.routes[a.endpoint].answered(now)
+	case outcomeFailure:
+		a.m.routes[a.endpoint].failed(now)
 	}
 	tr := a.br.done(a.permit, now, o)
 	a.m.count(err, v)

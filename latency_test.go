@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,14 +61,20 @@ func TestUniformlySlowModelIsNotCut(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 40 * time.Second}, geminitest.Model{Name: flash, Latency: 40 * time.Second})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
 
-		for range 40 {
-			start := time.Now()
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-			require.Equal(t, 40*time.Second, time.Since(start))
+		// A call a second, each answered in 40s: dozens in flight at once.
+		var wg sync.WaitGroup
+		for range 90 {
+			wg.Go(func() {
+				start := time.Now()
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "neither cut nor skipped while its answers are in flight")
+				assert.Equal(t, 40*time.Second, time.Since(start))
+			})
+			time.Sleep(time.Second)
 		}
-		assert.Equal(t, 40, srv.Total(pro), "one request per call")
+		wg.Wait()
+		assert.Equal(t, 90, srv.Total(pro), "one request per call")
 		assert.Zero(t, srv.Total(flash))
 	})
 }

@@ -89,21 +89,28 @@ func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
 	return b, e
 }
 
-// request counts a request meant for the model at now, sent or throttled.
-func (a *availability) request(now time.Time) {
+// Requests are counted when their outcome is known, so that a model whose
+// answers take longer than the window is not judged on requests still in
+// flight: an answer (answered), a failure that says the model is unwell
+// (failed), an attempt abandoned at its learned deadline (slowed), a
+// request the throttle kept back (failed too, as the SRE book counts
+// them). Outcomes that say nothing of the model (the caller cancelled, a
+// quota answer) are not counted.
+
+func (a *availability) answered(now time.Time) {
+	b, _ := a.bucket(now)
+	b.requests.Add(1)
+	b.accepts.Add(1)
+}
+
+func (a *availability) failed(now time.Time) {
 	b, _ := a.bucket(now)
 	b.requests.Add(1)
 }
 
-// accept counts an answer at now.
-func (a *availability) accept(now time.Time) {
-	b, _ := a.bucket(now)
-	b.accepts.Add(1)
-}
-
-// slowed counts an attempt abandoned at its learned deadline at now.
 func (a *availability) slowed(now time.Time) {
 	b, _ := a.bucket(now)
+	b.requests.Add(1)
 	b.slow.Add(1)
 }
 
@@ -154,16 +161,15 @@ func (e *throttledError) Error() string {
 // Is reports ErrCircuitOpen.
 func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen }
 
-// throttled counts a request the call means to send to m now and reports
-// whether it skips m instead (when it has another model to go to, with the
-// probability above), with the error to record.
+// throttled reports whether the call skips m now (when it has another
+// model to go to, with the probability above), with the error to record.
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
 	p := av.rejectProbability(now)
-	av.request(now)
 	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p {
 		return false, nil
 	}
+	av.failed(now)
 	r, acc, _ := av.totals(now)
 	return true, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel},
 		Err: &throttledError{Model: m.name, Requests: r, Accepted: acc}}
