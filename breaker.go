@@ -70,9 +70,10 @@ type BreakerSettings struct {
 	// the breaker is for a dead model. A degraded one, failing in bursts
 	// but still answering, keeps the share of traffic it can serve (see
 	// the package doc's routing); a storm of 503s that lets one request in
-	// seven through does not take it out of rotation. A model that never
-	// answered since the Client started is judged on the failures alone. A
-	// negative value opens on the failures alone.
+	// seven through does not take it out of rotation. When no model of the
+	// Client has answered for 2s (an outage), or the model never answered
+	// since the Client started, the failures alone open it. A negative
+	// value opens on the failures alone.
 	// Default: 10s.
 	DeadAfter time.Duration
 	// OpenFor is how long an open breaker refuses requests before it lets
@@ -224,6 +225,7 @@ const (
 	outcomeIgnore  outcome = iota // says nothing about the model: the permit is released, nothing is counted
 	outcomeSuccess                // the model answered
 	outcomeFailure                // a counted failure: the model is unwell
+	outcomeOutage                 // a counted failure while no model answers at all: DeadAfter does not apply
 )
 
 // outcomeOf maps a request's error and its verdict to an outcome: a nil error
@@ -378,7 +380,7 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 			if b.successes++; b.successes >= b.s.HalfOpenProbes {
 				return b.setState(StateClosed, now)
 			}
-		case outcomeFailure:
+		case outcomeFailure, outcomeOutage:
 			return b.setState(StateOpen, now)
 		}
 		return nil
@@ -389,8 +391,8 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 		if b.s.FailureRate > 0 {
 			b.window.record(now, false)
 		}
-	case outcomeFailure:
-		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) && b.silentFor(now) {
+	case outcomeFailure, outcomeOutage:
+		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) && (o == outcomeOutage || b.silentFor(now)) {
 			return b.setState(StateOpen, now)
 		}
 		if b.s.FailureRate > 0 {
@@ -402,6 +404,31 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 		}
 	}
 	return nil
+}
+
+// outageAfter is how long every model of a Client must have answered
+// nothing for a failure to count as an outage's: the breaker then opens on
+// FailureThreshold failures alone, without waiting DeadAfter.
+const outageAfter = 2 * time.Second
+
+// lastAnswer is when any model of a Client last answered, as time since
+// origin (the Client's start) plus one nanosecond (0: none yet). Safe for
+// concurrent use once origin is set.
+type lastAnswer struct {
+	origin time.Time
+	at     atomic.Int64
+}
+
+// saw records an answer at now.
+func (l *lastAnswer) saw(now time.Time) {
+	l.at.Store(int64(now.Sub(l.origin)) + 1)
+}
+
+// silentFor reports whether no answer came in the d before now (none
+// ever counts as silent only once d has passed since origin).
+func (l *lastAnswer) silentFor(now time.Time, d time.Duration) bool {
+	last := time.Duration(max(l.at.Load()-1, 0))
+	return now.Sub(l.origin)-last >= d
 }
 
 // silentFor reports whether the model has answered nothing for DeadAfter

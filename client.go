@@ -37,6 +37,7 @@ type Client struct {
 	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
 	cuts     *retryBudget // attempts abandoned at their learned deadline (latency.go)
+	answers  lastAnswer   // when any model last answered: an outage is every model silent
 	jitter   jitterDraws
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats    clientStats
@@ -96,6 +97,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
 	}
+	c.answers.origin = time.Now()
 	c.states = make([]*modelState, len(cfg.cascade))
 	for i, name := range cfg.cascade {
 		c.states[i] = c.newModelState(name)

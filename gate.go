@@ -111,8 +111,12 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	switch o {
 	case outcomeSuccess:
 		a.m.routes[a.endpoint].answered(now)
+		c.answers.saw(now)
 	case outcomeFailure:
 		a.m.routes[a.endpoint].failed(now)
+		if c.answers.silentFor(now, outageAfter) {
+			o = outcomeOutage // no model answers: dead, not degraded
+		}
 	}
 	tr := a.br.done(a.permit, now, o)
 	a.m.count(err, v)

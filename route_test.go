@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -110,3 +111,34 @@ func TestDeadModelGetsOnlyProbes(t *testing.T) {
 
 // seeded returns a fixed jitter source: the throttle's draws repeat.
 func seeded() rand.Source { return rand.NewPCG(1, 2) }
+
+func TestOutageOfEveryModelOpensTheBreakersWithoutWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		down := func(name string) geminitest.Model {
+			return geminitest.Model{Name: name, Latency: 500 * time.Millisecond, Decide: func(geminitest.Request, int) geminitest.Step {
+				if time.Since(start) < 10*time.Second {
+					return geminitest.Step{}
+				}
+				return geminitest.Step{Fault: geminitest.Overloaded} // every model down from 10s on
+			}}
+		}
+		srv := geminitest.New(down(pro), down(flash))
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+		askEvery(t, c, 9, 500*time.Millisecond, pro) // both answer until 10s
+
+		var opened time.Duration
+		for range 40 {
+			_, _, _ = ask(t.Context(), c, "")
+			if opened == 0 && slices.Contains(changes.get(), pro+":open") {
+				opened = time.Since(start) - 10*time.Second
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+
+		require.NotZero(t, opened, "the breakers open")
+		assert.Less(t, opened, 5*time.Second, "every model silent: an outage, not a brownout; no 10s wait (DeadAfter)")
+	})
+}
