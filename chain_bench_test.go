@@ -3,7 +3,6 @@ package geminiguard
 import (
 	"context"
 	"errors"
-	"iter"
 	"testing"
 	"time"
 
@@ -11,11 +10,12 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard/geminitest"
+	"github.com/geminiguard/geminiguard/internal/inert"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
 
 // The chain's own cost, apart from the SDK. The Client's upstream is replaced
-// by inertAPI, which answers at once with a fixed response, so what is left
+// by inert.API, which answers at once with a fixed response, so what is left
 // is the chain alone: limiter, breaker, retry and cascade bookkeeping, the
 // per-attempt deadline context, the call record and the statistics. Beside
 // it, in the same run, the inert call itself. The failsafe-go stack of the
@@ -31,60 +31,9 @@ import (
 // reaction to what the chain sends per attempt (a deadline, a config with
 // the automatic continuation off) counts too.
 
-// chainModels is the cascade of the benchmarks: examples/internal/scenario's
-// overhead scenario (examples/internal/failsafestack's benchmarks use the
-// same).
-var chainModels = []string{"gemini-3.5-flash", "gemini-2.5-flash-lite"}
-
-// inertAPI is an upstream that answers every GenerateContent at once with
-// resp, or with fail when set, and counts the calls. It is not safe for
-// concurrent use.
-type inertAPI struct {
-	resp  *genai.GenerateContentResponse
-	fail  error
-	calls int
-}
-
-func (a *inertAPI) GenerateContent(context.Context, string, []*genai.Content, *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	a.calls++
-	if a.fail != nil {
-		return nil, a.fail
-	}
-	return a.resp, nil
-}
-
-func (a *inertAPI) GenerateContentStream(context.Context, string, []*genai.Content, *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error] {
-	panic("inertAPI: not used by the benchmarks")
-}
-
-func (a *inertAPI) List(context.Context, *genai.ListModelsConfig) (genai.Page[genai.Model], error) {
-	panic("inertAPI: not used by the benchmarks")
-}
-
-func (a *inertAPI) CountTokens(context.Context, string, []*genai.Content, *genai.CountTokensConfig) (*genai.CountTokensResponse, error) {
-	panic("inertAPI: not used by the benchmarks")
-}
-
-func (a *inertAPI) EmbedContent(context.Context, string, []*genai.Content, *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
-	panic("inertAPI: not used by the benchmarks")
-}
-
-// newInertAPI returns an upstream answering a valid, complete response, as
-// the fake's default text does.
-func newInertAPI() *inertAPI {
-	return &inertAPI{resp: &genai.GenerateContentResponse{
-		Candidates: []*genai.Candidate{{
-			Content:      genai.NewContentFromText("Hello from the inert upstream.", genai.RoleModel),
-			FinishReason: genai.FinishReasonStop,
-		}},
-		UsageMetadata: &genai.GenerateContentResponseUsageMetadata{PromptTokenCount: 4, CandidatesTokenCount: 6, TotalTokenCount: 10},
-		ModelVersion:  chainModels[0],
-	}}
-}
-
-// overloaded is the error the inert upstream fails with to open breakers: a
-// 503 UNAVAILABLE as the SDK reports it.
-var overloaded = genai.APIError{Code: 503, Status: "UNAVAILABLE", Message: "The model is overloaded. Please try again later."}
+// chainModels is the cascade of the benchmarks (and of the step tables):
+// internal/inert's, the overhead scenario's.
+var chainModels = inert.Models
 
 // inertClient returns a Client with the cascade chainModels, at its defaults
 // plus opts, whose upstream is api. It is built over the fake's in-memory
@@ -113,14 +62,14 @@ func inertClient(tb testing.TB, api modelsAPI, opts ...Option) *Client {
 // default 60s; here 1h before 2h, to outlast the benchmark), which spares
 // the attempt its own deadline context; in the order of their names.
 func chainCalls(tb testing.TB) (names []string, calls []func() error) {
-	api := newInertAPI()
+	api := inert.New()
 	c := inertClient(tb, api)
 	bounded := inertClient(tb, api, WithTimeouts(2*time.Hour, 3*time.Hour))
 	ctx, contents := context.Background(), genai.Text("Say hi")
 	callerCtx, cancel := context.WithTimeout(ctx, time.Hour)
 	tb.Cleanup(cancel)
 	check := func(resp *genai.GenerateContentResponse, err error) error {
-		if err == nil && resp != api.resp {
+		if err == nil && resp != api.Resp {
 			return errors.New("not the upstream's answer")
 		}
 		return err
@@ -160,17 +109,17 @@ func BenchmarkChainOwn(b *testing.B) {
 // model, the upstream never reached. The failsafe-go stack's is
 // examples/internal/failsafestack's BenchmarkChainOwnRefused.
 func BenchmarkChainOwnRefused(b *testing.B) {
-	api := newInertAPI()
-	api.fail = overloaded
+	api := inert.New()
+	api.Fail = inert.Overloaded
 	c := inertClient(b, api, WithRetry(RetryPolicy{MaxAttempts: 1}), WithBreaker(BreakerSettings{OpenFor: time.Hour}))
 	ctx, contents := context.Background(), genai.Text("Say hi")
 	for range 2 * defaultFailureThreshold { // every model's threshold
 		_, _ = c.GenerateContent(ctx, "", contents, nil)
 	}
-	before := api.calls
+	before := api.Calls
 	_, err := c.GenerateContent(ctx, "", contents, nil)
 	require.Error(b, err)
-	require.Equal(b, before, api.calls, "every breaker is open: no request leaves")
+	require.Equal(b, before, api.Calls, "every breaker is open: no request leaves")
 	b.Run("geminiguard", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/inert"
 )
 
 // Step tables of the call's layers on their own: the gate (admit, settle,
@@ -99,7 +101,7 @@ func TestAdmit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := inertClient(t, newInertAPI(), tt.opts...)
+				c := inertClient(t, inert.New(), tt.opts...)
 				call := newTestCall(c)
 				if tt.arrange != nil {
 					tt.arrange(c, call)
@@ -134,7 +136,7 @@ func TestAdmit(t *testing.T) {
 
 func TestAbandonFreesTheProbeSlotAndTheGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := inertClient(t, newInertAPI(), WithHeadroom(1), WithLimits(chainModels[0], Limits{RPM: 2}))
+		c := inertClient(t, inert.New(), WithHeadroom(1), WithLimits(chainModels[0], Limits{RPM: 2}))
 		call := newTestCall(c)
 		br := c.states[0].breakers[endpointGenerate]
 		trip(br, call.now.Add(-time.Hour))
@@ -203,7 +205,7 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := inertClient(t, newInertAPI())
+				c := inertClient(t, inert.New())
 				call := newTestCall(c)
 				call.only = tt.only
 				if tt.arrange != nil {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard/examples/internal/failsafestack"
+	"github.com/geminiguard/geminiguard/internal/inert"
 	"github.com/geminiguard/geminiguard/internal/paired"
 )
 
@@ -27,42 +28,12 @@ import (
 // (the inert call under a deadline context), a check that the two runs saw
 // the machine alike.
 
-// chainModels is the cascade of the benchmarks, the library's chainModels.
-var chainModels = []string{"gemini-3.5-flash", "gemini-2.5-flash-lite"}
+// chainModels is the cascade of the benchmarks, the library's.
+var chainModels = inert.Models
 
 // attemptTimeout is geminiguard's default attempt timeout, the deadline the
 // deadline call sets as the chain's attempt does.
 const attemptTimeout = time.Minute
-
-// inertAPI is an upstream that answers every GenerateContent at once with
-// resp, or with fail when set, and counts the calls: the library's inertAPI.
-// It is not safe for concurrent use.
-type inertAPI struct {
-	resp  *genai.GenerateContentResponse
-	fail  error
-	calls int
-}
-
-func (a *inertAPI) GenerateContent(context.Context, string, []*genai.Content, *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	a.calls++
-	if a.fail != nil {
-		return nil, a.fail
-	}
-	return a.resp, nil
-}
-
-// newInertAPI returns an upstream answering a valid, complete response, the
-// library benchmarks' own.
-func newInertAPI() *inertAPI {
-	return &inertAPI{resp: &genai.GenerateContentResponse{
-		Candidates: []*genai.Candidate{{
-			Content:      genai.NewContentFromText("Hello from the inert upstream.", genai.RoleModel),
-			FinishReason: genai.FinishReasonStop,
-		}},
-		UsageMetadata: &genai.GenerateContentResponseUsageMetadata{PromptTokenCount: 4, CandidatesTokenCount: 6, TotalTokenCount: 10},
-		ModelVersion:  chainModels[0],
-	}}
-}
 
 // newStack returns the failsafe arm's stack over chainModels, with no
 // RateLimiter (the overhead scenario has no quotas), its breakers open for
@@ -76,7 +47,7 @@ func newStack(openFor time.Duration) *failsafestack.Stack[*genai.GenerateContent
 }
 
 // stackCall makes one call through the stack, each attempt a call of api.
-func stackCall(ctx context.Context, s *failsafestack.Stack[*genai.GenerateContentResponse], api *inertAPI, contents []*genai.Content) (*genai.GenerateContentResponse, error) {
+func stackCall(ctx context.Context, s *failsafestack.Stack[*genai.GenerateContentResponse], api *inert.API, contents []*genai.Content) (*genai.GenerateContentResponse, error) {
 	return s.Run(ctx, func(ctx context.Context, model string) (*genai.GenerateContentResponse, error) {
 		return api.GenerateContent(ctx, model, contents, nil)
 	})
@@ -88,11 +59,11 @@ func stackCall(ctx context.Context, s *failsafestack.Stack[*genai.GenerateConten
 // makes the three in turn and reports each one's time per call and the
 // stack's own cost over the inert call (own-ns).
 func BenchmarkChainOwn(b *testing.B) {
-	api := newInertAPI()
+	api := inert.New()
 	stack := newStack(failsafestack.OpenFor)
 	ctx, contents := context.Background(), genai.Text("Say hi")
 	check := func(resp *genai.GenerateContentResponse, err error) error {
-		if err == nil && resp != api.resp {
+		if err == nil && resp != api.Resp {
 			return errors.New("not the upstream's answer")
 		}
 		return err
@@ -115,8 +86,8 @@ func BenchmarkChainOwn(b *testing.B) {
 // BenchmarkChainOwnRefused is a call refused by open breakers on every
 // model, the upstream never reached.
 func BenchmarkChainOwnRefused(b *testing.B) {
-	api := newInertAPI()
-	api.fail = genai.APIError{Code: 503, Status: "UNAVAILABLE", Message: "The model is overloaded. Please try again later."}
+	api := inert.New()
+	api.Fail = inert.Overloaded
 	stack := newStack(time.Hour)
 	ctx, contents := context.Background(), genai.Text("Say hi")
 	for _, cb := range stack.Breakers {
@@ -124,7 +95,7 @@ func BenchmarkChainOwnRefused(b *testing.B) {
 	}
 	_, err := stackCall(ctx, stack, api, contents)
 	require.Error(b, err)
-	require.Zero(b, api.calls, "every breaker is open: no request leaves")
+	require.Zero(b, api.Calls, "every breaker is open: no request leaves")
 	b.Run("failsafe", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
