@@ -2,6 +2,8 @@ package geminitest_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -246,4 +248,48 @@ func TestChaosRefusesAConfigThatIsNotDeliberate(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), "geminitest: "), err.Error())
 		})
 	}
+}
+
+// A staging client whose calls go through Chaos: on average a tenth of the
+// requests get the real 503 and a twentieth the per-minute 429, the same ones
+// on every run with the same seed. Here the fake stands in for the real API;
+// in staging, pass http.DefaultTransport (or your own) as base and build the
+// client from your staging key, the same way.
+func ExampleChaos() {
+	fake := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash", Text: "Hi there."})
+	chaos, err := geminitest.Chaos(fake.Transport(), geminitest.ChaosConfig{
+		Overloaded:  0.1,
+		RateLimited: 0.05,
+		Seed:        1,
+		Enable:      "I am rehearsing an outage", // typed out: chaos never turns on by accident
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg := fake.ClientConfig() // in staging: &genai.ClientConfig{APIKey: stagingKey, Backend: genai.BackendGeminiAPI}
+	cfg.HTTPClient = &http.Client{Transport: chaos}
+	// With geminiguard: geminiguard.New(ctx, geminiguard.WithHTTPClient(&http.Client{Transport: chaos}), ...)
+	ctx := context.Background()
+	client, err := genai.NewClient(ctx, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	codes := map[int]int{}
+	for range 100 {
+		_, err := client.Models.GenerateContent(ctx, "gemini-2.5-flash", genai.Text("Say hi"), nil)
+		var apiErr genai.APIError
+		switch {
+		case errors.As(err, &apiErr):
+			codes[apiErr.Code]++
+		case err == nil:
+			codes[200]++
+		}
+	}
+	fmt.Println("status codes:", codes)
+	fmt.Println("requests the API saw:", fake.Total("gemini-2.5-flash"))
+	// Output:
+	// status codes: map[200:75 429:7 503:18]
+	// requests the API saw: 75
 }
