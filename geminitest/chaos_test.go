@@ -293,3 +293,21 @@ func ExampleChaos() {
 	// status codes: map[200:75 429:7 503:18]
 	// requests the API saw: 75
 }
+
+func TestChaosFaultsVertexAIPathsToo(t *testing.T) {
+	rt, err := geminitest.Chaos(geminitest.New().Transport(), geminitest.ChaosConfig{Overloaded: 1, Enable: rehearsal})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost,
+		geminitest.BaseURL+"/v1beta1/projects/p/locations/us-central1/publishers/google/models/"+flash+":streamGenerateContent?alt=sse",
+		strings.NewReader(`{}`))
+	require.NoError(t, err)
+
+	resp, err := rt.RoundTrip(req)
+
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.JSONEq(t, `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, string(b))
+}

@@ -63,6 +63,14 @@
 // fake, and they could not if it imported the root package (an import
 // cycle). WithGenAIClient is the one line such a helper would save.
 //
+// # Chaos in staging
+//
+// Chaos wraps the transport of a client that calls the real API and injects
+// the same faults, in the same formats, at configured rates (503 overload,
+// per-minute and daily 429, a cut stream, a stall), so a team can rehearse
+// an outage in staging. It is off unless called with ChaosConfig.Enable
+// holding a confirmation sentence.
+//
 // # What the SDK does with it
 //
 // The fake never sends a continuationToken unless a Step asks for it, so one
