@@ -31,23 +31,23 @@ type modelsAPI interface {
 // protect what goes through the same Client. The zero value is not usable:
 // create it with New.
 type Client struct {
-	api       modelsAPI
-	cfg       config
-	cascade   []string      // configured models, primary first
-	states    []*modelState // the cascade's models, in its order
-	budget    *retryBudget
-	cuts      *retryBudget // attempts abandoned at their learned deadline (latency.go)
-	answers   lastAnswer   // when any model last answered: an outage is every model silent
-	jitter    jitterDraws
-	project   coolDown // the whole project cooling down (spend cap, invalid key, ...)
-	stats     clientStats
-	others    *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
-	shutdown  map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
-	prices    map[string][]Price              // dated prices by model, built-in table with WithPrices applied
-	bulkheads map[string]*bulkhead            // WithBulkhead's, by name; nil: none
+	api      modelsAPI
+	cfg      config
+	cascade  []string      // configured models, primary first
+	states   []*modelState // the cascade's models, in its order
+	budget   *retryBudget
+	cuts     *retryBudget // attempts abandoned at their learned deadline (latency.go)
+	answers  lastAnswer   // when any model last answered: an outage is every model silent
+	jitter   jitterDraws
+	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
+	stats    clientStats
+	others   *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
+	shutdown map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
+	prices   map[string][]Price              // dated prices by model, built-in table with WithPrices applied
 
 	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
+	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
 }
 

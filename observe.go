@@ -96,9 +96,10 @@ type Stats struct {
 	FallbackRate float64 // Fallbacks / Calls
 	// Latency percentiles of the last 4096 calls (failed ones included).
 	LatencyP50, LatencyP95, LatencyP99 time.Duration
-	ProjectCoolDownUntil               time.Time       // zero when the project is not cooling down
-	Models                             []ModelStats    // cascade models first, in order, then the others kept (at most 256, the most recently called), by name
-	Bulkheads                          []BulkheadStats // by name; nil without WithBulkhead
+	ProjectCoolDownUntil               time.Time    // zero when the project is not cooling down
+	Models                             []ModelStats // cascade models first, in order, then the others kept (at most 256, the most recently called), by name
+
+	Bulkheads []BulkheadStats // by name; nil without WithBulkhead
 }
 
 // ModelStats are one model's counters.
