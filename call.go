@@ -130,14 +130,7 @@ func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*
 			if ferr != nil || resp == nil {
 				return nil, false
 			}
-			if resp.ModelVersion == "" {
-				// The Fallback's response may be shared (a cached value):
-				// mark a copy, never the value it returned.
-				marked := *resp
-				marked.ModelVersion = FallbackModelVersion
-				resp = &marked
-			}
-			return resp, true
+			return markFallback(resp), true // a copy: the Fallback's value may be shared
 		}
 	}
 	return call

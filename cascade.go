@@ -8,7 +8,8 @@ import (
 )
 
 // FallbackModelVersion is the ModelVersion of a response the Fallback gave
-// when the Fallback left ModelVersion empty.
+// when the Fallback left ModelVersion empty. IsFallback tells a Fallback's
+// answer whatever its ModelVersion.
 const FallbackModelVersion = "geminiguard-fallback"
 
 // Fallback is the last resort of a call whose models all failed: a cache, a

@@ -44,6 +44,7 @@ const (
 	ClassEmpty                        // quiet 200: no candidates / no parts / OTHER / MALFORMED_FUNCTION_CALL
 	ClassCircuitOpen                  // refused locally: the breaker is open or the model is cooling down
 	ClassLocalRateLimit               // refused locally: the token bucket cannot grant in time
+	ClassBulkheadFull                 // refused locally: the call's bulkhead is full (ErrBulkheadFull)
 
 	numClasses // keep last
 )
@@ -70,6 +71,7 @@ var classNames = [numClasses]string{
 	ClassEmpty:           "empty",
 	ClassCircuitOpen:     "circuit_open",
 	ClassLocalRateLimit:  "local_rate_limit",
+	ClassBulkheadFull:    "bulkhead_full",
 }
 
 // String returns the class's snake_case name ("rate_limit", "daily_quota",
@@ -216,6 +218,7 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 //	empty             yes        model    -               no   (MAX_TOKENS, LANGUAGE: not retryable, request)
 //	circuit_open      no         model    -               no   (the whole project cooling down: project)
 //	local_rate_limit  no         model    -               no
+//	bulkhead_full     no         request  -               no
 func Classify(err error) (v Verdict) {
 	if err == nil {
 		return Verdict{}
@@ -272,6 +275,9 @@ func classify(err error) Verdict {
 		return classify(we.Err)
 	}
 
+	if errors.Is(err, ErrBulkheadFull) {
+		return base(ClassBulkheadFull) // before the caller's deadline, which it may match too
+	}
 	var cut *cutError
 	if errors.As(err, &cut) && cut != nil {
 		v := base(ClassTimeout)

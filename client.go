@@ -47,6 +47,7 @@ type Client struct {
 
 	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
+	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
 }
 
@@ -93,6 +94,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
 		prices:     newPriceTable(cfg.prices),
+		bulkheads:  newBulkheads(&cfg),
 	}
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
@@ -159,12 +161,20 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // so far when a CONTINUATION hop of the answer failed; a *CascadeError
 // (ErrAllModelsFailed, unwrapping to every attempt's error) when every model
 // failed or was skipped and no Fallback answered; the context's error when
-// the caller cancelled. Classify(err) gives the verdict of the failure that
-// decided the outcome; WithCallRecord gives the attempts.
+// the caller cancelled. An error matching ErrBulkheadFull when the call's
+// bulkhead (WithBulkheadName) refused it, before anything was sent; such a
+// refusal is counted in its bulkhead's Stats only. Classify(err) gives the
+// verdict of the failure that decided the outcome; WithCallRecord gives the
+// attempts. IsFallback(resp) tells the Fallback's answer from a model's.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	if err := checkGenerate(contents, config); err != nil {
 		return nil, err
 	}
+	bh, err := c.enterBulkhead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer bh.leave()
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
@@ -185,6 +195,11 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 	if model == "" {
 		return nil, &requestError{where: "EmbedContent's model", what: "is empty", fix: `give the embedding model's name, e.g. "gemini-embedding-001"`}
 	}
+	bh, err := c.enterBulkhead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer bh.leave()
 	ec := newCall[*genai.EmbedContentResponse](ctx, c, endpointEmbed, model, contents)
 	ec.only = true
 	sent := embedConfig(config, c.sdkRetries)

@@ -8,10 +8,15 @@
 //
 // Every upstream attempt of a call passes, in this order:
 //
-//	answer = cascade( for each model: retry( breaker( limiter( request ))) ) else Fallback
+//	answer = bulkhead( cascade( for each model: retry( breaker( limiter( request ))) ) else Fallback )
 //
 // where
 //
+//   - bulkhead: per feature, when configured (WithBulkhead, chosen per call
+//     with WithBulkheadName): at most MaxConcurrent calls at once, MaxQueue
+//     more waiting at most QueueTimeout, the rest refused at once with
+//     ErrBulkheadFull, so a flooding feature cannot starve another. The
+//     bulkhead wraps the whole call, once, not each attempt.
 //   - limiter: per model, RPM as a sliding window (the quota's own
 //     semantics), TPM as a token bucket and RPD as a counter that resets at
 //     midnight America/Los_Angeles, each at a headroom of the configured
@@ -75,12 +80,14 @@
 // its Scope (request, model or project) and the server-stated delay. Errors
 // returned by the Client match the sentinels ErrRateLimited,
 // ErrQuotaExhausted, ErrCircuitOpen, ErrAllModelsFailed, ErrBlocked,
-// ErrEmptyResponse and ErrStreamInterrupted with errors.Is, and carry details
+// ErrEmptyResponse, ErrStreamInterrupted and ErrBulkheadFull with errors.Is, and carry details
 // in *CascadeError, *ModelError, *ResponseError, *StreamError and
 // *CoolingError. Quiet failures of the API — a blocked prompt, a SAFETY or
 // RECITATION finish, a 200 without candidates or parts — are errors here, by
 // the same rules for a unary answer and a stream's. WithCallRecord reports
-// every attempt of a call: model, error and wait.
+// every attempt of a call: model, error and wait. A call the Fallback
+// answered returns err == nil: IsFallback(resp) tells its answer from a
+// model's.
 //
 // An answer the server pauses with finishReason CONTINUATION is completed
 // within its call: the same deadline, the model that answered alone (its

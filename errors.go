@@ -40,6 +40,12 @@ var (
 	// ErrModelNotFound: CheckCascade did not find a cascade model among the
 	// models the API lists for this key.
 	ErrModelNotFound = errors.New("geminiguard: model not found")
+	// ErrBulkheadFull: the call's bulkhead (WithBulkhead) had every slot
+	// taken and no room in its queue, or the call waited in the queue for
+	// QueueTimeout or until the caller's deadline (then the error matches
+	// context.DeadlineExceeded too). Nothing was sent; Classify reads it as
+	// ClassBulkheadFull.
+	ErrBulkheadFull = errors.New("geminiguard: bulkhead full")
 )
 
 // ResponseError reports a quiet failure: an HTTP 200 whose body carries no

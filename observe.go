@@ -98,6 +98,8 @@ type Stats struct {
 	LatencyP50, LatencyP95, LatencyP99 time.Duration
 	ProjectCoolDownUntil               time.Time    // zero when the project is not cooling down
 	Models                             []ModelStats // cascade models first, in order, then the others kept (at most 256, the most recently called), by name
+
+	Bulkheads []BulkheadStats // by name; nil without WithBulkhead
 }
 
 // ModelStats are one model's counters.
@@ -194,6 +196,7 @@ func (c *Client) Stats() Stats {
 			st.Models = append(st.Models, m.stats(now))
 		}
 	}
+	st.Bulkheads = c.bulkheadStats()
 	return st
 }
 

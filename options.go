@@ -47,7 +47,8 @@ type config struct {
 	projectCoolDown time.Duration
 	exactTokens     bool
 	shutdowns       map[string]Shutdown
-	prices          map[string][]Price // WithPrices, by model
+	prices          map[string][]Price  // WithPrices, by model
+	bulkheads       map[string]Bulkhead // WithBulkhead, by name
 	jitterSource    rand.Source
 	problems        []error // found while applying options; reported by validate
 	// sdkOptions names the options given that build the SDK client
@@ -336,6 +337,11 @@ func (cfg *config) validate() error {
 	}
 	if cfg.projectCoolDown <= 0 {
 		add("WithProjectCoolDown(%v): must be positive", cfg.projectCoolDown)
+	}
+	for name, b := range cfg.bulkheads {
+		if err := b.validate(name); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if cfg.genaiClient != nil {
 		for _, opt := range cfg.sdkOptions {

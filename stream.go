@@ -36,13 +36,22 @@ import (
 // ends the stream with a *ResponseError (ErrBlocked), not retried.
 // MAX_TOKENS ends it normally; the last chunk carries that finishReason.
 // The SDK's automatic continuation is off: one attempt is one HTTP request.
-// Breaking out of the loop releases the connection and the breaker permit.
+// Breaking out of the loop releases the connection and the breaker permit,
+// and the slot of the call's bulkhead (WithBulkheadName), which a stream
+// holds from the start of the loop to its end; a full bulkhead ends the
+// stream at once with an error matching ErrBulkheadFull.
 func (c *Client) GenerateContentStream(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error] {
 	return func(yield func(*genai.GenerateContentResponse, error) bool) {
 		if err := checkGenerate(contents, config); err != nil {
 			yield(nil, err)
 			return
 		}
+		bh, err := c.enterBulkhead(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer bh.leave()
 		s := streamRun{c: c, ctx: ctx, model: model, contents: contents, config: config, start: time.Now(), rec: callRecordFrom(ctx)}
 		s.run(yield)
 	}

@@ -1,0 +1,197 @@
+package geminiguard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Bulkhead limits how many calls of one feature run at once, so that a
+// feature that floods the Client (a batch job) cannot take every slot of
+// the limiter, the breakers and the network from another (an interactive
+// page). Calls choose their bulkhead with WithBulkheadName; see WithBulkhead.
+//
+// A call that finds every slot taken waits in the bulkhead's queue, in
+// arrival order, until a slot frees; a call that finds the queue full too
+// is refused at once with an error matching ErrBulkheadFull. The zero value
+// is not valid: MaxConcurrent must be positive.
+type Bulkhead struct {
+	// MaxConcurrent is how many calls of the bulkhead run at once: unary
+	// calls until they return, streams until they end (the caller's loop
+	// returns or breaks). It must be positive.
+	MaxConcurrent int
+	// MaxQueue is how many calls may wait for a slot. 0: none, a call that
+	// finds every slot taken is refused at once.
+	MaxQueue int
+	// QueueTimeout bounds a queued call's wait; a call still queued then is
+	// refused with ErrBulkheadFull. 0: the call timeout of WithTimeouts.
+	// The caller's context bounds the wait too. The call timeout starts
+	// when the call gets its slot.
+	QueueTimeout time.Duration
+}
+
+// validate reports what is wrong with b, the bulkhead named name.
+func (b Bulkhead) validate(name string) error {
+	var errs []error
+	if name == "" {
+		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead: the name is empty: name the feature, e.g. %q (calls without a name use %q)", "batch", defaultBulkhead))
+	}
+	if b.MaxConcurrent <= 0 {
+		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead(%q): MaxConcurrent (%d) must be positive: the number of the feature's calls that may run at once", name, b.MaxConcurrent))
+	}
+	if b.MaxQueue < 0 {
+		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead(%q): MaxQueue (%d) is negative: use 0 for no queue", name, b.MaxQueue))
+	}
+	if b.QueueTimeout < 0 {
+		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead(%q): QueueTimeout (%v) is negative: use 0 for the call timeout", name, b.QueueTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// defaultBulkhead is the bulkhead of calls that name none, when configured.
+const defaultBulkhead = "default"
+
+// WithBulkhead adds a bulkhead named name (see Bulkhead). Calls whose context
+// carries the name (WithBulkheadName) go through it; calls that name no
+// bulkhead go through the one named "default" if there is one, and through
+// none otherwise. A name given twice keeps the last Bulkhead. New reports an
+// empty name and invalid fields. Default: no bulkheads.
+func WithBulkhead(name string, b Bulkhead) Option {
+	return optionFunc(func(cfg *config) {
+		if cfg.bulkheads == nil {
+			cfg.bulkheads = make(map[string]Bulkhead)
+		} else {
+			cfg.bulkheads = cloneMap(cfg.bulkheads)
+		}
+		cfg.bulkheads[name] = b
+	})
+}
+
+type bulkheadKey struct{}
+
+// WithBulkheadName returns a context that makes the Client method called
+// with it go through the bulkhead named name (WithBulkhead). A name the
+// Client has no bulkhead for fails the call before anything is sent, with an
+// error that Classify reads as ClassBadRequest: a misspelt name never
+// silently escapes its limit.
+func WithBulkheadName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, bulkheadKey{}, name)
+}
+
+// BulkheadStats are one bulkhead's figures, taken by Client.Stats.
+type BulkheadStats struct {
+	Name     string
+	InFlight int   // calls holding a slot now
+	Queued   int   // calls waiting for a slot now
+	Admitted int64 // calls given a slot, since New
+	Rejected int64 // calls refused with ErrBulkheadFull (queue full, QueueTimeout passed, or the caller's deadline), since New
+}
+
+// bulkhead is a Bulkhead at work: a counting semaphore whose blocked
+// senders are its queue (the runtime hands a freed slot to the longest
+// waiting sender, so the queue is first come, first served).
+type bulkhead struct {
+	name     string
+	slots    chan struct{} // one element per call holding a slot
+	maxQueue int64
+	wait     time.Duration // the longest wait in the queue
+	queued   atomic.Int64  // calls in the queue
+	admitted atomic.Int64
+	rejected atomic.Int64
+}
+
+// newBulkheads builds the Client's bulkheads; nil when there are none.
+func newBulkheads(cfg *config) map[string]*bulkhead {
+	if len(cfg.bulkheads) == 0 {
+		return nil
+	}
+	bs := make(map[string]*bulkhead, len(cfg.bulkheads))
+	for name, b := range cfg.bulkheads {
+		wait := b.QueueTimeout
+		if wait == 0 {
+			wait = cfg.callTimeout
+		}
+		bs[name] = &bulkhead{name: name, slots: make(chan struct{}, b.MaxConcurrent), maxQueue: int64(b.MaxQueue), wait: wait}
+	}
+	return bs
+}
+
+// enterBulkhead takes a slot of the bulkhead the call names in ctx (or of
+// the "default" one) and returns it, to be left when the call ends; nil
+// when the call goes through no bulkhead. It fails with an error matching
+// ErrBulkheadFull when the bulkhead refuses the call (and context's
+// DeadlineExceeded too when the caller's deadline passed in the queue),
+// with the context's error when the caller cancelled while queued, and
+// with a request error for a name without a bulkhead.
+func (c *Client) enterBulkhead(ctx context.Context) (*bulkhead, error) {
+	name, named := ctx.Value(bulkheadKey{}).(string)
+	if !named {
+		name = defaultBulkhead
+	}
+	b := c.bulkheads[name]
+	if b == nil {
+		if !named {
+			return nil, nil
+		}
+		return nil, &requestError{where: fmt.Sprintf("the bulkhead %q of WithBulkheadName", name), what: "is not configured", fix: fmt.Sprintf("add WithBulkhead(%q, ...) to New, or fix the name", name)}
+	}
+	return b, b.enter(ctx)
+}
+
+// enter takes a slot, waiting in the queue if there is room in it.
+func (b *bulkhead) enter(ctx context.Context) error {
+	select {
+	case b.slots <- struct{}{}:
+		b.admitted.Add(1)
+		return nil
+	default:
+	}
+	if b.queued.Add(1) > b.maxQueue {
+		b.queued.Add(-1)
+		b.rejected.Add(1)
+		return fmt.Errorf("geminiguard: bulkhead %q: %d calls running and %d queued: %w", b.name, cap(b.slots), b.maxQueue, ErrBulkheadFull)
+	}
+	defer b.queued.Add(-1)
+	t := time.NewTimer(b.wait)
+	defer t.Stop()
+	select {
+	case b.slots <- struct{}{}:
+		b.admitted.Add(1)
+		return nil
+	case <-t.C:
+		b.rejected.Add(1)
+		return fmt.Errorf("geminiguard: bulkhead %q: no slot within the queue timeout (%v): %w", b.name, b.wait, ErrBulkheadFull)
+	case <-ctx.Done():
+		err := ctx.Err()
+		if errors.Is(err, context.DeadlineExceeded) {
+			b.rejected.Add(1)
+			return fmt.Errorf("geminiguard: bulkhead %q: no slot before the caller's deadline: %w: %w", b.name, ErrBulkheadFull, err)
+		}
+		return fmt.Errorf("geminiguard: bulkhead %q: cancelled while queued: %w", b.name, err)
+	}
+}
+
+// leave gives the slot back. A nil bulkhead (no bulkhead) does nothing.
+func (b *bulkhead) leave() {
+	if b != nil {
+		<-b.slots
+	}
+}
+
+// bulkheadStats returns every bulkhead's figures, by name.
+func (c *Client) bulkheadStats() []BulkheadStats {
+	if len(c.bulkheads) == 0 {
+		return nil
+	}
+	st := make([]BulkheadStats, 0, len(c.bulkheads))
+	for _, b := range c.bulkheads {
+		st = append(st, BulkheadStats{Name: b.name, InFlight: len(b.slots), Queued: int(b.queued.Load()),
+			Admitted: b.admitted.Load(), Rejected: b.rejected.Load()})
+	}
+	slices.SortFunc(st, func(x, y BulkheadStats) int { return cmp.Compare(x.Name, y.Name) })
+	return st
+}
