@@ -146,7 +146,7 @@ func promptTokens(r *genai.GenerateContentResponse) int32 {
 
 // generateOnce is one unary upstream request to m.
 func generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
-	resp, err := call.c.api.GenerateContent(ctx, m.name, call.contents, call.config)
+	resp, err := call.c.api.GenerateContent(ctx, m.name, call.contents, configFor(m, call.user, call.config, call.c.sdkRetries))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package geminiguard
 import (
 	"slices"
 	"sync/atomic"
+
+	"google.golang.org/genai"
 )
 
 // endpoint separates breakers of one model: generation and embedding fail
@@ -31,16 +33,17 @@ type modelState struct {
 	cool     coolDown
 	lim      *limiter
 	counters modelCounters
-	lat      latencies                  // unary answer times, for learned attempt deadlines
-	spent    modelSpend                 // tokens and cost of its responses
-	prices   []Price                    // its dated prices, by EffectiveFrom; shared, never modified
-	self     []*modelState              // this model alone: the order of a call without cascade
-	openErr  *ModelError                // what a call records when a breaker is open: shared, never modified
-	coolErr  atomic.Pointer[ModelError] // what a call records while cooling down, for the current cool-down
+	lat      latencies                          // unary answer times, for learned attempt deadlines
+	spent    modelSpend                         // tokens and cost of its responses
+	prices   []Price                            // its dated prices, by EffectiveFrom; shared, never modified
+	adjust   func(*genai.GenerateContentConfig) // WithModelConfig's, nil when none
+	self     []*modelState                      // this model alone: the order of a call without cascade
+	openErr  *ModelError                        // what a call records when a breaker is open: shared, never modified
+	coolErr  atomic.Pointer[ModelError]         // what a call records while cooling down, for the current cool-down
 }
 
 func (c *Client) newModelState(name string) *modelState {
-	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), prices: c.prices[name]}
+	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), prices: c.prices[name], adjust: c.cfg.adjust[name]}
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
 		m.routes[e] = newAvailability()

@@ -32,6 +32,7 @@ type config struct {
 	httpClient      *http.Client
 	cascade         []string
 	limits          map[string]Limits
+	adjust          map[string]func(*genai.GenerateContentConfig) // per model: WithModelConfig
 	headroom        float64
 	retry           RetryPolicy
 	breaker         BreakerSettings
@@ -160,6 +161,29 @@ func WithCascade(models ...string) Option {
 		for i, m := range models {
 			cfg.cascade[i] = strings.TrimPrefix(m, "models/")
 		}
+	})
+}
+
+// WithModelConfig adjusts the request config sent to model: before each
+// request to it (a retry, a cascade step, a hop or a resume), adjust is
+// called with a copy of the call's config (a zero config when the call
+// passed nil) and may set any field: drop a CachedContent made for another
+// model, change the thinking budget, swap tools. The copy is shallow: set
+// fields and replace pointers, maps and slices, but do not write through
+// them, as they are the caller's. The caller's config is never modified;
+// the SDK's own retry and automatic continuation stay off whatever adjust
+// sets. adjust must be safe for concurrent use; it is called on the call's
+// goroutine. The last WithModelConfig for a model wins; a nil adjust
+// removes it. Default: every model gets the call's config as it is.
+func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)) Option {
+	return optionFunc(func(cfg *config) {
+		cfg.adjust = cloneMap(cfg.adjust)
+		name := strings.TrimPrefix(model, "models/")
+		if adjust == nil {
+			delete(cfg.adjust, name)
+			return
+		}
+		cfg.adjust[name] = adjust
 	})
 }
 

@@ -32,6 +32,23 @@ func callConfig(user *genai.GenerateContentConfig, sdkRetries bool) *genai.Gener
 	return &cfg
 }
 
+// configFor returns the config to send m: sent itself, or, when m has a
+// WithModelConfig adjustment, a copy of user (the caller's) adjusted, with
+// the SDK's retry and automatic continuation kept off and the
+// continuation token of sent (a hop's) kept.
+func configFor(m *modelState, user, sent *genai.GenerateContentConfig, sdkRetries bool) *genai.GenerateContentConfig {
+	if m.adjust == nil {
+		return sent
+	}
+	var cfg genai.GenerateContentConfig
+	if user != nil {
+		cfg = *user
+	}
+	m.adjust(&cfg)
+	cfg.ContinuationToken = sent.ContinuationToken
+	return callConfig(&cfg, sdkRetries)
+}
+
 // embedConfig returns a copy of the caller's config with the SDK's retry off.
 func embedConfig(user *genai.EmbedContentConfig, sdkRetries bool) *genai.EmbedContentConfig {
 	var cfg genai.EmbedContentConfig

@@ -304,7 +304,7 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 			ss.close()
 		}
 	}()
-	ss.next2, ss.stop = iter.Pull2(c.api.GenerateContentStream(sctx, m.name, call.contents, call.config))
+	ss.next2, ss.stop = iter.Pull2(c.api.GenerateContentStream(sctx, m.name, call.contents, configFor(m, call.user, call.config, c.sdkRetries)))
 	first, err := ss.next(wait)
 	switch {
 	case err != nil:
