@@ -32,6 +32,7 @@ type modelsAPI interface {
 // create it with New.
 type Client struct {
 	api      modelsAPI
+	sdk      *genai.Client // the SDK client api belongs to, for GenAI
 	cfg      config
 	cascade  []string      // configured models, primary first
 	states   []*modelState // the cascade's models, in its order
@@ -85,6 +86,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		api: gc.Models,
+		sdk: gc,
 		cfg: cfg,
 		// The SDK retries only when its client was given RetryOptions: ours
 		// is built without, an app's may have them.
@@ -207,6 +209,40 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 		return c.api.EmbedContent(ctx, m.name, contents, sent)
 	}
 	return ec.run(ctx)
+}
+
+// CountTokens counts the tokens of contents as model would, through the
+// breaker of the model's countTokens endpoint (separate from its generation
+// and embedding breakers) and classifier-driven retries; not through the
+// limiter, as countTokens is free of quota. There is no cascade and no
+// Fallback: a count is the model's own. The caller's config is never
+// mutated.
+//
+// Errors: those of EmbedContent.
+func (c *Client) CountTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.CountTokensConfig) (*genai.CountTokensResponse, error) {
+	if err := checkContents(contents); err != nil {
+		return nil, err
+	}
+	if model == "" {
+		return nil, &requestError{where: "CountTokens' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
+	}
+	cc := newCall[*genai.CountTokensResponse](ctx, c, endpointCount, model, contents)
+	cc.only = true
+	sent := countConfig(config, c.sdkRetries)
+	cc.send = func(ctx context.Context, _ *call[*genai.CountTokensResponse], m *modelState) (*genai.CountTokensResponse, error) {
+		return c.api.CountTokens(ctx, m.name, contents, sent)
+	}
+	return cc.run(ctx)
+}
+
+// GenAI returns the SDK client the Client calls through, for what
+// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings,
+// ComputeTokens, ...). Calls made on it bypass the chain: no limiter,
+// breaker, retry, cascade or Fallback, and Stats does not see them. With
+// WithGenAIClient it is the client given; otherwise the one New built, whose
+// own retry is off. Safe for concurrent use, as the SDK's client is.
+func (c *Client) GenAI() *genai.Client {
+	return c.sdk
 }
 
 // logReport logs what CheckCascade found that deserves attention.

@@ -42,7 +42,10 @@ const stepGo step = -1
 // is slept here, counted in sl.delay.
 func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	m := sl.m
-	tokens := call.inputTokens(ctx, m) // may take time: read the clock after it
+	var tokens int
+	if call.endpoint != endpointCount {
+		tokens = call.inputTokens(ctx, m) // may take time: read the clock after it
+	}
 	now := call.now
 	if !now.Before(call.deadline) {
 		if err := ctx.Err(); err != nil {
@@ -65,7 +68,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	}
 	g := &a.grant // filled in place, and only when the limiter limits: a grant is large
 	var wait time.Duration
-	if m.lim.enforces() {
+	if call.endpoint != endpointCount && m.lim.enforces() { // countTokens is free of quota
 		var err error
 		if *g, wait, err = m.lim.reserve(now, tokens, call.deadline); err != nil {
 			err = localLimitError(m.name, err, now)

@@ -14,12 +14,16 @@ type endpoint uint8
 const (
 	endpointGenerate endpoint = iota
 	endpointEmbed
+	endpointCount // countTokens: free of quota, so not limited
 	numEndpoints
 )
 
 func (e endpoint) String() string {
-	if e == endpointEmbed {
+	switch e {
+	case endpointEmbed:
 		return "embed"
+	case endpointCount:
+		return "count"
 	}
 	return "generate"
 }

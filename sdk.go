@@ -49,6 +49,16 @@ func configFor(m *modelState, user, sent *genai.GenerateContentConfig, sdkRetrie
 	return callConfig(&cfg, sdkRetries)
 }
 
+// countConfig returns a copy of the caller's config with the SDK's retry off.
+func countConfig(user *genai.CountTokensConfig, sdkRetries bool) *genai.CountTokensConfig {
+	var cfg genai.CountTokensConfig
+	if user != nil {
+		cfg = *user
+	}
+	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, sdkRetries)
+	return &cfg
+}
+
 // embedConfig returns a copy of the caller's config with the SDK's retry off.
 func embedConfig(user *genai.EmbedContentConfig, sdkRetries bool) *genai.EmbedContentConfig {
 	var cfg genai.EmbedContentConfig

@@ -72,6 +72,15 @@ func checkGenerate(contents []*genai.Content, config *genai.GenerateContentConfi
 	return nil
 }
 
+// checkContents checks contents as checkGenerate does, for a call with no
+// config to check (CountTokens).
+func checkContents(contents []*genai.Content) error {
+	if e := contentsFlaw(contents); e != nil {
+		return e
+	}
+	return nil
+}
+
 // checkEmbed checks the arguments of EmbedContent as checkGenerate does.
 func checkEmbed(contents []*genai.Content, config *genai.EmbedContentConfig) error {
 	if e := contentsFlaw(contents); e != nil {
