@@ -32,7 +32,7 @@ type modelsAPI interface {
 // create it with New.
 type Client struct {
 	api      modelsAPI
-	sdk      *genai.Client // the SDK client api belongs to, for GenAI
+	sdk      func() *genai.Client // the SDK client api belongs to, for GenAI; a func so that no fmt verb prints its config (the key)
 	cfg      config
 	cascade  []string      // configured models, primary first
 	states   []*modelState // the cascade's models, in its order
@@ -86,7 +86,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		api: gc.Models,
-		sdk: gc,
+		sdk: func() *genai.Client { return gc },
 		cfg: cfg,
 		// The SDK retries only when its client was given RetryOptions: ours
 		// is built without, an app's may have them.
@@ -242,7 +242,7 @@ func (c *Client) CountTokens(ctx context.Context, model string, contents []*gena
 // WithGenAIClient it is the client given; otherwise the one New built, whose
 // own retry is off. Safe for concurrent use, as the SDK's client is.
 func (c *Client) GenAI() *genai.Client {
-	return c.sdk
+	return c.sdk()
 }
 
 // logReport logs what CheckCascade found that deserves attention.
