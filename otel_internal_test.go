@@ -2,6 +2,7 @@ package geminiguard
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,4 +28,22 @@ func TestTelemetryOffWhenProvidersAreNoOps(t *testing.T) {
 	var none *telemetry
 	assert.False(t, none.tracing())
 	assert.False(t, none.metering())
+}
+
+// BenchmarkTelemetryOff is what a one-attempt call adds with the default
+// (unset global) providers: the checks of observed and of the attempt's
+// report. Issue 12's budget: ≤ 20 ns and 0 allocations.
+func BenchmarkTelemetryOff(b *testing.B) {
+	c := &Client{cfg: defaultConfig()}
+	c.tel = newTelemetry(c)
+	defer c.tel.stop()
+	m := c.newModelState("gemini-2.5-flash")
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		if c.tel.tracing() || c.tel.metering() {
+			b.Fatal("telemetry on with the unset global providers")
+		}
+		c.tel.attempt(ctx, m, m.breakers[0], 1, 0, 0, Verdict{}, time.Time{})
+	}
 }
