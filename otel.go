@@ -238,7 +238,10 @@ func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
 		t.ins.tokens.Record(ctx, float64(ce.spent.tokens.Output+ce.spent.tokens.Thinking), metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], t.ins.tokenOutput)...))
 	}
 	if ce.spent.cost > 0 {
-		model := cmpOr(ce.response, ce.first)
+		model := ce.first
+		if ce.response != "" && ce.response != FallbackModelVersion {
+			model = ce.response
+		}
 		t.ins.cost.Add(ctx, int64(ce.spent.cost), metric.WithAttributes(
 			attribute.String("gen_ai.operation.name", operationNames[ce.endpoint]), attribute.String("gen_ai.request.model", model)))
 	}
@@ -248,14 +251,6 @@ func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
 				attribute.String("geminiguard.class", Classify(a.Err).Class.String())))
 		}
 	}
-}
-
-// cmpOr returns a, or b when a is "".
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // errorType is the error.type of a failed call: the class of the failure
