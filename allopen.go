@@ -44,13 +44,13 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 		l.LogAttrs(ctx, slog.LevelInfo, "geminiguard: no model left but open ones: probing one early",
 			slog.String("model", pick.name), slog.String("endpoint", call.endpoint.String()))
 	}
-	c.stateChanged(pick.name, call.endpoint, pick.breakers[call.endpoint].openEarly(now))
+	c.stateChanged(ctx, pick.name, call.endpoint, pick.breakers[call.endpoint].openEarly(now))
 	sl := retrySlot{m: pick}
 	resp, next, err := call.retry(ctx, &sl)
 	if next == stepDone {
 		for _, m := range call.order() {
 			if m != pick {
-				c.stateChanged(m.name, call.endpoint, m.breakers[call.endpoint].openEarly(call.now))
+				c.stateChanged(ctx, m.name, call.endpoint, m.breakers[call.endpoint].openEarly(call.now))
 			}
 		}
 	}

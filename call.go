@@ -298,7 +298,7 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 			call.now = time.Now()
 			if fok {
 				resp, err, fallback = fresp, nil, true
-				c.fellBack(FallbackEvent{Model: call.firstModel(), Err: cerr})
+				c.fellBack(ctx, FallbackEvent{Model: call.firstModel(), Err: cerr})
 			}
 		}
 	}

@@ -131,7 +131,7 @@ func (call *call[R]) pause(ctx context.Context, round int) error {
 		call.later[i].prev, call.later[i].delay = d, 0
 	}
 	first.delay = d
-	c.retrying(RetryEvent{Model: first.m.name, Attempt: first.tries, Err: call.attempts[len(call.attempts)-1].Err, Delay: d})
+	c.retrying(ctx, RetryEvent{Model: first.m.name, Attempt: first.tries, Err: call.attempts[len(call.attempts)-1].Err, Delay: d})
 	if err := call.sleep(ctx, d); err != nil {
 		return call.fail(first.m.name, err, d, 0)
 	}

@@ -198,7 +198,7 @@ func TestFallbackAndStats(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2}),
-			geminiguard.WithHooks(geminiguard.Hooks{OnFallback: func(geminiguard.FallbackEvent) { fallbacks++ }}),
+			geminiguard.WithHooks(geminiguard.Hooks{OnFallback: func(context.Context, geminiguard.FallbackEvent) { fallbacks++ }}),
 			geminiguard.WithFallback(func(_ context.Context, req geminiguard.FallbackRequest) (*genai.GenerateContentResponse, error) {
 				return geminiguard.TextFallback("cached answer")(t.Context(), req)
 			}))

@@ -50,6 +50,7 @@ type Client struct {
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
 	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
+	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -107,6 +108,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		c.states[i] = c.newModelState(name)
 	}
 	c.others, _ = lru.New[string, *modelState](maxOtherModels) // fails only for a size below 1
+	c.tel = newTelemetry(c)
 	if cfg.startupCheck {
 		report, err := c.CheckCascade(ctx)
 		switch {
@@ -180,7 +182,7 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
-	return call.run(ctx)
+	return call.observed(ctx)
 }
 
 // EmbedContent embeds contents with model through the limiter, the breaker
@@ -208,7 +210,7 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 	ec.send = func(ctx context.Context, _ *call[*genai.EmbedContentResponse], m *modelState) (*genai.EmbedContentResponse, error) {
 		return c.api.EmbedContent(ctx, m.name, contents, sent)
 	}
-	return ec.run(ctx)
+	return ec.observed(ctx)
 }
 
 // CountTokens counts the tokens of contents as model would, through the

@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -151,7 +152,7 @@ func (c *Client) projectCooling(now time.Time) error {
 
 // applyVerdict makes a failure's verdict reach past the call: cool-downs for
 // the model or the project, and the limiter learning from a 429.
-func (c *Client) applyVerdict(m *modelState, v Verdict, now time.Time) {
+func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now time.Time) {
 	if dim, ok := quotaDimOf(v.quotaID); ok {
 		if v.quotaLimit > 0 {
 			m.lim.learn(dim, v.quotaLimit)
@@ -166,11 +167,11 @@ func (c *Client) applyVerdict(m *modelState, v Verdict, now time.Time) {
 	until := coolDownUntil(v, now, c.cfg.projectCoolDown)
 	if v.Scope == ScopeProject {
 		if c.project.set(until, v.Class) {
-			c.cooledDown(CoolDownEvent{Until: until, Reason: v.Class})
+			c.cooledDown(ctx, CoolDownEvent{Until: until, Reason: v.Class})
 		}
 		return
 	}
 	if m.cool.set(until, v.Class) {
-		c.cooledDown(CoolDownEvent{Model: m.name, Until: until, Reason: v.Class})
+		c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: until, Reason: v.Class})
 	}
 }

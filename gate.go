@@ -22,9 +22,10 @@ type admission struct {
 	grant    grant
 	permit   permit
 	endpoint endpoint
-	opened   *transition // the change allow made (open → half-open), reported once the request goes
-	sent     bool        // the request left: its grant is spent whatever comes back
-	settled  bool        // the permit was handed back
+	opened   *transition     // the change allow made (open → half-open), reported once the request goes
+	sent     bool            // the request left: its grant is spent whatever comes back
+	settled  bool            // the permit was handed back
+	ctx      context.Context // the call's, for the reports of settle
 }
 
 // stepGo is admit's answer when the request may go: a step no attempt
@@ -89,6 +90,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
 		}
 		sl.delay += wait
+		call.c.tel.limiterWaited(ctx, m, wait)
 	}
 	p, tr, err := br.allow(call.now)
 	if err != nil {
@@ -97,7 +99,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		call.skip(m, err, sl.delay)
 		return stepNext, err
 	}
-	a.m, a.br, a.permit, a.endpoint, a.opened = m, br, p, call.endpoint, tr
+	a.m, a.br, a.permit, a.endpoint, a.opened, a.ctx = m, br, p, call.endpoint, tr, ctx
 	return stepGo, nil
 }
 
@@ -123,7 +125,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	}
 	tr := a.br.done(a.permit, now, o)
 	a.m.count(err, v)
-	c.stateChanged(a.m.name, a.endpoint, tr)
+	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
 }
 
 // abandon settles an admission that a panic left unsettled, saying nothing

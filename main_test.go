@@ -62,7 +62,7 @@ type stateChanges struct {
 
 // hooks returns the Hooks that record into s.
 func (s *stateChanges) hooks() geminiguard.Hooks {
-	return geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
+	return geminiguard.Hooks{OnStateChange: func(_ context.Context, e geminiguard.StateChangeEvent) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.list = append(s.list, e.Model+":"+e.To.String())

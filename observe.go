@@ -6,16 +6,21 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Hooks are called synchronously, outside every lock of the Client, from the
-// goroutine of the call that caused the event. They must be quick and safe
-// for concurrent use. A nil field is skipped.
+// goroutine of the call that caused the event, with that call's context: the
+// caller's, carrying the call's span when tracing is on (see
+// WithTracerProvider), so that a hook can correlate the event with the
+// request (trace.SpanContextFromContext, the caller's values). They must be
+// quick and safe for concurrent use. A nil field is skipped.
 type Hooks struct {
-	OnRetry       func(RetryEvent)       // before sleeping for a retry of the same model
-	OnStateChange func(StateChangeEvent) // a breaker changed state
-	OnCoolDown    func(CoolDownEvent)    // a model or the project started (or extended) a cool-down
-	OnFallback    func(FallbackEvent)    // the Fallback answered a call
+	OnRetry       func(context.Context, RetryEvent)       // before sleeping for a retry of the same model
+	OnStateChange func(context.Context, StateChangeEvent) // a breaker changed state
+	OnCoolDown    func(context.Context, CoolDownEvent)    // a model or the project started (or extended) a cool-down
+	OnFallback    func(context.Context, FallbackEvent)    // the Fallback answered a call
 }
 
 // RetryEvent: the call will retry Model after Delay.
@@ -236,47 +241,53 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
-// stateChanged reports a breaker transition to the hook and the log.
-func (c *Client) stateChanged(model string, e endpoint, tr *transition) {
+// The reports below go to the hook, the log and the metrics, with the
+// context of the call that caused the event (the log's handler gets it too).
+
+// stateChanged reports a breaker transition.
+func (c *Client) stateChanged(ctx context.Context, model string, e endpoint, tr *transition) {
 	if tr == nil {
 		return
 	}
 	if c.cfg.logger != nil {
-		c.cfg.logger.Info("geminiguard: breaker state changed", slog.String("model", model), slog.String("endpoint", e.String()),
+		c.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "geminiguard: breaker state changed", slog.String("model", model), slog.String("endpoint", e.String()),
 			slog.String("from", tr.From.String()), slog.String("to", tr.To.String()))
 	}
 	if h := c.cfg.hooks.OnStateChange; h != nil {
-		h(StateChangeEvent{Model: model, Endpoint: e.String(), From: tr.From, To: tr.To, At: tr.At})
+		h(ctx, StateChangeEvent{Model: model, Endpoint: e.String(), From: tr.From, To: tr.To, At: tr.At})
 	}
 }
 
-// cooledDown reports a new or extended cool-down to the hook and the log.
-func (c *Client) cooledDown(ev CoolDownEvent) {
+// cooledDown reports a new or extended cool-down.
+func (c *Client) cooledDown(ctx context.Context, ev CoolDownEvent) {
 	if c.cfg.logger != nil {
-		c.cfg.logger.Info("geminiguard: cooling down", slog.String("model", ev.Model), slog.Time("until", ev.Until), slog.String("reason", ev.Reason.String()))
+		c.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "geminiguard: cooling down", slog.String("model", ev.Model), slog.Time("until", ev.Until), slog.String("reason", ev.Reason.String()))
 	}
+	c.tel.count(ctx, func(ins *instruments) metric.Int64Counter { return ins.coolDowns }, ev.Model, ev.Reason)
 	if h := c.cfg.hooks.OnCoolDown; h != nil {
-		h(ev)
+		h(ctx, ev)
 	}
 }
 
-// retrying reports a retry to the hook and the log.
-func (c *Client) retrying(ev RetryEvent) {
-	if c.cfg.logger != nil {
-		c.cfg.logger.Debug("geminiguard: retrying", slog.String("model", ev.Model), slog.Int("attempt", ev.Attempt),
+// retrying reports a retry.
+func (c *Client) retrying(ctx context.Context, ev RetryEvent) {
+	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: retrying", slog.String("model", ev.Model), slog.Int("attempt", ev.Attempt),
 			slog.String("class", ev.Verdict.Class.String()), slog.Duration("delay", ev.Delay))
 	}
+	c.tel.count(ctx, func(ins *instruments) metric.Int64Counter { return ins.retries }, ev.Model, ev.Verdict.Class)
 	if h := c.cfg.hooks.OnRetry; h != nil {
-		h(ev)
+		h(ctx, ev)
 	}
 }
 
-// fellBack reports a fallback answer to the hook and the log.
-func (c *Client) fellBack(ev FallbackEvent) {
+// fellBack reports a fallback answer.
+func (c *Client) fellBack(ctx context.Context, ev FallbackEvent) {
 	if c.cfg.logger != nil {
-		c.cfg.logger.Info("geminiguard: fallback answered", slog.String("model", ev.Model))
+		c.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "geminiguard: fallback answered", slog.String("model", ev.Model))
 	}
+	c.tel.count(ctx, func(ins *instruments) metric.Int64Counter { return ins.fallbacks }, ev.Model, Classify(ev.Err).Class)
 	if h := c.cfg.hooks.OnFallback; h != nil {
-		h(ev)
+		h(ctx, ev)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genai"
 )
 
@@ -51,7 +53,9 @@ type config struct {
 	prices          map[string][]Price  // WithPrices, by model
 	bulkheads       map[string]Bulkhead // WithBulkhead, by name
 	jitterSource    rand.Source
-	problems        []error // found while applying options; reported by validate
+	meterProvider   metric.MeterProvider // nil: otel.GetMeterProvider()
+	tracerProvider  trace.TracerProvider // nil: otel.GetTracerProvider()
+	problems        []error              // found while applying options; reported by validate
 	// sdkOptions names the options given that build the SDK client
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
@@ -306,6 +310,44 @@ func WithJitterSource(src rand.Source) Option {
 			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithJitterSource(nil): pass a source, e.g. rand.NewPCG(1, 2), or leave the option out"))
 		}
 		cfg.jitterSource = src
+	})
+}
+
+// WithMeterProvider makes the Client record its metrics with mp: the GenAI
+// client metrics of the OpenTelemetry semantic conventions
+// (gen_ai.client.operation.duration, gen_ai.client.token.usage) and the
+// chain's own under "geminiguard." (attempts, retries, skips, cool-downs,
+// fallbacks, limiter waits, cost, breaker state). Default: the global
+// provider, otel.GetMeterProvider(), read once by New (a provider set later
+// with otel.SetMeterProvider is followed). A no-op provider costs a call
+// nothing. Attributes never carry a prompt, an answer or a key. Close
+// unregisters the breaker state gauge's callback.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp == nil {
+			c.problems = append(c.problems, errors.New("geminiguard: WithMeterProvider(nil): pass a MeterProvider (noop.NewMeterProvider() records nothing), or leave the option out"))
+			return
+		}
+		c.meterProvider = mp
+	})
+}
+
+// WithTracerProvider makes the Client trace its calls with tp: one CLIENT
+// span per call, named "generate_content {model}" ("embeddings {model}" for
+// EmbedContent; streams as generate_content) after the GenAI semantic
+// conventions, with an event per upstream request (model, class, wait,
+// breaker state). The span is the parent of the SDK's requests, and rides
+// in the context the hooks, the Fallback and the log get. Default: the
+// global provider, otel.GetTracerProvider(), read once by New (a provider
+// set later with otel.SetTracerProvider is followed). A no-op provider costs
+// a call nothing. Attributes never carry a prompt, an answer or a key.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp == nil {
+			c.problems = append(c.problems, errors.New("geminiguard: WithTracerProvider(nil): pass a TracerProvider (noop.NewTracerProvider() records nothing), or leave the option out"))
+			return
+		}
+		c.tracerProvider = tp
 	})
 }
 

@@ -90,7 +90,7 @@ func TestDefect2PanicDuringUnaryProbeFreesTheProbeSlot(t *testing.T) {
 				tr := &panickingTransport{base: srv.Transport()}
 				var hookArmed atomic.Bool
 				c := openedByOneFailure(t, srv, geminiguard.WithHTTPClient(&http.Client{Transport: tr}),
-					geminiguard.WithHooks(geminiguard.Hooks{OnStateChange: func(e geminiguard.StateChangeEvent) {
+					geminiguard.WithHooks(geminiguard.Hooks{OnStateChange: func(_ context.Context, e geminiguard.StateChangeEvent) {
 						if hookArmed.Load() && e.To == geminiguard.StateHalfOpen {
 							panic("a state-change hook")
 						}

@@ -38,6 +38,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 			return zero, next, err
 		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
+		call.c.tel.attempt(ctx, sl.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
 		if err == nil {
 			call.answered(sl.m.name, sl.delay, elapsed)
 			return resp, stepDone, nil
@@ -61,7 +62,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, time.Duration, error) {
 	defer a.abandon()
 	c, m := call.c, a.m
-	c.stateChanged(m.name, call.endpoint, a.opened)
+	c.stateChanged(ctx, m.name, call.endpoint, a.opened)
 	if n == 1 {
 		c.budget.deposit(call.now)
 	} else {
@@ -78,7 +79,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	}
 	call.account(m, resp, end)
 	if err != nil {
-		c.applyVerdict(m, v, end)
+		c.applyVerdict(ctx, m, v, end)
 	} else if call.usage != nil && call.tokens >= 0 {
 		m.lim.reconcile(end, call.tokens, int(call.usage(resp)))
 	}
@@ -133,7 +134,7 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 // before it. It returns the caller's context error, recorded, when that
 // ended the wait.
 func (call *call[R]) backoff(ctx context.Context, sl *retrySlot, v Verdict, err error, d time.Duration) error {
-	call.c.retrying(RetryEvent{Model: sl.m.name, Attempt: sl.tries, Err: err, Verdict: v, Delay: d})
+	call.c.retrying(ctx, RetryEvent{Model: sl.m.name, Attempt: sl.tries, Err: err, Verdict: v, Delay: d})
 	if err := call.sleep(ctx, d); err != nil {
 		return call.fail(sl.m.name, err, d, 0)
 	}

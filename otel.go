@@ -1,0 +1,406 @@
+package geminiguard
+
+import (
+	"context"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/genai"
+)
+
+// OpenTelemetry: one CLIENT span per call and the GenAI client metrics of
+// the semantic conventions (gen_ai.client.operation.duration,
+// gen_ai.client.token.usage), plus the chain's own instruments under
+// "geminiguard.". Nothing a user wrote or a model answered, and no key, is
+// ever put in an attribute: only model names, classes, operation names and
+// the server's host.
+//
+// When the providers are no-ops (the noop packages, or the global providers
+// before otel.SetMeterProvider / otel.SetTracerProvider) a call does no
+// telemetry work at all: tracing and metering are two pointer comparisons.
+
+// instrumentationName names the Meter and Tracer.
+const instrumentationName = "github.com/geminiguard/geminiguard"
+
+// Operation names of the GenAI semantic conventions, by endpoint.
+var operationNames = [numEndpoints]string{endpointGenerate: "generate_content", endpointEmbed: "embeddings"}
+
+// Bucket boundaries the GenAI semantic conventions give.
+var (
+	durationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	tokenBuckets    = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+)
+
+// globalPkg is the package of the global providers' types: before
+// otel.SetXxxProvider they record nothing, after it they delegate.
+const globalPkg = "go.opentelemetry.io/otel/internal/global"
+
+// telemetry is a Client's instrumentation. Its fields are set once by
+// newTelemetry; it is safe for concurrent use. A nil *telemetry records
+// nothing.
+type telemetry struct {
+	tracer trace.Tracer         // nil: tracing is off for good
+	tp     trace.TracerProvider // the unset global provider the tracer came from; nil: none
+	meter  bool                 // false: metrics are off for good
+	mp     metric.MeterProvider // the unset global provider the instruments came from; nil: none
+	ins    instruments
+	reg    metric.Registration // the breaker gauge's callback; nil: none
+
+	provider, server string
+	models           sync.Map // model name → *modelTel
+}
+
+// instruments are the Client's metric instruments.
+type instruments struct {
+	duration, tokens                         metric.Float64Histogram
+	attempts, retries, skips, coolDowns      metric.Int64Counter
+	fallbacks, limiterWaits, cost            metric.Int64Counter
+	limiterWaited                            metric.Float64Counter
+	breakerState                             metric.Int64ObservableGauge
+	tokenInput, tokenOutput, errAttr, okAttr attribute.KeyValue
+}
+
+// modelTel is what a model's spans and metrics start from, built once.
+type modelTel struct {
+	spanName [numEndpoints]string
+	attrs    [numEndpoints][]attribute.KeyValue // operation, provider, request model, server
+}
+
+// newTelemetry sets up c's instrumentation from its options, the global
+// providers by default. It returns nil when both providers are no-ops. An
+// instrument the meter fails to create is a no-op one (the OTel API returns
+// one with the error), so telemetry never fails New.
+func newTelemetry(c *Client) *telemetry {
+	t := &telemetry{provider: "gcp.gemini", server: "generativelanguage.googleapis.com"}
+	base := c.cfg.baseURL
+	if gc := c.cfg.genaiClient; gc != nil {
+		cc := gc.ClientConfig()
+		base = cc.HTTPOptions.BaseURL
+		if cc.Backend == genai.BackendVertexAI {
+			t.provider, t.server = "gcp.vertex_ai", "aiplatform.googleapis.com"
+		}
+	}
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		t.server = u.Hostname()
+	}
+	tp := c.cfg.tracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	switch tp.(type) {
+	case tracenoop.TracerProvider, *tracenoop.TracerProvider:
+	default:
+		if isGlobal(tp) {
+			t.tp = tp
+		}
+		t.tracer = tp.Tracer(instrumentationName)
+	}
+	mp := c.cfg.meterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	switch mp.(type) {
+	case metricnoop.MeterProvider, *metricnoop.MeterProvider:
+	default:
+		if isGlobal(mp) {
+			t.mp = mp
+		}
+		t.meter = true
+		t.ins.init(mp.Meter(instrumentationName))
+		t.reg, _ = mp.Meter(instrumentationName).RegisterCallback(c.observeBreakers, t.ins.breakerState)
+	}
+	if t.tracer == nil && !t.meter {
+		return nil
+	}
+	return t
+}
+
+// isGlobal reports whether p is one of the global providers otel returns
+// before a provider is set.
+func isGlobal(p any) bool {
+	typ := reflect.TypeOf(p)
+	return typ.Kind() == reflect.Pointer && typ.Elem().PkgPath() == globalPkg
+}
+
+func (ins *instruments) init(m metric.Meter) {
+	ins.duration, _ = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("GenAI operation duration."), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	ins.tokens, _ = m.Float64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Number of input and output tokens used."), metric.WithExplicitBucketBoundaries(tokenBuckets...))
+	ins.attempts, _ = m.Int64Counter("geminiguard.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Upstream requests sent, by model and class (none when answered)."))
+	ins.retries, _ = m.Int64Counter("geminiguard.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries announced (OnRetry), by model and the class that caused them."))
+	ins.skips, _ = m.Int64Counter("geminiguard.skips", metric.WithUnit("{skip}"),
+		metric.WithDescription("Models skipped without a request (open, cooling down, out of tokens), by model and class."))
+	ins.coolDowns, _ = m.Int64Counter("geminiguard.cooldowns", metric.WithUnit("{cooldown}"),
+		metric.WithDescription("Cool-downs started or extended, by model (\"\" for the project) and reason."))
+	ins.fallbacks, _ = m.Int64Counter("geminiguard.fallbacks", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls the Fallback answered, by first-choice model."))
+	ins.limiterWaits, _ = m.Int64Counter("geminiguard.limiter.waits", metric.WithUnit("{wait}"),
+		metric.WithDescription("Requests that waited for the limiter, by model."))
+	ins.limiterWaited, _ = m.Float64Counter("geminiguard.limiter.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time requests waited for the limiter, by model."))
+	ins.cost, _ = m.Int64Counter("geminiguard.cost", metric.WithUnit("{microdollar}"),
+		metric.WithDescription("Cost of the responses, in micro-dollars, by operation and answering model (the first choice when none answered)."))
+	ins.breakerState, _ = m.Int64ObservableGauge("geminiguard.breaker.state", metric.WithUnit("{state}"),
+		metric.WithDescription("Breaker state by model and endpoint: 0 closed, 1 open, 2 half-open."))
+	ins.tokenInput = attribute.String("gen_ai.token.type", "input")
+	ins.tokenOutput = attribute.String("gen_ai.token.type", "output")
+}
+
+// tracing reports whether spans are recorded now.
+func (t *telemetry) tracing() bool {
+	return t != nil && t.tracer != nil && (t.tp == nil || otel.GetTracerProvider() != t.tp)
+}
+
+// metering reports whether metrics are recorded now.
+func (t *telemetry) metering() bool {
+	return t != nil && t.meter && (t.mp == nil || otel.GetMeterProvider() != t.mp)
+}
+
+// model returns name's span names and base attributes, built on first use.
+func (t *telemetry) model(name string) *modelTel {
+	if mt, ok := t.models.Load(name); ok {
+		return mt.(*modelTel)
+	}
+	mt := new(modelTel)
+	for e, op := range operationNames {
+		mt.spanName[e] = op + " " + name
+		mt.attrs[e] = []attribute.KeyValue{
+			attribute.String("gen_ai.operation.name", op),
+			attribute.String("gen_ai.provider.name", t.provider),
+			attribute.String("gen_ai.request.model", name),
+			attribute.String("server.address", t.server),
+		}
+	}
+	got, _ := t.models.LoadOrStore(name, mt)
+	return got.(*modelTel)
+}
+
+// callEnd is what the end of a call tells its span and metrics.
+type callEnd struct {
+	endpoint endpoint
+	first    string // the first-choice model
+	response string // the model that answered (its version when the response says); "" when none
+	attempts []Attempt
+	err      error
+	latency  time.Duration
+	spent    spend
+}
+
+// start opens the span of a call to first through endpoint e; nil when
+// tracing is off.
+func (t *telemetry) start(ctx context.Context, e endpoint, first string) (context.Context, trace.Span) {
+	if !t.tracing() {
+		return ctx, nil
+	}
+	mt := t.model(first)
+	return t.tracer.Start(ctx, mt.spanName[e], trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(mt.attrs[e]...))
+}
+
+// end closes a call's span (nil: none) and records its metrics.
+func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
+	attrs := t.model(ce.first).attrs[ce.endpoint]
+	attrs = attrs[:len(attrs):len(attrs)]
+	if ce.response != "" {
+		attrs = append(attrs, attribute.String("gen_ai.response.model", ce.response))
+	}
+	if ce.err != nil {
+		attrs = append(attrs, attribute.String("error.type", errorType(ce.err)))
+	}
+	if span != nil {
+		span.SetAttributes(attrs[len(t.model(ce.first).attrs[ce.endpoint]):]...) // what the start did not know
+		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", ce.spent.tokens.Input),
+			attribute.Int64("gen_ai.usage.output_tokens", ce.spent.tokens.Output+ce.spent.tokens.Thinking))
+		if ce.err != nil {
+			span.SetStatus(codes.Error, errorType(ce.err))
+		}
+		span.End()
+	}
+	if !t.metering() {
+		return
+	}
+	set := metric.WithAttributes(attrs...)
+	t.ins.duration.Record(ctx, ce.latency.Seconds(), set)
+	if ce.endpoint == endpointGenerate && ce.spent.tokens != (Tokens{}) {
+		t.ins.tokens.Record(ctx, float64(ce.spent.tokens.Input), metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], t.ins.tokenInput)...))
+		t.ins.tokens.Record(ctx, float64(ce.spent.tokens.Output+ce.spent.tokens.Thinking), metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], t.ins.tokenOutput)...))
+	}
+	if ce.spent.cost > 0 {
+		model := ce.first
+		if ce.response != "" && ce.response != FallbackModelVersion {
+			model = ce.response
+		}
+		t.ins.cost.Add(ctx, int64(ce.spent.cost), metric.WithAttributes(
+			attribute.String("gen_ai.operation.name", operationNames[ce.endpoint]), attribute.String("gen_ai.request.model", model)))
+	}
+	for _, a := range ce.attempts {
+		if a.Skipped {
+			t.ins.skips.Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.request.model", a.Model),
+				attribute.String("geminiguard.class", Classify(a.Err).Class.String())))
+		}
+	}
+}
+
+// errorType is the error.type of a failed call: the class of the failure
+// that decided it (its String).
+func errorType(err error) string {
+	if c := Classify(err).Class; c != ClassNone {
+		return c.String()
+	}
+	return "_OTHER"
+}
+
+// observed runs the call (run) inside its span and records its metrics.
+func (call *call[R]) observed(ctx context.Context) (R, error) {
+	t := call.c.tel
+	if !t.tracing() && !t.metering() {
+		return call.run(ctx)
+	}
+	ctx, span := t.start(ctx, call.endpoint, call.firstModel())
+	resp, err := call.run(ctx)
+	ce := callEnd{endpoint: call.endpoint, first: call.firstModel(), attempts: call.attempts, err: err,
+		latency: call.now.Sub(call.start), spent: call.spent}
+	if err == nil {
+		ce.response = responseModel(resp, ce.attempts)
+	}
+	t.end(ctx, span, ce)
+	return resp, err
+}
+
+// responseModel names the model of an answer: the response's ModelVersion
+// when it has one, else the model of the attempt that answered; "" when
+// none did.
+func responseModel(resp any, attempts []Attempt) string {
+	if r, ok := resp.(*genai.GenerateContentResponse); ok && r != nil && r.ModelVersion != "" {
+		return r.ModelVersion
+	}
+	if n := len(attempts); n > 0 && attempts[n-1].Err == nil && !attempts[n-1].Skipped {
+		return attempts[n-1].Model
+	}
+	return ""
+}
+
+// startStream opens a stream's span and makes s.ctx carry it. It returns nil
+// when tracing is off.
+func (t *telemetry) startStream(s *streamRun) trace.Span {
+	if !t.tracing() {
+		return nil
+	}
+	first := s.model
+	if first == "" {
+		first = s.c.cascade[0]
+	}
+	var span trace.Span
+	s.ctx, span = t.start(s.ctx, endpointGenerate, trimModels(first))
+	return span
+}
+
+// endStream closes a stream's span (nil: none) and records its metrics.
+func (t *telemetry) endStream(s *streamRun, span trace.Span, err error, latency time.Duration) {
+	if span == nil && !t.metering() {
+		return
+	}
+	first := s.model
+	if first == "" {
+		first = s.c.cascade[0]
+	}
+	ce := callEnd{endpoint: endpointGenerate, first: trimModels(first), attempts: s.attempts, err: err, latency: latency, spent: s.spent}
+	if err == nil && !s.fallback {
+		ce.response = responseModel(nil, s.attempts)
+	} else if err == nil {
+		ce.response = FallbackModelVersion
+	}
+	t.end(s.ctx, span, ce)
+}
+
+// attempt counts one upstream request of m (the n-th of the call) and adds
+// an event for it to the call's span: its class, the wait before it, its
+// duration and the breaker's state after it.
+func (t *telemetry) attempt(ctx context.Context, m *modelState, br *breaker, n int, delay, elapsed time.Duration, v Verdict, now time.Time) {
+	if t.metering() {
+		t.ins.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.request.model", m.name),
+			attribute.String("geminiguard.class", v.Class.String())))
+	}
+	if !t.tracing() {
+		return
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	state := StateClosed
+	if br != nil {
+		state = br.state(now)
+	}
+	span.AddEvent("geminiguard.attempt", trace.WithTimestamp(now), trace.WithAttributes(
+		attribute.String("gen_ai.request.model", m.name),
+		attribute.Int("geminiguard.attempt", n),
+		attribute.String("geminiguard.class", v.Class.String()),
+		attribute.Float64("geminiguard.delay", delay.Seconds()),
+		attribute.Float64("geminiguard.elapsed", elapsed.Seconds()),
+		attribute.String("geminiguard.breaker.state", state.String()),
+	))
+}
+
+// count adds 1 to a counter of the chain, with the model and a class.
+func (t *telemetry) count(ctx context.Context, ctr func(*instruments) metric.Int64Counter, model string, class Class) {
+	if !t.metering() {
+		return
+	}
+	ctr(&t.ins).Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.request.model", model), attribute.String("geminiguard.class", class.String())))
+}
+
+// limiterWaited records a wait of d for m's limiter.
+func (t *telemetry) limiterWaited(ctx context.Context, m *modelState, d time.Duration) {
+	if !t.metering() {
+		return
+	}
+	kv := metric.WithAttributes(attribute.String("gen_ai.request.model", m.name))
+	t.ins.limiterWaits.Add(ctx, 1, kv)
+	t.ins.limiterWaited.Add(ctx, d.Seconds(), kv)
+}
+
+// observeBreakers reports every kept model's breaker states to the gauge.
+func (c *Client) observeBreakers(_ context.Context, o metric.Observer) error {
+	if c.tel == nil {
+		return nil
+	}
+	now := time.Now()
+	observe := func(m *modelState) {
+		for e := range m.breakers {
+			o.ObserveInt64(c.tel.ins.breakerState, int64(m.breakers[e].state(now)), metric.WithAttributes(
+				attribute.String("gen_ai.request.model", m.name), attribute.String("geminiguard.endpoint", endpoint(e).String())))
+		}
+	}
+	for _, m := range c.states {
+		observe(m)
+	}
+	for _, name := range c.otherModels() {
+		if m, ok := c.others.Peek(name); ok {
+			observe(m)
+		}
+	}
+	return nil
+}
+
+// trimModels returns a model name without its "models/" prefix.
+func trimModels(name string) string { return strings.TrimPrefix(name, "models/") }
+
+// stop unregisters the breaker gauge's callback.
+func (t *telemetry) stop() {
+	if t != nil && t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
