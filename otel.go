@@ -269,6 +269,8 @@ func (call *call[R]) observed(ctx context.Context) (R, error) {
 		return call.run(ctx)
 	}
 	ctx, span := t.start(ctx, call.endpoint, call.firstModel())
+	ended := false
+	defer endUnended(span, &ended)
 	resp, err := call.run(ctx)
 	ce := callEnd{endpoint: call.endpoint, first: call.firstModel(), attempts: call.attempts, err: err,
 		latency: call.now.Sub(call.start), spent: call.spent}
@@ -276,7 +278,18 @@ func (call *call[R]) observed(ctx context.Context) (R, error) {
 		ce.response = responseModel(resp, ce.attempts)
 	}
 	t.end(ctx, span, ce)
+	ended = true
 	return resp, err
+}
+
+// endUnended ends span (nil: none) as an error unless *ended: a panic (the
+// SDK's, a hook's, the Fallback's, a stream consumer's) left it open. The
+// panic goes on untouched. Deferred where a call's span starts.
+func endUnended(span trace.Span, ended *bool) {
+	if span != nil && !*ended {
+		span.SetStatus(codes.Error, "panic")
+		span.End()
+	}
 }
 
 // responseModel names the model of an answer: the response's ModelVersion

@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -309,5 +310,32 @@ func TestOTelEmbeddings(t *testing.T) {
 		dur := histogram(t, tel.metrics(t), "gen_ai.client.operation.duration", "s")
 		require.Len(t, dur, 1)
 		assert.Contains(t, attrs(dur[0].Attributes), "gen_ai.operation.name=embeddings")
+	})
+}
+
+// A panic in the caller's loop body or in the transport still ends the
+// call's span, as an error; the panic reaches the caller.
+func TestOTelSpanEndsOnPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash})
+		tel := newTelemetry()
+		tr := &panickingTransport{base: srv.Transport()}
+		c := newClient(t, srv, nil, append(tel.opts, geminiguard.WithCascade(flash), geminiguard.WithHTTPClient(&http.Client{Transport: tr}))...)
+
+		p := recovered(func() {
+			for range c.GenerateContentStream(t.Context(), "", genai.Text("Tell me a story"), nil) {
+				panic("the caller's loop body")
+			}
+		})
+		tr.armed.Store(true)
+		q := recovered(func() { _, _, _ = ask(t.Context(), c, "") })
+
+		assert.Equal(t, "the caller's loop body", p)
+		assert.Equal(t, "the transport", q)
+		spans := tel.spans.Ended()
+		require.Len(t, spans, 2, "both calls' spans ended")
+		for _, s := range spans {
+			assert.Equal(t, codes.Error, s.Status().Code, "%s", s.Name())
+		}
 	})
 }

@@ -85,10 +85,13 @@ func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) 
 	c.stats.calls.Add(1)
 	defer s.recordUnfinished()
 	span := c.tel.startStream(s)
+	ended := false
+	defer endUnended(span, &ended)
 	err := s.stream(yield)
 	s.finished = true
 	latency := time.Since(s.start)
 	c.tel.endStream(s, span, err, latency)
+	ended = true
 	c.stats.record(err == nil, s.fallback, latency)
 	if s.rec != nil {
 		*s.rec = CallRecord{Attempts: s.attempts, Fallback: s.fallback, Resumes: s.resumes, Latency: latency}
