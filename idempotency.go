@@ -28,7 +28,7 @@ type idempotencyKey struct{}
 // struct: the values it points to (Candidates, ...) are shared with the
 // first answer and every other replay, so treat them as read-only. The
 // replay's CallRecord has Replayed set, the model that answered, and no
-// attempts, tokens nor cost; it is not counted in Stats.
+// attempts, tokens nor cost; it is not counted in Stats nor in metrics.
 //
 // The call of a key runs to its end (within the call timeout of
 // WithTimeouts) even when its caller gives up, so that a retry can find its
@@ -87,7 +87,8 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 	if a, ok := answers.Get(key); ok {
 		switch {
 		case !time.Now().Before(a.expires):
-			answers.Remove(key) // expired: the call below is a new one
+			// Expired: the call below is a new one, whose answer replaces
+			// it (not removed here: a concurrent call may have stored it).
 		case a.digest != d:
 			return nil, errKeyReused()
 		default:

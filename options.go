@@ -249,8 +249,8 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // the values of that caller's context (its bulkhead, its trace), not its
 // cancellation nor its deadline. A caller whose context ends stops waiting
 // at once, without stopping the shared call. The caller that started it
-// gets its CallRecord; the others get one with Deduplicated set, and are not
-// counted in Stats. Streams (GenerateContentStream) are never shared: a
+// gets its CallRecord; the others get one with Deduplicated set, take no
+// bulkhead slot, and are not counted in Stats nor in metrics. Streams (GenerateContentStream) are never shared: a
 // stream's chunks are consumed at each caller's pace.
 func WithDedup(on bool) Option {
 	return optionFunc(func(cfg *config) { cfg.dedup = on })
