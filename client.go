@@ -51,6 +51,7 @@ type Client struct {
 	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
+	shared         sharing                   // calls in flight and answers shared (WithDedup, WithIdempotencyKey)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -170,10 +171,23 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // refusal is counted in its bulkhead's Stats only. Classify(err) gives the
 // verdict of the failure that decided the outcome; WithCallRecord gives the
 // attempts. IsFallback(resp) tells the Fallback's answer from a model's.
+// Under WithDedup, or with WithIdempotencyKey, the answer (or error) may be
+// another call's; see there. An idempotency key reused for a different
+// request fails the call with an error that Classify reads as
+// ClassBadRequest.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	if err := checkGenerate(contents, config); err != nil {
 		return nil, err
 	}
+	if c.cfg.dedup || idempotencyKeyFrom(ctx) != "" {
+		return c.generateShared(ctx, model, contents, config)
+	}
+	return c.generate(ctx, model, contents, config)
+}
+
+// generate sends one GenerateContent request through the bulkhead and the
+// chain.
+func (c *Client) generate(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	bh, err := c.enterBulkhead(ctx)
 	if err != nil {
 		return nil, err

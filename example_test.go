@@ -61,3 +61,32 @@ func ExampleClassify() {
 	// daily_quota false model 43s
 	// canceled true
 }
+
+// A caller that retries a call with the same idempotency key gets the first
+// call's answer again, and Gemini is not asked (nor paid) twice.
+func ExampleWithIdempotencyKey() {
+	fake := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash", Text: "Your order ships Monday."})
+	ctx := context.Background()
+	c, err := geminiguard.New(ctx,
+		geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()),
+		geminiguard.WithCascade("gemini-2.5-flash"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 2 {
+		var rec geminiguard.CallRecord
+		call := geminiguard.WithCallRecord(geminiguard.WithIdempotencyKey(ctx, "order-42/summary"), &rec)
+		resp, err := c.GenerateContent(call, "", genai.Text("When does order 42 ship?"), nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%q replayed: %v\n", resp.Text(), rec.Replayed)
+	}
+	fmt.Println("requests:", fake.Hits("gemini-2.5-flash", geminitest.VerbGenerate))
+	// Output:
+	// "Your order ships Monday." replayed: false
+	// "Your order ships Monday." replayed: true
+	// requests: 1
+}

@@ -76,6 +76,13 @@ type CallRecord struct {
 	Tokens    Tokens
 	Cost      Micros
 	CostKnown bool
+	// Deduplicated: the call sent nothing and got the answer of an
+	// identical call in flight (WithDedup). Replayed: it got the answer of
+	// an earlier call with the same idempotency key, stored or in flight
+	// (WithIdempotencyKey). Either way Model and Fallback are that call's,
+	// Attempts, Tokens and Cost are empty, and Latency is the wait.
+	Deduplicated bool
+	Replayed     bool
 }
 
 type callRecordKey struct{}

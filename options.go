@@ -52,6 +52,8 @@ type config struct {
 	shutdowns       map[string]Shutdown
 	prices          map[string][]Price  // WithPrices, by model
 	bulkheads       map[string]Bulkhead // WithBulkhead, by name
+	dedup           bool                // WithDedup
+	idempotencyTTL  time.Duration       // WithIdempotencyTTL
 	jitterSource    rand.Source
 	meterProvider   metric.MeterProvider // nil: otel.GetMeterProvider()
 	tracerProvider  trace.TracerProvider // nil: otel.GetTracerProvider()
@@ -118,6 +120,7 @@ func defaultConfig() config {
 		idle:            defaultIdle,
 		startupCheck:    true,
 		projectCoolDown: defaultProjectCoolDown,
+		idempotencyTTL:  defaultIdempotencyTTL,
 	}
 }
 
@@ -231,6 +234,33 @@ func WithBreaker(s BreakerSettings) Option {
 // Default: 60s and 180s.
 func WithTimeouts(attempt, call time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.attemptTimeout, cfg.callTimeout = attempt, call })
+}
+
+// WithDedup makes identical GenerateContent calls in flight at once share
+// one call: a call whose model, contents and config (compared by a SHA-256
+// of their JSON) are those of a call in flight sends nothing and gets that
+// call's answer or error. Default: off.
+//
+// Each caller gets a copy of the response's top-level struct, so setting
+// its fields does not change another caller's answer; the values it points
+// to (Candidates, UsageMetadata, ...) are shared, so treat them as
+// read-only. The shared call runs to its end (within the call timeout of
+// WithTimeouts) even when the caller that started it gives up, and keeps
+// the values of that caller's context (its bulkhead, its trace), not its
+// cancellation nor its deadline. A caller whose context ends stops waiting
+// at once, without stopping the shared call. The caller that started it
+// gets its CallRecord; the others get one with Deduplicated set, take no
+// bulkhead slot, and are not counted in Stats nor in metrics. Streams (GenerateContentStream) are never shared: a
+// stream's chunks are consumed at each caller's pace.
+func WithDedup(on bool) Option {
+	return optionFunc(func(cfg *config) { cfg.dedup = on })
+}
+
+// WithIdempotencyTTL sets how long the answer of a call with an idempotency
+// key (WithIdempotencyKey) is replayed. It must be positive. Default: 10
+// minutes.
+func WithIdempotencyTTL(d time.Duration) Option {
+	return optionFunc(func(cfg *config) { cfg.idempotencyTTL = d })
 }
 
 // WithStreamDeadlines sets how long a stream may wait for its first chunk and
@@ -403,6 +433,9 @@ func (cfg *config) validate() error {
 	}
 	if cfg.projectCoolDown <= 0 {
 		add("WithProjectCoolDown(%v): must be positive", cfg.projectCoolDown)
+	}
+	if cfg.idempotencyTTL <= 0 {
+		add("WithIdempotencyTTL(%v): must be positive, e.g. 10*time.Minute", cfg.idempotencyTTL)
 	}
 	for name, b := range cfg.bulkheads {
 		if err := b.validate(name); err != nil {

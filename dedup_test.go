@@ -1,0 +1,340 @@
+package geminiguard_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+)
+
+// askWith sends prompt with config and returns the answer's text, the call
+// record, how long the call took and the error.
+func askWith(ctx context.Context, c *geminiguard.Client, prompt string, config *genai.GenerateContentConfig) (string, geminiguard.CallRecord, time.Duration, error) {
+	var rec geminiguard.CallRecord
+	start := time.Now()
+	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text(prompt), config)
+	took := time.Since(start)
+	if err != nil {
+		return "", rec, took, err
+	}
+	return resp.Text(), rec, took, nil
+}
+
+func TestDedupFiftyIdenticalCallsSendOneRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+
+		const callers = 50
+		resps := make([]*genai.GenerateContentResponse, callers)
+		recs := make([]geminiguard.CallRecord, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				var err error
+				resps[i], err = c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &recs[i]), "", genai.Text("Say hi"), nil)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "50 identical calls in flight share one request")
+		led, deduplicated := 0, 0
+		for i, resp := range resps {
+			require.NotNil(t, resp)
+			assert.Equal(t, srv.FullText(flash), resp.Text(), "every caller gets the answer")
+			assert.Equal(t, flash, recs[i].Model)
+			if recs[i].Deduplicated {
+				deduplicated++
+				assert.Empty(t, recs[i].Attempts, "a follower sent nothing")
+				assert.Zero(t, recs[i].Cost)
+			} else {
+				led++
+				assert.Len(t, recs[i].Attempts, 1)
+			}
+		}
+		assert.Equal(t, 1, led)
+		assert.Equal(t, callers-1, deduplicated)
+
+		resps[0].ModelVersion = "changed by its caller"
+		assert.NotEqual(t, "changed by its caller", resps[1].ModelVersion, "each caller has a response of its own")
+
+		_, _, _, err := askWith(t.Context(), c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "a call after the flight ended sends its own request")
+	})
+}
+
+func TestDedupOffByDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				_, _, _, err := askWith(t.Context(), c, "Say hi", nil)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate))
+	})
+}
+
+func TestDedupDifferentRequestsSendTheirOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+		cold, warm := &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](0)}, &genai.GenerateContentConfig{Temperature: genai.Ptr[float32](1)}
+		calls := []struct {
+			prompt string
+			config *genai.GenerateContentConfig
+		}{{"Say hi", cold}, {"Say hi", cold}, {"Say hi", warm}, {"Say bye", cold}, {"Say hi", nil}}
+		var wg sync.WaitGroup
+		for _, call := range calls {
+			wg.Go(func() {
+				_, _, _, err := askWith(t.Context(), c, call.prompt, call.config)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 4, srv.Hits(flash, geminitest.VerbGenerate), "only the two identical calls share a request")
+	})
+}
+
+func TestDedupFollowerThatCancelsLeavesTheOthersAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				text, _, took, err := askWith(t.Context(), c, "Say hi", nil)
+				assert.NoError(t, err)
+				assert.Equal(t, srv.FullText(flash), text)
+				assert.Equal(t, answerTime, took)
+			})
+		}
+		synctest.Wait() // the shared call waits for the model
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, rec, took, err := askWith(ctx, c, "Say hi", nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, took, "a follower leaves as soon as its context ends")
+		assert.True(t, rec.Deduplicated)
+		wg.Wait()
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
+	})
+}
+
+func TestDedupLeaderThatCancelsLeavesTheFollowersAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			_, rec, took, err := askWith(ctx, c, "Say hi", nil)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Equal(t, time.Second, took)
+			assert.False(t, rec.Deduplicated, "it started the shared call")
+		})
+		synctest.Wait() // the leader's shared call waits for the model
+		for range 3 {
+			wg.Go(func() {
+				text, rec, took, err := askWith(t.Context(), c, "Say hi", nil)
+				require.NoError(t, err, "the leader's cancellation does not fail its followers")
+				assert.Equal(t, srv.FullText(flash), text)
+				assert.True(t, rec.Deduplicated)
+				assert.Equal(t, flash, rec.Model)
+				assert.Equal(t, answerTime, took)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
+	})
+}
+
+func TestDedupSharesTheError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.InvalidArgument, Latency: answerTime}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				_, _, _, err := askWith(t.Context(), c, "Say hi", nil)
+				assert.Equal(t, geminiguard.ClassBadRequest, geminiguard.Classify(err).Class)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
+	})
+}
+
+// keyed returns a context carrying the idempotency key.
+func keyed(ctx context.Context, key string) context.Context {
+	return geminiguard.WithIdempotencyKey(ctx, key)
+}
+
+func TestIdempotencyReplayedKeySendsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+
+		// The caller gives up before the answer: the call still ends, and
+		// its answer is stored.
+		ctx, cancel := context.WithTimeout(keyed(t.Context(), "order-42"), time.Second)
+		defer cancel()
+		_, _, _, err := askWith(ctx, c, "Say hi", nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		// Its retry while the call is in flight waits for it.
+		text, rec, took, err := askWith(keyed(t.Context(), "order-42"), c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.Equal(t, answerTime-time.Second, took)
+		assert.True(t, rec.Replayed)
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
+
+		// A retry later gets the stored answer, at once.
+		time.Sleep(time.Minute)
+		text, rec, took, err = askWith(keyed(t.Context(), "order-42"), c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.Zero(t, took)
+		assert.Equal(t, geminiguard.CallRecord{Model: flash, CostKnown: true, Replayed: true}, rec)
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "a replayed key sends nothing")
+		assert.Equal(t, int64(1), c.Stats().Calls, "replays are not counted")
+
+		_, _, _, err = askWith(keyed(t.Context(), "order-43"), c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "another key is another call")
+	})
+}
+
+func TestIdempotencyKeyReusedForADifferentRequestFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _, _, err := askWith(keyed(t.Context(), "k"), c, "Say hi", nil)
+			assert.NoError(t, err)
+		})
+		synctest.Wait()
+		_, _, took, err := askWith(keyed(t.Context(), "k"), c, "Say bye", nil)
+		require.ErrorContains(t, err, "geminiguard: the idempotency key (WithIdempotencyKey) was reused for a different request")
+		assert.Zero(t, took, "a key in flight for another request fails at once")
+		wg.Wait()
+
+		for _, config := range []*genai.GenerateContentConfig{nil, {Temperature: genai.Ptr[float32](1)}} {
+			prompt := "Say bye"
+			if config != nil {
+				prompt = "Say hi"
+			}
+			_, _, _, err = askWith(keyed(t.Context(), "k"), c, prompt, config)
+			require.ErrorContains(t, err, "reused for a different request")
+			assert.Equal(t, geminiguard.ClassBadRequest, geminiguard.Classify(err).Class)
+		}
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "a reused key sends nothing")
+	})
+}
+
+func TestIdempotencyAnswerExpiresAfterTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithIdempotencyTTL(time.Minute))
+		ctx := keyed(t.Context(), "k")
+		for range 2 {
+			_, _, _, err := askWith(ctx, c, "Say hi", nil)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
+
+		time.Sleep(time.Minute)
+		_, rec, _, err := askWith(ctx, c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.False(t, rec.Replayed)
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "an expired answer is asked again")
+
+		_, _, _, err = askWith(ctx, c, "Say bye", nil)
+		require.Error(t, err, "the new answer binds the key again")
+	})
+}
+
+func TestIdempotencyFailuresAndFallbacksAreNotStored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.InvalidArgument}, {Fault: geminitest.Internal}}})
+		fallback := func(context.Context, geminiguard.FallbackRequest) (*genai.GenerateContentResponse, error) {
+			return &genai.GenerateContentResponse{Candidates: []*genai.Candidate{{Content: genai.NewContentFromText("busy", genai.RoleModel)}}}, nil
+		}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithFallback(fallback),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
+		ctx := keyed(t.Context(), "k")
+
+		_, _, _, err := askWith(ctx, c, "Say hi", nil)
+		require.Error(t, err)
+		text, rec, _, err := askWith(ctx, c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.Equal(t, "busy", text)
+		assert.True(t, rec.Fallback)
+		text, rec, _, err = askWith(ctx, c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.False(t, rec.Replayed)
+		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate), "an error and the Fallback's answer are not replayed")
+	})
+}
+
+func TestIdempotencyWithDedup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+		var wg sync.WaitGroup
+		for _, key := range []string{"a", "b", "", ""} {
+			wg.Go(func() {
+				_, _, _, err := askWith(keyed(t.Context(), key), c, "Say hi", nil)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "keyed and unkeyed identical calls share one request")
+		_, rec, _, err := askWith(keyed(t.Context(), "b"), c, "Say hi", nil)
+		require.NoError(t, err)
+		assert.True(t, rec.Replayed)
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate))
+	})
+}
+
+func TestIdempotencyTTLMustBePositive(t *testing.T) {
+	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithStartupCheck(false),
+		geminiguard.WithIdempotencyTTL(0))
+	require.ErrorContains(t, err, "geminiguard: WithIdempotencyTTL(0s): must be positive")
+}
+
+func TestDedupPanicReachesTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.Internal}}})
+		fallback := func(context.Context, geminiguard.FallbackRequest) (*genai.GenerateContentResponse, error) {
+			panic("fallback broke")
+		}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithFallback(fallback),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}), geminiguard.WithDedup(true))
+		require.PanicsWithValue(t, "fallback broke", func() { _, _, _, _ = askWith(t.Context(), c, "Say hi", nil) },
+			"the shared call's panic goes on in its caller, not in a goroutine that ends the process")
+		_, _, _, err := askWith(t.Context(), c, "Say hi", nil)
+		require.NoError(t, err, "the next call starts a new shared call")
+	})
+}

@@ -1,0 +1,120 @@
+package geminiguard
+
+import (
+	"context"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"google.golang.org/genai"
+)
+
+// idempotencyKeys bounds how many answers a Client stores for idempotency
+// keys: past it, the least recently used is forgotten first.
+const idempotencyKeys = 4096
+
+// defaultIdempotencyTTL is how long an answer stays stored by default.
+const defaultIdempotencyTTL = 10 * time.Minute
+
+type idempotencyKey struct{}
+
+// WithIdempotencyKey returns a context that makes GenerateContent, called
+// with it, answer at most once per key: a call with a key whose call
+// already succeeded (within WithIdempotencyTTL) gets that call's answer
+// again without sending anything, and one whose call is still in flight
+// waits for it. So a caller that retries after its own timeout, or after
+// losing the answer, does not pay twice. key "" means no key.
+//
+// Such an answer (a replay) is a copy of the stored response's top-level
+// struct: the values it points to (Candidates, ...) are shared with the
+// first answer and every other replay, so treat them as read-only. The
+// replay's CallRecord has Replayed set, the model that answered, and no
+// attempts, tokens nor cost; it is not counted in Stats nor in metrics.
+//
+// The call of a key runs to its end (within the call timeout of
+// WithTimeouts) even when its caller gives up, so that a retry can find its
+// answer: it keeps the values of its caller's context (its bulkhead, its
+// trace), not its cancellation nor its deadline. Only answers from a model
+// are stored: neither errors nor the Fallback's answer, so a retry after a
+// failure tries again.
+//
+// A key is bound to its request (model, contents and config, compared by a
+// SHA-256 of their JSON): a call with a key stored or in flight for a
+// different request fails, sending nothing, with an error that Classify
+// reads as ClassBadRequest. Keys are kept in memory, per Client, for the
+// 4096 most recently used keys. Streams (GenerateContentStream) ignore the
+// key.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idempotencyKey{}, key)
+}
+
+func idempotencyKeyFrom(ctx context.Context) string {
+	key, _ := ctx.Value(idempotencyKey{}).(string)
+	return key
+}
+
+// storedAnswer is a model's answer to the request of an idempotency key.
+type storedAnswer struct {
+	digest  digest
+	resp    *genai.GenerateContentResponse
+	model   string    // the model that answered (CallRecord.Model)
+	expires time.Time // replays end then
+}
+
+// errKeyReused is returned for a call whose idempotency key belongs to a
+// different request.
+func errKeyReused() error {
+	return &requestError{
+		where: "the idempotency key (WithIdempotencyKey)",
+		what:  "was reused for a different request (model, contents or config)",
+		fix:   "give each distinct request its own key, and reuse a key only to retry the same request",
+	}
+}
+
+// stored returns the Client's idempotency answers, building them on first
+// use.
+func (c *Client) stored() *lru.Cache[string, storedAnswer] {
+	c.shared.once.Do(func() {
+		c.shared.answers, _ = lru.New[string, storedAnswer](idempotencyKeys) // fails only for a size below 1
+	})
+	return c.shared.answers
+}
+
+// generateIdempotent answers a call with an idempotency key: from the
+// stored answer of the key, from its call in flight, or from a new call
+// whose answer is stored.
+func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key string, d digest, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	answers := c.stored()
+	if a, ok := answers.Get(key); ok {
+		switch {
+		case !time.Now().Before(a.expires):
+			// Expired: the call below is a new one, whose answer replaces
+			// it (not removed here: a concurrent call may have stored it).
+		case a.digest != d:
+			return nil, errKeyReused()
+		default:
+			if rec := callRecordFrom(ctx); rec != nil {
+				*rec = CallRecord{Model: a.model, Latency: time.Since(start), CostKnown: true, Replayed: true}
+			}
+			return copyResponse(a.resp), nil
+		}
+	}
+	f, lead := c.shared.keyed.join(key, d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
+		var resp *genai.GenerateContentResponse
+		var err error
+		if c.cfg.dedup {
+			resp, err = c.generateDeduplicated(ctx, time.Now(), d, model, contents, config)
+		} else {
+			resp, err = c.generate(ctx, model, contents, config)
+		}
+		if err == nil && !IsFallback(resp) {
+			// Stored before the flight ends: a call after it finds the answer.
+			rec := callRecordFrom(ctx)
+			answers.Add(key, storedAnswer{digest: d, resp: resp, model: rec.Model, expires: time.Now().Add(c.cfg.idempotencyTTL)})
+		}
+		return resp, err
+	}))
+	if f.digest != d {
+		return nil, errKeyReused()
+	}
+	return await(ctx, start, f, lead, func(rec *CallRecord) { rec.Replayed = true })
+}
