@@ -65,6 +65,8 @@ type demo struct {
 	cache   answers
 }
 
+// newDemo builds the demo; its spans print to out, as lines or (jsonSpans)
+// as the exporter's JSON. Close it when done.
 func newDemo(ctx context.Context, out io.Writer, s script, jsonSpans bool) (*demo, error) {
 	d := &demo{script: s}
 	reg := prometheus.NewRegistry()
@@ -166,6 +168,8 @@ type answers struct {
 	text map[string]string
 }
 
+// keep remembers resp's text as the answer to prompt. It is safe for
+// concurrent use, as is fallback.
 func (a *answers) keep(prompt string, resp *genai.GenerateContentResponse) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -38,6 +38,7 @@ type jsonAttr struct {
 	Value struct{ Value any }
 }
 
+// attr returns the value of attrs' key, "" when absent.
 func attr(attrs []jsonAttr, key string) string {
 	for _, a := range attrs {
 		if a.Key == key {
@@ -47,6 +48,7 @@ func attr(attrs []jsonAttr, key string) string {
 	return ""
 }
 
+// Write prints the span p encodes as one line.
 func (w *spanLines) Write(p []byte) (int, error) {
 	var s jsonSpan
 	if err := json.Unmarshal(p, &s); err != nil {
