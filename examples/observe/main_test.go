@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -25,19 +26,23 @@ func TestMain(m *testing.M) {
 var shortScript = script{healthy: 300 * time.Millisecond, outage: 800 * time.Millisecond, both: 400 * time.Millisecond,
 	recovery: 300 * time.Millisecond, every: 50 * time.Millisecond}
 
-// scrape plays the short outage and returns /metrics, read in process, and
-// the spans printed.
+// scrape plays the short outage in fake time (a testing/synctest bubble:
+// the demo's pacing and the fake's latencies take no real time) and returns
+// /metrics, read in process, and the spans printed.
 func scrape(t *testing.T) (metrics, spans string) {
 	t.Helper()
-	var out bytes.Buffer
-	d, err := newDemo(t.Context(), &out, shortScript, false)
-	require.NoError(t, err)
-	defer d.close()
-	require.NoError(t, d.play(t.Context(), &out))
-	rec := httptest.NewRecorder()
-	d.metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	require.Equal(t, http.StatusOK, rec.Code)
-	return rec.Body.String(), out.String()
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		d, err := newDemo(t.Context(), &out, shortScript, false)
+		require.NoError(t, err)
+		defer d.close()
+		require.NoError(t, d.play(t.Context(), &out))
+		rec := httptest.NewRecorder()
+		d.metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		metrics, spans = rec.Body.String(), out.String()
+	})
+	return metrics, spans
 }
 
 func TestOutageShowsInPrometheusMetrics(t *testing.T) {
