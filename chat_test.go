@@ -1,7 +1,9 @@
 package geminiguard_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -182,4 +184,61 @@ func TestChatCreateRefusesBadHistory(t *testing.T) {
 	_, err = new(geminiguard.Chat).SendMessage(t.Context(), genai.Part{Text: "x"})
 	require.ErrorContains(t, err, "zero value")
 	assert.Equal(t, 0, srv.Total(flash), "nothing was sent")
+}
+
+func TestChatStreamStoppedEarlyRecordsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Chunks: 4})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
+		chat, err := c.Chats().Create(t.Context(), "", nil, nil)
+		require.NoError(t, err)
+		for _, err := range chat.SendMessageStream(t.Context(), genai.Part{Text: "Hi"}) {
+			require.NoError(t, err)
+			break
+		}
+		assert.Empty(t, chat.History(false), "an answer the caller stopped reading is no turn, as in genai")
+		_, err = say(t, chat, "Hi again")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"user: Hi again"}, turns(srv.Requests(flash)[1].Contents))
+	})
+}
+
+// A chat whose primary is overloaded: the secondary answers, the history
+// keeps its turn, and the next message goes to the primary with it.
+func ExampleChats_Create() {
+	fake := geminitest.New(
+		geminitest.Model{Name: "gemini-3.5-flash", Text: "Four.", Script: []geminitest.Step{{Fault: geminitest.Overloaded}}},
+		geminitest.Model{Name: "gemini-2.5-flash-lite", Text: "Two."},
+	)
+	ctx := context.Background()
+	c, err := geminiguard.New(ctx,
+		geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL), geminiguard.WithHTTPClient(fake.HTTPClient()),
+		geminiguard.WithCascade("gemini-3.5-flash", "gemini-2.5-flash-lite"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	chat, err := c.Chats().Create(ctx, "", nil, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, q := range []string{"1 + 1?", "Times two?"} {
+		resp, err := chat.SendMessage(ctx, genai.Part{Text: q})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(q, resp.Text())
+	}
+	for _, turn := range chat.History(true) {
+		fmt.Println(turn.Role+":", turn.Parts[0].Text)
+	}
+	// Output:
+	// 1 + 1? Two.
+	// Times two? Four.
+	// user: 1 + 1?
+	// model: Two.
+	// user: Times two?
+	// model: Four.
 }
