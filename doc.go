@@ -118,6 +118,9 @@
 // into failures; a stream cut after its first chunk ends with a *StreamError
 // holding the text so far, or is resumed (WithStreamResume).
 //
+// Client.Chats creates chat sessions in genai's Chat shape (SendMessage,
+// SendMessageStream, History) whose every message goes through the chain.
+//
 // # Testing
 //
 // The package is tested with the real SDK against an in-process fake of the
