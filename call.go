@@ -124,8 +124,16 @@ func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*
 	call.class = latencyClass(config)
 	call.send = generateOnce
 	call.usage = promptTokens
-	if c.cfg.fallback != nil {
+	if c.cfg.fallback != nil || c.cfg.answers != nil {
 		call.fallback = func(ctx context.Context, err *CascadeError) (*genai.GenerateContentResponse, bool) {
+			if c.cfg.answers != nil { // the answer cache first (WithAnswerCache), then the Fallback
+				if resp := c.cachedAnswer(ctx, model, contents, config); resp != nil {
+					return markFallback(resp), true
+				}
+			}
+			if c.cfg.fallback == nil {
+				return nil, false
+			}
 			resp, ferr := c.cfg.fallback(ctx, FallbackRequest{Model: call.firstModel(), Contents: contents, Config: config, Err: err})
 			if ferr != nil || resp == nil {
 				return nil, false

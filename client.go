@@ -170,7 +170,8 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // bulkhead (WithBulkheadName) refused it, before anything was sent; such a
 // refusal is counted in its bulkhead's Stats only. Classify(err) gives the
 // verdict of the failure that decided the outcome; WithCallRecord gives the
-// attempts. IsFallback(resp) tells the Fallback's answer from a model's.
+// attempts. IsFallback(resp) tells the Fallback's answer (or the answer
+// cache's, WithAnswerCache) from a model's.
 // Under WithDedup, or with WithIdempotencyKey, the answer (or error) may be
 // another call's; see there. An idempotency key reused for a different
 // request fails the call with an error that Classify reads as
@@ -196,7 +197,11 @@ func (c *Client) generate(ctx context.Context, model string, contents []*genai.C
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
-	return call.observed(ctx)
+	resp, err := call.observed(ctx)
+	if err == nil && c.cfg.answers != nil {
+		c.cacheAnswer(ctx, model, contents, config, resp)
+	}
+	return resp, err
 }
 
 // EmbedContent embeds contents with model through the limiter, the breaker

@@ -44,6 +44,7 @@ type config struct {
 	idle            time.Duration
 	resume          bool
 	fallback        Fallback
+	answers         AnswerCache // WithAnswerCache; nil: none
 	startupCheck    bool
 	logger          *slog.Logger
 	hooks           Hooks
@@ -284,6 +285,37 @@ func WithStreamResume(on bool) Option {
 // Default: none (the call returns a *CascadeError).
 func WithFallback(f Fallback) Option {
 	return optionFunc(func(cfg *config) { cfg.fallback = f })
+}
+
+// WithAnswerCache keeps recent good answers in c and answers from them a
+// GenerateContent call whose every model failed: an exact-match cache
+// fallback. Default: none.
+//
+// Filling: every unary GenerateContent call that a model answers puts that
+// answer into c (never a Fallback's answer, nor a cached one, nor an error);
+// streams do not fill it. Serving: when every model of a call failed (not
+// for request-scoped failures, nor after the caller cancelled, as for the
+// Fallback), the Client asks c first and then, when c has no answer, the
+// Fallback of WithFallback. A cached answer is served exactly like the
+// Fallback's: IsFallback(resp) is true (its ModelVersion is the model's that
+// gave it), CallRecord.Fallback is set, the OnFallback hook and
+// Stats.Fallbacks count it, and a stream gets it as its single chunk
+// (before anything else was yielded).
+//
+// The key is exact: the model family of the call's first choice (the
+// cascade's primary when the call names none) — the name without "models/"
+// and without a final "-latest", three-digit version ("-001") or
+// "-preview..." suffix, so "gemini-2.0-flash-001" and "gemini-2.0-flash"
+// share answers — and a SHA-256 of the JSON of the family, contents and
+// config. Only an identical request (same history, same config) finds an
+// answer; a multi-turn chat's next turn never gets a previous turn's. The
+// key's text is the family, ":", and the digest in hex, for stores that list
+// keys. Requests whose contents or config JSON cannot encode are not cached.
+//
+// A cached answer may be stale (up to the cache's TTL): use it where an old
+// good answer beats an error. NewAnswerCache is the in-memory cache.
+func WithAnswerCache(c AnswerCache) Option {
+	return optionFunc(func(cfg *config) { cfg.answers = c })
 }
 
 // WithStartupCheck turns the CheckCascade run by New on or off.
