@@ -45,6 +45,7 @@ const (
 	ClassCircuitOpen                  // refused locally: the breaker is open or the model is cooling down
 	ClassLocalRateLimit               // refused locally: the token bucket cannot grant in time
 	ClassBulkheadFull                 // refused locally: the call's bulkhead is full (ErrBulkheadFull)
+	ClassBudgetExhausted              // refused locally: the Client's spend reached its Budget (ErrBudgetExhausted), or, model scope, steered to a cheaper model near it
 
 	numClasses // keep last
 )
@@ -72,6 +73,7 @@ var classNames = [numClasses]string{
 	ClassCircuitOpen:     "circuit_open",
 	ClassLocalRateLimit:  "local_rate_limit",
 	ClassBulkheadFull:    "bulkhead_full",
+	ClassBudgetExhausted: "budget_exhausted",
 }
 
 // String returns the class's snake_case name ("rate_limit", "daily_quota",
@@ -219,6 +221,7 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 //	circuit_open      no         model    -               no   (the whole project cooling down: project)
 //	local_rate_limit  no         model    -               no
 //	bulkhead_full     no         request  -               no
+//	budget_exhausted  no         project  -               no   (a skip for a cheaper model near the budget: model)
 func Classify(err error) (v Verdict) {
 	if err == nil {
 		return Verdict{}
@@ -249,6 +252,8 @@ func base(c Class) Verdict {
 		v.Retryable, v.Scope = true, ScopeModel
 	case ClassCircuitOpen, ClassLocalRateLimit:
 		v.Scope = ScopeModel
+	case ClassBudgetExhausted:
+		v.Scope = ScopeProject
 	}
 	return v
 }
@@ -277,6 +282,9 @@ func classify(err error) Verdict {
 
 	if errors.Is(err, ErrBulkheadFull) {
 		return base(ClassBulkheadFull) // before the caller's deadline, which it may match too
+	}
+	if errors.Is(err, ErrBudgetExhausted) {
+		return base(ClassBudgetExhausted)
 	}
 	var cut *cutError
 	if errors.As(err, &cut) && cut != nil {

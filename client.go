@@ -52,6 +52,7 @@ type Client struct {
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 	shared         sharing                   // calls in flight and answers shared (WithDedup, WithIdempotencyKey)
+	spending       *spendBudget              // WithBudget's spend; nil: no budget
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -99,6 +100,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		shutdown:   mergeShutdowns(cfg.shutdowns),
 		prices:     newPriceTable(cfg.prices),
 		bulkheads:  newBulkheads(&cfg),
+		spending:   newSpendBudget(cfg.budget),
 	}
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)

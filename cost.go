@@ -284,6 +284,7 @@ func (s *spend) record(rec *CallRecord) {
 // modelSpend is one model's tokens and cost, in atomic counters.
 type modelSpend struct {
 	input, output, thinking, cached, cost, unpriced atomic.Int64
+	budget                                          *spendBudget // the Client's (WithBudget), which every cost is added to too; nil: none
 }
 
 // bill prices a response of m that reports usage u, arrived at the instant
@@ -305,6 +306,7 @@ func bill(m *modelState, u *genai.GenerateContentResponseUsageMetadata, at time.
 	m.spent.thinking.Add(s.tokens.Thinking)
 	m.spent.cached.Add(s.tokens.Cached)
 	m.spent.cost.Add(int64(s.cost))
+	m.spent.budget.add(at, s.cost)
 	return s
 }
 

@@ -46,6 +46,11 @@ var (
 	// context.DeadlineExceeded too). Nothing was sent; Classify reads it as
 	// ClassBulkheadFull.
 	ErrBulkheadFull = errors.New("geminiguard: bulkhead full")
+	// ErrBudgetExhausted: the Client's spend reached its daily or monthly
+	// Budget (WithBudget), so no request was sent; the error says until
+	// when. Classify reads it as ClassBudgetExhausted, project scope: the
+	// cascade stops there, and the Fallback may answer.
+	ErrBudgetExhausted = errors.New("geminiguard: budget exhausted")
 )
 
 // ResponseError reports a quiet failure: an HTTP 200 whose body carries no

@@ -54,6 +54,10 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		}
 		return stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
 	}
+	if next, err := call.overBudget(m); next != stepGo {
+		call.skip(m, err, sl.delay)
+		return next, err
+	}
 	if err := m.cooling(now); err != nil {
 		call.skip(m, err, sl.delay)
 		return stepNext, err

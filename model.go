@@ -48,6 +48,7 @@ type modelState struct {
 
 func (c *Client) newModelState(name string) *modelState {
 	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), prices: c.prices[name], adjust: c.cfg.adjust[name]}
+	m.spent.budget = c.spending
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
 		m.routes[e] = newAvailability()

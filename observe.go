@@ -112,6 +112,7 @@ type Stats struct {
 	Models                             []ModelStats // cascade models first, in order, then the others kept (at most 256, the most recently called), by name
 
 	Bulkheads []BulkheadStats // by name; nil without WithBulkhead
+	Budget    BudgetStats     // the spend against WithBudget's limits; zero without
 }
 
 // ModelStats are one model's counters.
@@ -209,6 +210,7 @@ func (c *Client) Stats() Stats {
 		}
 	}
 	st.Bulkheads = c.bulkheadStats()
+	st.Budget = c.spending.stats(now)
 	return st
 }
 

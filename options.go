@@ -59,6 +59,7 @@ type config struct {
 	meterProvider   metric.MeterProvider // nil: otel.GetMeterProvider()
 	tracerProvider  trace.TracerProvider // nil: otel.GetTracerProvider()
 	problems        []error              // found while applying options; reported by validate
+	budget          *Budget              // WithBudget's, SteerAt defaulted; nil: none
 	// sdkOptions names the options given that build the SDK client
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.

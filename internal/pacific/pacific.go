@@ -41,6 +41,20 @@ func NextMidnight(t time.Time) time.Time {
 	return utc
 }
 
+// NextMonth returns the first midnight America/Los_Angeles of a month (the
+// 1st) strictly after t.
+func NextMonth(t time.Time) time.Time {
+	local := t.UTC().Add(Offset(t))
+	y, m, _ := local.Date()
+	next := time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC) // local midnight, written in UTC digits
+	// No DST switch happens at midnight: the instant is next−PDT when that
+	// instant is in daylight time, else next−PST.
+	if utc := next.Add(-pdt); Offset(utc) == pdt {
+		return utc
+	}
+	return next.Add(-pst)
+}
+
 // Day returns the Pacific calendar day of t as a comparable value.
 func Day(t time.Time) time.Time {
 	local := t.UTC().Add(Offset(t))

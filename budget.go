@@ -1,0 +1,227 @@
+package geminiguard
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/geminiguard/geminiguard/internal/pacific"
+)
+
+// Budgets: what the Client's priced responses cost (cost.go, bill) is added
+// up per Pacific day and per Pacific month, the calendar of the Gemini API's
+// daily quotas. Near a budget the cascade steers to cheaper models; at it,
+// no request is sent until the window ends. The spend is this Client's,
+// within this process: fleet-wide budgets need the fleet's shared state.
+
+// Budget is a spend limit of the Client, in Micros, per day and per month
+// on the Pacific calendar (days start at midnight America/Los_Angeles, like
+// the API's daily quotas; months on the 1st). The zero value limits
+// nothing and is refused by WithBudget.
+type Budget struct {
+	PerDay   Micros // spend per Pacific day; 0: no daily limit
+	PerMonth Micros // spend per Pacific month; 0: no monthly limit
+	// SteerAt is the fraction of a budget from which the cascade skips a
+	// model when a later model of the call's order is cheaper (by Input +
+	// Output rate at the time) and can take the request. 0: 0.8; 1: never
+	// steer.
+	SteerAt float64
+}
+
+// defaultSteerAt is Budget.SteerAt's default.
+const defaultSteerAt = 0.8
+
+// WithBudget limits the Client's spend, as priced by the price table
+// (Prices, WithPrices), per Pacific day and month: past SteerAt of a budget
+// a call skips a model for a cheaper one of its order that can take it;
+// once a budget is spent, every call fails at once, without a request, with
+// an error matching ErrBudgetExhausted (or the Fallback's answer) until the
+// day or month ends. Only responses with a known price count: a model
+// without a price spends nothing. countTokens is free and never refused.
+// The spend is counted when a response arrives, so calls in flight may end
+// above the budget. New rejects a negative limit, a Budget without any
+// limit, and a SteerAt outside [0, 1]. Default: no budget.
+func WithBudget(b Budget) Option {
+	return optionFunc(func(cfg *config) {
+		var errs []error
+		if b.PerDay < 0 || b.PerMonth < 0 {
+			errs = append(errs, fmt.Errorf("geminiguard: WithBudget: PerDay %d and PerMonth %d must not be negative: give Micros (0.50 * Dollar is $0.50)", int64(b.PerDay), int64(b.PerMonth)))
+		}
+		if b.PerDay == 0 && b.PerMonth == 0 {
+			errs = append(errs, errors.New("geminiguard: WithBudget: give PerDay or PerMonth (or both), e.g. Budget{PerDay: 5 * Dollar}, or leave the option out"))
+		}
+		if math.IsNaN(b.SteerAt) || b.SteerAt < 0 || b.SteerAt > 1 {
+			errs = append(errs, fmt.Errorf("geminiguard: WithBudget: SteerAt %v is outside [0, 1]: give a fraction of the budget, e.g. 0.8 (0: the default 0.8)", b.SteerAt))
+		}
+		if len(errs) > 0 {
+			cfg.problems = append(cfg.problems, errs...)
+			return
+		}
+		if b.SteerAt == 0 {
+			b.SteerAt = defaultSteerAt
+		}
+		cfg.budget = &b
+	})
+}
+
+// BudgetStats is the Client's spend against its Budget.
+type BudgetStats struct {
+	Budget                            // the limits, SteerAt defaulted; zero without WithBudget
+	SpentToday, SpentThisMonth Micros // in the current Pacific day and month
+}
+
+// spendBudget adds up the Client's spend per Pacific day and month. Safe
+// for concurrent use; a nil *spendBudget (no budget) counts nothing and
+// refuses nothing.
+type spendBudget struct {
+	b                Budget
+	mu               sync.Mutex
+	day, month       Micros    // spent in the current windows
+	dayEnd, monthEnd time.Time // when the current windows end; zero: none started
+}
+
+// newSpendBudget returns the tracker of b, nil for none.
+func newSpendBudget(b *Budget) *spendBudget {
+	if b == nil {
+		return nil
+	}
+	return &spendBudget{b: *b}
+}
+
+// roll starts new windows for those that ended at now. Called with s.mu
+// held.
+func (s *spendBudget) roll(now time.Time) {
+	if !now.Before(s.dayEnd) {
+		s.day, s.dayEnd = 0, pacific.NextMidnight(now)
+	}
+	if !now.Before(s.monthEnd) {
+		s.month, s.monthEnd = 0, pacific.NextMonth(now)
+	}
+}
+
+// add counts cost, spent at the instant at.
+func (s *spendBudget) add(at time.Time, cost Micros) {
+	if s == nil || cost == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(at)
+	s.day += cost
+	s.month += cost
+}
+
+// check returns a *budgetError when a budget is spent at now, and whether
+// the spend has reached SteerAt of a budget.
+func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) {
+	if s == nil {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	for _, w := range [...]struct {
+		name         string
+		spent, limit Micros
+		end          time.Time
+	}{{"month", s.month, s.b.PerMonth, s.monthEnd}, {"day", s.day, s.b.PerDay, s.dayEnd}} {
+		switch {
+		case w.limit == 0:
+		case w.spent >= w.limit:
+			if exhausted == nil { // the month first: it ends last
+				exhausted = &budgetError{Window: w.name, Spent: w.spent, Limit: w.limit, Until: w.end}
+			}
+		case float64(w.spent) >= s.b.SteerAt*float64(w.limit):
+			steer = true
+		}
+	}
+	return exhausted, steer
+}
+
+// stats returns the spend at now.
+func (s *spendBudget) stats(now time.Time) BudgetStats {
+	if s == nil {
+		return BudgetStats{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	return BudgetStats{Budget: s.b, SpentToday: s.day, SpentThisMonth: s.month}
+}
+
+// budgetError says why a call sent nothing: a budget is spent until Until.
+// It matches ErrBudgetExhausted.
+type budgetError struct {
+	Window       string // "day" or "month"
+	Spent, Limit Micros
+	Until        time.Time
+}
+
+func (e *budgetError) Error() string {
+	return fmt.Sprintf("geminiguard: budget exhausted: %s spent of the %sly budget %s, until %s (WithBudget)",
+		e.Spent, e.Window, e.Limit, e.Until.UTC().Format(time.RFC3339))
+}
+
+// Is reports ErrBudgetExhausted.
+func (e *budgetError) Is(target error) bool { return target == ErrBudgetExhausted }
+
+// steeredError says why a model was skipped without a request: the spend
+// neared a budget and a later model of the call is cheaper.
+type steeredError struct {
+	Model, Cheaper string
+}
+
+func (e *steeredError) Error() string {
+	return fmt.Sprintf("geminiguard: model %s skipped for the cheaper %s: the spend is past Budget.SteerAt", e.Model, e.Cheaper)
+}
+
+// overBudget returns stepGo when the budget lets the call send its request
+// to m now; else, with the error to record, stepProject when a budget is
+// spent (no model may be sent anything), or stepNext when the spend nears
+// a budget and a later model of the call's order is cheaper and can take
+// the request. countTokens is free: never refused.
+func (call *call[R]) overBudget(m *modelState) (step, error) {
+	if call.endpoint == endpointCount {
+		return stepGo, nil
+	}
+	exhausted, steer := call.c.spending.check(call.now)
+	if exhausted != nil {
+		return stepProject, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassBudgetExhausted, Scope: ScopeProject}, Err: exhausted}
+	}
+	if !steer || call.endpoint != endpointGenerate {
+		return stepGo, nil
+	}
+	if cheaper := call.cheaperNext(m); cheaper != nil {
+		return stepNext, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassBudgetExhausted, Scope: ScopeModel},
+			Err: &steeredError{Model: m.name, Cheaper: cheaper.name}}
+	}
+	return stepGo, nil
+}
+
+// cheaperNext returns a model after m in the call's order that can take a
+// request now (not open, not cooling down) and whose Input + Output rate
+// now is below m's, nil when none. A model without a known price is never
+// cheaper, nor steered from.
+func (call *call[R]) cheaperNext(m *modelState) *modelState {
+	now := call.now
+	rate := func(m *modelState) (Micros, bool) {
+		p, ok := priceAt(m.prices, now)
+		return p.Input + p.Output, ok
+	}
+	own, ok := rate(m)
+	if !ok {
+		return nil
+	}
+	after := false
+	for _, n := range call.order() {
+		if after && n.cooling(now) == nil && n.breakers[call.endpoint].state(now) != StateOpen {
+			if r, ok := rate(n); ok && r < own {
+				return n
+			}
+		}
+		after = after || n == m
+	}
+	return nil
+}
