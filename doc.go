@@ -80,7 +80,8 @@
 // its Scope (request, model or project) and the server-stated delay. Errors
 // returned by the Client match the sentinels ErrRateLimited,
 // ErrQuotaExhausted, ErrCircuitOpen, ErrAllModelsFailed, ErrBlocked,
-// ErrEmptyResponse, ErrStreamInterrupted and ErrBulkheadFull with errors.Is, and carry details
+// ErrEmptyResponse, ErrStreamInterrupted, ErrBulkheadFull and
+// ErrBudgetExhausted with errors.Is, and carry details
 // in *CascadeError, *ModelError, *ResponseError, *StreamError and
 // *CoolingError. Quiet failures of the API — a blocked prompt, a SAFETY or
 // RECITATION finish, a 200 without candidates or parts — are errors here, by
