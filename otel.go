@@ -67,6 +67,8 @@ type instruments struct {
 	fallbacks, limiterWaits, cost            metric.Int64Counter
 	limiterWaited                            metric.Float64Counter
 	breakerState                             metric.Int64ObservableGauge
+	bulkheadInFlight, bulkheadQueued         metric.Int64ObservableGauge
+	bulkheadAdmitted, bulkheadRejected       metric.Int64ObservableCounter
 	tokenInput, tokenOutput, errAttr, okAttr attribute.KeyValue
 }
 
@@ -117,7 +119,8 @@ func newTelemetry(c *Client) *telemetry {
 		}
 		t.meter = true
 		t.ins.init(mp.Meter(instrumentationName))
-		t.reg, _ = mp.Meter(instrumentationName).RegisterCallback(c.observeBreakers, t.ins.breakerState)
+		t.reg, _ = mp.Meter(instrumentationName).RegisterCallback(c.observeState, t.ins.breakerState,
+			t.ins.bulkheadInFlight, t.ins.bulkheadQueued, t.ins.bulkheadAdmitted, t.ins.bulkheadRejected)
 	}
 	if t.tracer == nil && !t.meter {
 		return nil
@@ -153,6 +156,14 @@ func (ins *instruments) init(m metric.Meter) {
 		metric.WithDescription("Time requests waited for the limiter, by model."))
 	ins.cost, _ = m.Int64Counter("geminiguard.cost", metric.WithUnit("{microdollar}"),
 		metric.WithDescription("Cost of the responses, in micro-dollars, by operation and answering model (the first choice when none answered)."))
+	ins.bulkheadInFlight, _ = m.Int64ObservableGauge("geminiguard.bulkhead.in_flight", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls holding a slot of the bulkhead now, by bulkhead."))
+	ins.bulkheadQueued, _ = m.Int64ObservableGauge("geminiguard.bulkhead.queued", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls waiting for a slot of the bulkhead now, by bulkhead."))
+	ins.bulkheadAdmitted, _ = m.Int64ObservableCounter("geminiguard.bulkhead.admitted", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls given a slot of the bulkhead, by bulkhead."))
+	ins.bulkheadRejected, _ = m.Int64ObservableCounter("geminiguard.bulkhead.rejected", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls refused with ErrBulkheadFull, by bulkhead."))
 	ins.breakerState, _ = m.Int64ObservableGauge("geminiguard.breaker.state", metric.WithUnit("{state}"),
 		metric.WithDescription("Breaker state by model and endpoint: 0 closed, 1 open, 2 half-open."))
 	ins.tokenInput = attribute.String("gen_ai.token.type", "input")
@@ -385,10 +396,19 @@ func (t *telemetry) limiterWaited(ctx context.Context, m *modelState, d time.Dur
 	t.ins.limiterWaited.Add(ctx, d.Seconds(), kv)
 }
 
-// observeBreakers reports every kept model's breaker states to the gauge.
-func (c *Client) observeBreakers(_ context.Context, o metric.Observer) error {
+// observeState reports every kept model's breaker states and every
+// bulkhead's figures to their observable instruments.
+func (c *Client) observeState(_ context.Context, o metric.Observer) error {
 	if c.tel == nil {
 		return nil
+	}
+	ins := &c.tel.ins
+	for _, b := range c.bulkheadStats() {
+		kv := metric.WithAttributes(attribute.String("geminiguard.bulkhead", b.Name))
+		o.ObserveInt64(ins.bulkheadInFlight, int64(b.InFlight), kv)
+		o.ObserveInt64(ins.bulkheadQueued, int64(b.Queued), kv)
+		o.ObserveInt64(ins.bulkheadAdmitted, b.Admitted, kv)
+		o.ObserveInt64(ins.bulkheadRejected, b.Rejected, kv)
 	}
 	now := time.Now()
 	observe := func(m *modelState) {

@@ -339,3 +339,27 @@ func TestOTelSpanEndsOnPanic(t *testing.T) {
 		}
 	})
 }
+
+func TestOTelBulkheadFigures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: 10 * time.Second})
+		tel := newTelemetry()
+		c := newClient(t, srv, nil, append(tel.opts, geminiguard.WithCascade(flash),
+			geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 1}))...)
+		batch := geminiguard.WithBulkheadName(t.Context(), "batch")
+
+		done := make(chan error)
+		go func() { _, _, err := ask(batch, c, ""); done <- err }()
+		synctest.Wait() // the first call holds the one slot
+		_, _, refused := ask(batch, c, "")
+		ms := tel.metrics(t)
+		require.NoError(t, <-done)
+
+		assert.ErrorIs(t, refused, geminiguard.ErrBulkheadFull)
+		assert.Equal(t, map[string]int64{"batch": 1}, counts(t, ms, "geminiguard.bulkhead.admitted", "{call}", "geminiguard.bulkhead"))
+		assert.Equal(t, map[string]int64{"batch": 1}, counts(t, ms, "geminiguard.bulkhead.rejected", "{call}", "geminiguard.bulkhead"))
+		inFlight := ms["geminiguard.bulkhead.in_flight"].Data.(metricdata.Gauge[int64]).DataPoints
+		require.Len(t, inFlight, 1)
+		assert.Equal(t, int64(1), inFlight[0].Value, "the first call still holds its slot")
+	})
+}
