@@ -52,6 +52,11 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		if err := ctx.Err(); err != nil {
 			return stepStop, call.fail(m.name, err, sl.delay, 0)
 		}
+		if d, ok := ctx.Deadline(); ok && !d.After(call.deadline) {
+			// The caller's deadline, reached before its context says so
+			// (its timer is about to fire): the caller's error, not ours.
+			return stepStop, call.fail(m.name, context.DeadlineExceeded, sl.delay, 0)
+		}
 		return stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
 	}
 	if next, err := call.overBudget(m); next != stepGo {

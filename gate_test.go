@@ -223,3 +223,28 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// lateContext has a deadline its Err does not report yet: the instant of a
+// caller's deadline, before the context's timer fires.
+type lateContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func TestAdmitAtTheCallersDeadlineReturnsTheCallersError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := inertClient(t, inert.New())
+		ctx := lateContext{Context: t.Context(), deadline: time.Now()}
+		call := c.newGenerateCall(ctx, "", genai.Text("Say hi"), nil)
+
+		var a admission
+		step, err := call.admit(ctx, &retrySlot{m: c.states[0], tries: 1}, &a)
+
+		assert.Equal(t, stepStop, step)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, ClassCanceled, Classify(err).Class, "the caller's deadline, not the call timeout")
+		assert.NotErrorIs(t, err, errCallTimeout)
+	})
+}

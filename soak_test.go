@@ -446,7 +446,7 @@ func (r *soakRun) unary(parent context.Context, sc soakCall) {
 	if err != nil {
 		r.figs.errors.Add(1)
 		r.figs.class(r.cfg.name, err)
-		if !typedErr(err, ctx.Err() != nil, end.Sub(start) >= r.cfg.callTimeout) {
+		if !typedErr(err, callerDone(ctx, end), end.Sub(start) >= r.cfg.callTimeout) {
 			r.tally.add("untyped", "seed=%d %v: %T: %v", r.seed, sc, err, err)
 		}
 		if rec.Model != "" || rec.Fallback {
@@ -542,7 +542,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 	case err != nil:
 		r.figs.errors.Add(1)
 		r.figs.class(r.cfg.name, err)
-		if !typedErr(err, ctx.Err() != nil, !firstAt.IsZero() || end.Sub(start) >= r.cfg.callTimeout) {
+		if !typedErr(err, callerDone(ctx, end), !firstAt.IsZero() || end.Sub(start) >= r.cfg.callTimeout) {
 			r.tally.add("untyped", "seed=%d %v: %T: %v", r.seed, sc, err, err)
 		}
 		if !r.prefixOf(got) && !(rec.Resumes > 0 && r.spliced(got, "")) {

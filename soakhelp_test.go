@@ -102,6 +102,14 @@ func (t *soakTally) failures() []string {
 // context is done (callerDone) or the call timeout has passed (timedOut); or
 // it is request-scoped: an API error with a 4xx code, or a *ModelError whose
 // verdict is a bad request. Anything else is untyped.
+// callerDone reports whether the caller's context had ended when its call
+// returned at end: cancelled, or its deadline reached (at that very
+// instant of fake time the context's timer may not have fired yet).
+func callerDone(ctx context.Context, end time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !end.Before(d)
+}
+
 func typedErr(err error, callerDone, timedOut bool) bool {
 	for _, s := range []error{
 		geminiguard.ErrCircuitOpen, geminiguard.ErrRateLimited, geminiguard.ErrQuotaExhausted,
