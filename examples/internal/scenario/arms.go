@@ -171,3 +171,51 @@ func (g *guardCaller) Stream(ctx context.Context, call int) Outcome {
 	out.Err = collect(g.c.GenerateContentStream(ctx, "", genai.Text(Prompt(call)), nil), &out)
 	return out
 }
+
+// featureKey is the context key of the feature that sends a call
+// (Workload.Feature).
+type featureKey struct{}
+
+// withFeature returns ctx carrying the feature that sends the call.
+func withFeature(ctx context.Context, feature string) context.Context {
+	return context.WithValue(ctx, featureKey{}, feature)
+}
+
+// BulkheadArm is GeminiguardArm named name with one bulkhead per feature of
+// the workload (heads, by feature name) and opts: each call enters its
+// feature's bulkhead (geminiguard.WithBulkheadName); a call without a
+// feature enters the default one.
+func BulkheadArm(name string, heads map[string]geminiguard.Bulkhead, opts ...geminiguard.Option) Arm {
+	for feature, b := range heads {
+		opts = append(opts, geminiguard.WithBulkhead(feature, b))
+	}
+	arm := GeminiguardArm(name, opts...)
+	return Arm{Name: name, New: func(ctx context.Context, env Env) (Caller, error) {
+		c, err := arm.New(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		return featureCaller{c}, nil
+	}}
+}
+
+// featureCaller puts each call in its feature's bulkhead.
+type featureCaller struct {
+	next Caller
+}
+
+// tag names the bulkhead of ctx's feature, if any, on ctx.
+func tag(ctx context.Context) context.Context {
+	if f, _ := ctx.Value(featureKey{}).(string); f != "" {
+		return geminiguard.WithBulkheadName(ctx, f)
+	}
+	return ctx
+}
+
+func (f featureCaller) Generate(ctx context.Context, call int) Outcome {
+	return f.next.Generate(tag(ctx), call)
+}
+
+func (f featureCaller) Stream(ctx context.Context, call int) Outcome {
+	return f.next.Stream(tag(ctx), call)
+}

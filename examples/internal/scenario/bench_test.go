@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,7 +109,7 @@ func build(tb testing.TB, arm Arm, w wire, sc *Scenario) (Caller, *geminitest.Se
 	if sc == nil {
 		sc = overhead()
 	}
-	srv := geminitest.New(sc.fakeModels(time.Now())...)
+	srv := geminitest.New(sc.fakeModels(time.Now(), new(atomic.Int64))...)
 	env, stop := w.env(sc, srv)
 	tb.Cleanup(stop)
 	c, err := arm.New(context.Background(), env)

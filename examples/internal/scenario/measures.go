@@ -1,8 +1,12 @@
 package scenario
 
 import (
+	"errors"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/geminiguard/geminiguard"
 )
 
 // The scenarios' own measures (Scenario.Measures), each a pure function of
@@ -161,4 +165,83 @@ func sumCalls(r *ArmRun, f func(Call) int) float64 {
 		n += f(c)
 	}
 	return float64(n)
+}
+
+// featureCalls returns the calls of r that feature sent.
+func featureCalls(r *ArmRun, feature string) []Call {
+	var out []Call
+	for _, c := range r.Calls {
+		if c.Feature == feature {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// featurePercentile returns the measure of the p-th percentile latency, in
+// seconds, of the calls feature sent; +Inf when it falls on failed calls.
+func featurePercentile(feature string, p float64) func(*Scenario, *ArmRun) float64 {
+	return func(_ *Scenario, r *ArmRun) float64 {
+		calls := featureCalls(r, feature)
+		var answered []time.Duration
+		for _, c := range calls {
+			if c.OK {
+				answered = append(answered, c.Latency)
+			}
+		}
+		slices.Sort(answered)
+		d := percentile(answered, len(calls), p)
+		if d == Never {
+			return math.Inf(1)
+		}
+		return d.Seconds()
+	}
+}
+
+// featureSuccess returns the measure of the percentage of the calls feature
+// sent that got a good answer.
+func featureSuccess(feature string) func(*Scenario, *ArmRun) float64 {
+	return func(_ *Scenario, r *ArmRun) float64 {
+		calls := featureCalls(r, feature)
+		if len(calls) == 0 {
+			return math.NaN()
+		}
+		n := 0
+		for _, c := range calls {
+			if c.OK {
+				n++
+			}
+		}
+		return 100 * float64(n) / float64(len(calls))
+	}
+}
+
+// batchDrain is the longest time, in seconds, from a batch burst to the
+// last answer of its calls: how long the batch job took to get its burst
+// done; NaN when no batch call was answered.
+func batchDrain(_ *Scenario, r *ArmRun) float64 {
+	drain := time.Duration(-1)
+	for _, c := range featureCalls(r, batch) {
+		if c.OK {
+			drain = max(drain, c.Latency)
+		}
+	}
+	if drain < 0 {
+		return math.NaN()
+	}
+	return drain.Seconds()
+}
+
+// bulkheadRefused returns the measure of the calls feature sent that a
+// bulkhead refused (geminiguard.ErrBulkheadFull).
+func bulkheadRefused(feature string) func(*Scenario, *ArmRun) float64 {
+	return func(_ *Scenario, r *ArmRun) float64 {
+		n := 0
+		for _, c := range featureCalls(r, feature) {
+			if errors.Is(c.Err, geminiguard.ErrBulkheadFull) {
+				n++
+			}
+		}
+		return float64(n)
+	}
 }

@@ -200,10 +200,13 @@ func secs(d time.Duration) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
 
-// value formats v with format, NaN as "–".
+// value formats v with format, NaN as "–" and +Inf as ∞.
 func value(format string, v float64) string {
-	if math.IsNaN(v) {
+	switch {
+	case math.IsNaN(v):
 		return "–"
+	case math.IsInf(v, 1):
+		return "∞"
 	}
 	return fmt.Sprintf(format, v)
 }

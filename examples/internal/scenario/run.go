@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genai"
@@ -52,6 +53,9 @@ type Call struct {
 	// never saw and the characters shown that are not part of it in order
 	// (repeats), against Answer(Index).
 	Lost, Dup int
+	// Feature is the feature that sent the call (Workload.Feature), "" when
+	// the workload has none.
+	Feature string
 }
 
 // Run plays sc for each of its arms at once, each against its own fake
@@ -76,10 +80,11 @@ func Run(ctx context.Context, sc *Scenario) *Result {
 
 // runArm plays sc for one arm, filling ar.
 func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *ArmRun) {
-	srv := geminitest.New(sc.fakeModels(start)...)
+	load := new(atomic.Int64)
+	srv := geminitest.New(sc.fakeModels(start, load)...)
 	rec := newRecorder(srv.Transport(), start)
 	if r := sc.Retire; r != nil {
-		t := time.AfterFunc(r.At, func() { srv.SetModel(sc.fakeModel(sc.mustModel(r.Model), start, true)) })
+		t := time.AfterFunc(r.At, func() { srv.SetModel(sc.fakeModel(sc.mustModel(r.Model), start, true, load)) })
 		defer t.Stop()
 	}
 	caller, err := arm.New(ctx, Env{Scenario: sc, HTTPClient: &http.Client{Transport: rec}, BaseURL: geminitest.BaseURL, Start: start})
@@ -91,6 +96,11 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 	do := func(i int) {
 		c := &ar.Calls[i]
 		c.Index, c.Start = i, time.Since(start)
+		ctx := ctx
+		if f := sc.Workload.Feature; f != nil {
+			c.Feature = f(i)
+			ctx = withFeature(ctx, c.Feature)
+		}
 		if sc.Workload.Stream {
 			c.Outcome = caller.Stream(ctx, i)
 			c.Lost, c.Dup = diff(Answer(i), c.Text)
@@ -121,18 +131,21 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 	}
 }
 
-// fakeModels returns the fake's models for a run that starts at start.
-func (sc *Scenario) fakeModels(start time.Time) []geminitest.Model {
+// fakeModels returns the fake's models for a run that starts at start;
+// load counts the requests in flight at the fake (Request.InFlight).
+func (sc *Scenario) fakeModels(start time.Time, load *atomic.Int64) []geminitest.Model {
 	out := make([]geminitest.Model, len(sc.Models))
 	for i, m := range sc.Models {
-		out[i] = sc.fakeModel(m, start, false)
+		out[i] = sc.fakeModel(m, start, false, load)
 	}
 	return out
 }
 
 // fakeModel returns m as the fake serves it: every generate and stream
-// request decided by sc.Script; unlisted when retired.
-func (sc *Scenario) fakeModel(m Model, start time.Time, retired bool) geminitest.Model {
+// request decided by sc.Script; unlisted when retired. load counts the
+// fake's requests in flight: each from its arrival until its step's
+// latency has passed.
+func (sc *Scenario) fakeModel(m Model, start time.Time, retired bool, load *atomic.Int64) geminitest.Model {
 	return geminitest.Model{
 		Name:          m.Name,
 		Latency:       m.Latency,
@@ -141,7 +154,15 @@ func (sc *Scenario) fakeModel(m Model, start time.Time, retired bool) geminitest
 		Quota:         m.Quota,
 		Unlisted:      retired,
 		Decide: func(r geminitest.Request, _ int) geminitest.Step {
-			return sc.Script(request(m.Name, r, start))
+			req := request(m.Name, r, start)
+			req.InFlight = int(load.Add(1) - 1)
+			step := sc.Script(req)
+			latency := step.Latency
+			if latency == 0 && step.Fault == geminitest.OK {
+				latency = m.Latency
+			}
+			time.AfterFunc(latency, func() { load.Add(-1) })
+			return step
 		},
 	}
 }

@@ -75,6 +75,10 @@ type Workload struct {
 	Calls int
 	// Stream sends GenerateContentStream calls instead of GenerateContent.
 	Stream bool
+	// Feature, when set, names the feature of the app that sends call (e.g.
+	// "interactive", "batch"): the arms that isolate features (BulkheadArm)
+	// put each call in its feature's bulkhead. Nil: no features.
+	Feature func(call int) string
 }
 
 // calls returns the number of calls of w.
@@ -121,9 +125,9 @@ func (sc *Scenario) names() []string {
 }
 
 // All returns the named scenarios, in the order of DESIGN.md §7, then the
-// latency scenarios of issue 10. Each call returns fresh values.
+// latency scenarios of issue 10, then batchFlood (issue 13). Each call returns fresh values.
 func All() []*Scenario {
-	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking()}
+	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking(), BatchFlood()}
 }
 
 // Lookup returns the scenario called name, nil when there is none.

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/geminiguard/geminiguard"
@@ -325,3 +326,87 @@ func LongThinking() *Scenario {
 // under the seed's spread), rounded to 1.2s. longThinking meets the same
 // setting with requests that take 40s.
 const hedgeAfter = 1200 * time.Millisecond
+
+// The features of batchFlood and their load.
+const (
+	interactive = "interactive"
+	batch       = "batch"
+
+	floodRun       = 120 * time.Second // the interactive feature's span: one call a second
+	floodBurst     = 200               // calls of one batch burst, sent at once
+	floodPeriod    = 60 * time.Second  // between two bursts
+	floodFirst     = 10 * time.Second  // the first burst, since the run's start
+	floodBursts    = 2
+	floodSlowdown  = 10 // requests in flight that add one median latency
+	floodBatchRuns = 8  // the batch bulkhead's MaxConcurrent
+)
+
+// BatchFlood is one Client shared by two features of an app: an
+// interactive one sending a call a second and a batch job sending 200 calls
+// at once every minute. The model slows down with its load, as a shared
+// backend does: each answer takes the median latency times 1 + n/10, n the
+// requests it is already working on. Unbounded, a burst puts 200 requests
+// in flight and every interactive call waits about 21 times longer; with a
+// bulkhead the batch runs 8 at a time, queued, and the interactive feature
+// keeps its own slots.
+func BatchFlood() *Scenario {
+	const seed = 13
+	var arrivals []time.Duration
+	features := map[int]string{}
+	for b := range floodBursts {
+		for range floodBurst {
+			arrivals = append(arrivals, floodFirst+time.Duration(b)*floodPeriod)
+		}
+	}
+	// Half a second off the whole seconds, so that no interactive call
+	// arrives with a burst.
+	for i := range int(floodRun / time.Second) {
+		arrivals = append(arrivals, time.Duration(i)*time.Second+time.Second/2)
+	}
+	slices.Sort(arrivals)
+	// The bursts come at whole seconds: the calls at those offsets are
+	// the batch's.
+	for i, at := range arrivals {
+		if at%time.Second == 0 {
+			features[i] = batch
+		} else {
+			features[i] = interactive
+		}
+	}
+	sc := &Scenario{
+		Name:    "batchFlood",
+		Summary: "one Client, two features: interactive 1 call/s for 120s, batch 200 calls at once at 10s and 70s; the model's latency is 0.8s × (1 + in flight/10)",
+		Anchor:  "issue 13: the interactive feature keeps its p95 under a batch flood thanks to bulkheads",
+		Models:  []Model{{Name: flash, Latency: flashLatency}},
+		Workload: Workload{
+			Arrivals: arrivals,
+			Feature:  func(call int) string { return features[call] },
+		},
+		// The raw SDK is left out: it queues nothing either, and meets the
+		// flood as geminiguard without bulkheads does (same p95).
+		Arms: []Arm{
+			GeminiguardArm("geminiguard"),
+			BulkheadArm("geminiguard+bulkheads", map[string]geminiguard.Bulkhead{
+				// The batch waits its turn: a burst drains in about 40s,
+				// before the next one.
+				batch:       {MaxConcurrent: floodBatchRuns, MaxQueue: floodBurst, QueueTimeout: floodPeriod},
+				interactive: {MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: 5 * time.Second},
+			}),
+		},
+		Measures: []Measure{
+			{Name: "interactive p50", Format: "%.2fs", Of: featurePercentile(interactive, 0.50)},
+			{Name: "interactive p95", Format: "%.2fs", Of: featurePercentile(interactive, 0.95)},
+			{Name: "interactive p99", Format: "%.2fs", Of: featurePercentile(interactive, 0.99)},
+			{Name: "interactive ok", Format: "%.1f%%", Of: featureSuccess(interactive)},
+			{Name: "batch ok", Format: "%.1f%%", Of: featureSuccess(batch)},
+			{Name: "batch drain", Format: "%.1fs", Of: batchDrain},
+			{Name: "batch refused", Format: "%.0f", Of: bulkheadRefused(batch)},
+		},
+	}
+	sc.Script = func(r Request) geminitest.Step {
+		step := answer(seed, sc.mustModel(r.Model), r)
+		step.Latency = step.Latency * time.Duration(floodSlowdown+r.InFlight) / floodSlowdown
+		return step
+	}
+	return sc
+}

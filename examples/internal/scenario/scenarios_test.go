@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -210,8 +211,8 @@ func TestRetired404(t *testing.T) {
 func TestRetired404StartupCheck(t *testing.T) {
 	sc := Retired404()
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		srv := geminitest.New(sc.fakeModel(sc.Models[0], start, true), sc.fakeModel(sc.Models[1], start, false))
+		start, load := time.Now(), new(atomic.Int64)
+		srv := geminitest.New(sc.fakeModel(sc.Models[0], start, true, load), sc.fakeModel(sc.Models[1], start, false, load))
 		_, err := GeminiguardArm("geminiguard").New(t.Context(), Env{Scenario: sc, HTTPClient: srv.HTTPClient(), BaseURL: geminitest.BaseURL, Start: start})
 		require.ErrorIs(t, err, geminiguard.ErrModelNotFound)
 		check(t, "retired404: no request to the retired model with the startup check", srv.Total(flash) == 0, "%d requests", srv.Total(flash))
@@ -442,4 +443,31 @@ func TestPercentile(t *testing.T) {
 	assert.Equal(t, Never, percentile(answered, 10, 0.95))
 	assert.Equal(t, "∞", secs(Never))
 	assert.Equal(t, "–", value("%.1f", math.NaN()))
+}
+
+func TestBatchFlood(t *testing.T) {
+	t.Parallel()
+	sc := BatchFlood()
+	start := time.Now()
+	_, sums := play(t, sc)
+	t.Logf("batchFlood: %v of wall time", time.Since(start))
+	m := func(arm, name string) float64 { return sums[arm].Measure(sc, name) }
+
+	// Without bulkheads the bursts starve the interactive feature: its p95
+	// is many times the model's median latency.
+	assert.Greater(t, m("geminiguard", "interactive p95"), 5.0, "without bulkheads the flood slows the interactive feature")
+
+	// With them, the interactive feature keeps its p95 within twice the
+	// model's unloaded spread, every call answered, and far ahead of the
+	// Client without bulkheads.
+	p95 := m("geminiguard+bulkheads", "interactive p95")
+	assert.LessOrEqual(t, p95, (2 * stallFactor * flashLatency).Seconds())
+	assert.Less(t, 3*p95, m("geminiguard", "interactive p95"), "bulkheads cut the interactive p95 at least threefold")
+	assert.Equal(t, 100.0, m("geminiguard+bulkheads", "interactive ok"))
+
+	// The batch still gets all its work done, each burst before the next
+	// one, none refused by its bulkhead.
+	assert.Equal(t, 100.0, m("geminiguard+bulkheads", "batch ok"))
+	assert.Less(t, m("geminiguard+bulkheads", "batch drain"), floodPeriod.Seconds())
+	assert.Zero(t, m("geminiguard+bulkheads", "batch refused"))
 }

@@ -27,6 +27,11 @@ type Request struct {
 	// carries as a partial model turn (a resumed stream): the fake answers
 	// the rest of the step's text. 0 when none.
 	Resumed int
+	// InFlight is the number of generate and stream requests the arm's fake
+	// was still working on when this one arrived, over every model. A
+	// request counts until the latency its step gives has passed, even when
+	// the client gave up on it before: the server keeps computing.
+	InFlight int
 }
 
 // callTag marks a call's index in its prompt, so that the fake, the
