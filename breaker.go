@@ -274,12 +274,9 @@ type breaker struct {
 	// cur is gen<<2 | state, stored under mu on every change, so that allow
 	// grants closed-state permits without taking mu.
 	cur atomic.Uint64
-	// origin is when the breaker was made: lastOK counts from it.
-	origin time.Time
-	// lastOK is when the model last answered, as time since origin plus
-	// one nanosecond; 0 when it never did. Stored without mu on every
+	// answered is when the model last answered, set without mu on every
 	// success.
-	lastOK atomic.Int64
+	answered lastAnswer
 	// consecutive counts the counted failures in a row while closed. A
 	// success resets it without mu (the closed fast path of done); failures
 	// add to it under mu.
@@ -299,7 +296,8 @@ type breaker struct {
 // newBreaker returns a closed breaker. s must pass validate; zero fields take
 // their defaults.
 func newBreaker(s BreakerSettings) *breaker {
-	b := &breaker{s: s.withDefaults(), origin: time.Now()}
+	b := &breaker{s: s.withDefaults()}
+	b.answered.origin = time.Now()
 	b.window.span = b.s.Window / windowBuckets
 	b.cur.Store(1<<2 | uint64(StateClosed)) // generation 1: the zero permit is stale
 	return b
@@ -357,7 +355,7 @@ func (b *breaker) allow(now time.Time) (permit, *transition, error) {
 // the slot.
 func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 	if o == outcomeSuccess {
-		b.lastOK.Store(int64(now.Sub(b.origin)) + 1)
+		b.answered.saw(now)
 	}
 	if !p.probe && o == outcomeSuccess && b.s.FailureRate == 0 {
 		// Closed-state success: only the failure count changes. A stale
@@ -411,31 +409,40 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 // FailureThreshold failures alone, without waiting DeadAfter.
 const outageAfter = 2 * time.Second
 
-// lastAnswer is when any model of a Client last answered, as time since
-// origin (the Client's start) plus one nanosecond (0: none yet). Safe for
-// concurrent use once origin is set.
+// lastAnswer is when something (a model, or any model of a Client) last
+// answered, as time since origin, which may be negative for a time passed
+// in from before it. Safe for concurrent use once origin is set.
 type lastAnswer struct {
 	origin time.Time
-	at     atomic.Int64
+	at     atomic.Int64 // the last answer, since origin
+	seen   atomic.Bool  // an answer came since origin
 }
 
 // saw records an answer at now.
 func (l *lastAnswer) saw(now time.Time) {
-	l.at.Store(int64(now.Sub(l.origin)) + 1)
+	l.at.Store(int64(now.Sub(l.origin)))
+	l.seen.Store(true)
 }
 
-// silentFor reports whether no answer came in the d before now (none
-// ever counts as silent only once d has passed since origin).
+// silentFor reports whether no answer came in the d before now (when none
+// ever came: whether d has passed since origin).
 func (l *lastAnswer) silentFor(now time.Time, d time.Duration) bool {
-	last := time.Duration(max(l.at.Load()-1, 0))
+	var last time.Duration
+	if l.seen.Load() {
+		last = time.Duration(l.at.Load())
+	}
 	return now.Sub(l.origin)-last >= d
+}
+
+// never reports whether no answer came since origin.
+func (l *lastAnswer) never() bool {
+	return !l.seen.Load()
 }
 
 // silentFor reports whether the model has answered nothing for DeadAfter
 // before now (or never did), or DeadAfter is negative.
 func (b *breaker) silentFor(now time.Time) bool {
-	last := b.lastOK.Load()
-	return b.s.DeadAfter < 0 || last == 0 || now.Sub(b.origin)-time.Duration(last-1) >= b.s.DeadAfter
+	return b.s.DeadAfter < 0 || b.answered.never() || b.answered.silentFor(now, b.s.DeadAfter)
 }
 
 // openEarly ends an open breaker's open period at now, as if OpenFor had

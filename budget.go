@@ -183,7 +183,7 @@ func (e *steeredError) Error() string {
 // a budget and a later model of the call's order is cheaper and can take
 // the request. countTokens is free: never refused.
 func (call *call[R]) overBudget(m *modelState) (step, error) {
-	if call.endpoint == endpointCount {
+	if !call.endpoint.metered() {
 		return stepGo, nil
 	}
 	exhausted, steer := call.c.spending.check(call.now)

@@ -44,7 +44,7 @@ const stepGo step = -1
 func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	m := sl.m
 	var tokens int
-	if call.endpoint != endpointCount {
+	if call.endpoint.metered() {
 		tokens = call.inputTokens(ctx, m) // may take time: read the clock after it
 	}
 	now := call.now
@@ -78,7 +78,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	}
 	g := &a.grant // filled in place, and only when the limiter limits: a grant is large
 	var wait time.Duration
-	if call.endpoint != endpointCount && m.lim.enforces() { // countTokens is free of quota
+	if call.endpoint.metered() && m.lim.enforces() {
 		var err error
 		if *g, wait, err = m.lim.reserve(now, tokens, call.deadline); err != nil {
 			err = localLimitError(m.name, err, now)

@@ -18,6 +18,12 @@ const (
 	numEndpoints
 )
 
+// metered reports whether requests to e count against the model's quota,
+// and so go through its limiter and the spend budget: countTokens does not.
+func (e endpoint) metered() bool {
+	return e != endpointCount
+}
+
 func (e endpoint) String() string {
 	switch e {
 	case endpointEmbed:

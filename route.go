@@ -135,16 +135,17 @@ func (a *availability) totals(now time.Time) (requests, accepts, slow int64) {
 // the latency rule 1 − routeSlowShare·requests/slow: a model whose attempts
 // are abandoned at their learned deadline more often than the cut budget
 // can rescue gets that much less traffic.
-func (a *availability) rejectProbability(now time.Time) float64 {
+// It also returns the window's requests and accepts, for the record.
+func (a *availability) rejectProbability(now time.Time) (p float64, requests, accepts int64) {
 	r, acc, slow := a.totals(now)
 	if r < routeMinRequests {
-		return 0
+		return 0, r, acc
 	}
-	p := max(0, float64(r-routeK*acc)/float64(r+1))
+	p = max(0, float64(r-routeK*acc)/float64(r+1))
 	if slow > 0 {
 		p = max(p, 1-routeSlowShare*float64(r)/float64(slow))
 	}
-	return p
+	return p, r, acc
 }
 
 // throttledError says why a model was skipped without a request: it has
@@ -165,12 +166,11 @@ func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen
 // model to go to, with the probability above), with the error to record.
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
-	p := av.rejectProbability(now)
+	p, r, acc := av.rejectProbability(now)
 	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p {
 		return false, nil
 	}
 	av.failed(now)
-	r, acc, _ := av.totals(now)
 	return true, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel},
-		Err: &throttledError{Model: m.name, Requests: r, Accepted: acc}}
+		Err: &throttledError{Model: m.name, Requests: r + 1, Accepted: acc}} // this request counted too
 }
