@@ -1,0 +1,268 @@
+package geminiguard
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// NewMemoryState returns a SharedState kept in this process's memory: the
+// Clients given it share limits, cool-downs, breakers and learned limits as
+// a fleet on Redis does, on the process's clock (fake time inside a
+// testing/synctest bubble). Use it for several Clients of one project in
+// one process, and to test fleet behaviour without Redis. It never fails;
+// it is safe for concurrent use.
+func NewMemoryState() SharedState {
+	return &memoryState{projects: make(map[string]*memProject)}
+}
+
+// Fact lifetimes that the Fact itself does not state (see FactKind).
+const (
+	closedFactTTL = time.Minute
+	limitFactTTL  = 24 * time.Hour
+)
+
+// windowSeconds is the span of the RPM and TPM windows, in seconds.
+const windowSeconds = 60
+
+type memoryState struct {
+	mu       sync.Mutex // guards projects and all they hold
+	projects map[string]*memProject
+}
+
+type memProject struct {
+	version  uint64
+	facts    map[factKey]Fact
+	replicas map[string]time.Time // replica → live until
+	models   map[string]*memModel
+}
+
+// factKey is what a fact replaces: one per kind group, model and endpoint
+// or dimension. FactOpen and FactClosed share a group.
+type factKey struct {
+	group uint8
+	model string
+	sub   string
+}
+
+func keyOf(f Fact) factKey {
+	switch f.Kind {
+	case FactOpen, FactClosed:
+		return factKey{group: uint8(FactOpen), model: f.Model, sub: f.Endpoint}
+	case FactLimit:
+		return factKey{group: uint8(FactLimit), model: f.Model, sub: f.Dimension}
+	}
+	return factKey{group: uint8(f.Kind), model: f.Model}
+}
+
+// factEnd returns when f stops being in force.
+func factEnd(f Fact) time.Time {
+	switch f.Kind {
+	case FactClosed:
+		return f.At.Add(closedFactTTL)
+	case FactLimit:
+		return f.At.Add(limitFactTTL)
+	}
+	return f.Until
+}
+
+// replaces reports whether f, published, replaces old by FactKind's rules.
+func replaces(f, old Fact) bool {
+	switch f.Kind {
+	case FactCoolDown:
+		return f.Until.After(old.Until)
+	case FactOpen, FactClosed:
+		return f.At.After(old.At)
+	case FactLimit:
+		return f.Limit < old.Limit
+	}
+	return false
+}
+
+// memModel is one model's fleet-wide counts.
+type memModel struct {
+	secs   [windowSeconds]memSecond
+	dayEnd time.Time
+	day    int                  // requests in the day ending at dayEnd
+	probes map[string]time.Time // endpoint → slot held until
+}
+
+// memSecond is one second of the RPM and TPM windows.
+type memSecond struct {
+	sec              int64
+	requests, tokens int
+}
+
+func (s *memoryState) project(id string) *memProject {
+	p := s.projects[id]
+	if p == nil {
+		p = &memProject{facts: make(map[factKey]Fact), replicas: make(map[string]time.Time), models: make(map[string]*memModel)}
+		s.projects[id] = p
+	}
+	return p
+}
+
+func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.project(r.Project)
+	if r.Replica != "" {
+		p.replicas[r.Replica] = now.Add(r.ReplicaTTL)
+	}
+	out := Lease{Version: p.version}
+	for id, until := range p.replicas {
+		if now.Before(until) {
+			out.Replicas++
+		} else {
+			delete(p.replicas, id)
+		}
+	}
+	if r.Version != p.version {
+		out.Facts = []Fact{}
+		for k, f := range p.facts {
+			if now.Before(factEnd(f)) {
+				out.Facts = append(out.Facts, f)
+			} else {
+				delete(p.facts, k)
+			}
+		}
+	}
+	m := p.models[r.Model]
+	if m == nil {
+		m = &memModel{probes: make(map[string]time.Time)}
+		p.models[r.Model] = m
+	}
+	sec := now.Unix()
+	if r.Debt > 0 {
+		m.at(sec).tokens += r.Debt
+	}
+	if r.Requests <= 0 {
+		return out, nil
+	}
+	if r.Probe > 0 {
+		if held := m.probes[r.Endpoint]; now.Before(held) {
+			out.RetryAfter, out.Dimension = held.Sub(now), "probe"
+			return out, nil
+		}
+	}
+	if r.RPD > 0 && !m.dayEnd.Equal(r.DayEnd) {
+		m.dayEnd, m.day = r.DayEnd, 0
+	}
+	reqs, tokens := m.sum(sec)
+	n := r.Requests
+	if r.RPM > 0 {
+		n = min(n, r.RPM-reqs)
+	}
+	if r.TPM > 0 && r.Tokens > 0 {
+		n = min(n, (r.TPM-tokens)/r.Tokens)
+	}
+	if r.RPD > 0 {
+		n = min(n, r.RPD-m.day)
+	}
+	if n <= 0 {
+		out.RetryAfter, out.Dimension = m.refusal(now, r, reqs, tokens)
+		return out, nil
+	}
+	b := m.at(sec)
+	b.requests += n
+	b.tokens += n * r.Tokens
+	m.day += n
+	if r.Probe > 0 {
+		m.probes[r.Endpoint] = now.Add(r.Probe)
+	}
+	out.Requests = n
+	return out, nil
+}
+
+// at returns the window's bucket of second sec, emptied if it held an older
+// second.
+func (m *memModel) at(sec int64) *memSecond {
+	b := &m.secs[sec%windowSeconds]
+	if b.sec != sec {
+		*b = memSecond{sec: sec}
+	}
+	return b
+}
+
+// sum returns the requests and tokens of the 60 seconds ending with sec.
+func (m *memModel) sum(sec int64) (requests, tokens int) {
+	for _, b := range m.secs {
+		if b.sec > sec-windowSeconds {
+			requests += b.requests
+			tokens += b.tokens
+		}
+	}
+	return requests, tokens
+}
+
+// refusal returns how long until one request of r may be granted, and the
+// dimension that waits longest.
+func (m *memModel) refusal(now time.Time, r LeaseRequest, reqs, tokens int) (time.Duration, string) {
+	var wait time.Duration
+	dim := ""
+	if r.RPD > 0 && m.day >= r.RPD {
+		wait, dim = r.DayEnd.Sub(now), "rpd"
+	}
+	if d := m.freed(now, func(b memSecond) int { return b.requests }, reqs+1-r.RPM); r.RPM > 0 && d > wait {
+		wait, dim = d, "rpm"
+	}
+	if d := m.freed(now, func(b memSecond) int { return b.tokens }, tokens+r.Tokens-r.TPM); r.TPM > 0 && d > wait {
+		wait, dim = d, "tpm"
+	}
+	if dim == "" { // a single request larger than TPM: the window never frees enough
+		dim = "tpm"
+		wait = windowSeconds * time.Second
+	}
+	return wait, dim
+}
+
+// freed returns how long until the seconds leaving the window free at least
+// need units of what count counts; 0 when need ≤ 0.
+func (m *memModel) freed(now time.Time, count func(memSecond) int, need int) time.Duration {
+	if need <= 0 {
+		return 0
+	}
+	sec := now.Unix()
+	for s := sec - windowSeconds + 1; s <= sec; s++ {
+		b := m.secs[s%windowSeconds]
+		if b.sec != s {
+			continue
+		}
+		if need -= count(b); need <= 0 {
+			return time.Unix(s+windowSeconds, 0).Sub(now)
+		}
+	}
+	return 0
+}
+
+func (s *memoryState) Publish(ctx context.Context, project string, f Fact) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	if f.At.IsZero() {
+		f.At = now
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.project(project)
+	k := keyOf(f)
+	if old, ok := p.facts[k]; ok && now.Before(factEnd(old)) && !replaces(f, old) {
+		return nil
+	}
+	if !now.Before(factEnd(f)) {
+		return nil
+	}
+	p.facts[k] = f
+	p.version++
+	if f.Kind == FactOpen || f.Kind == FactClosed {
+		if m := p.models[f.Model]; m != nil {
+			delete(m.probes, f.Endpoint)
+		}
+	}
+	return nil
+}

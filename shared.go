@@ -1,0 +1,121 @@
+package geminiguard
+
+import (
+	"context"
+	"time"
+)
+
+// SharedState is where the replicas of a fleet — Clients of one Google
+// project in many processes — keep what the project's quota and models
+// taught any of them: fleet-wide request and token counts, cool-downs,
+// open breakers and learned limits. WithSharedState gives it to a Client;
+// package redisstore implements it on Redis, and NewMemoryState in memory
+// (Clients of one process, tests).
+//
+// An implementation must be safe for concurrent use, must make each method
+// one atomic step of the shared state (a round trip to a server at most:
+// the Client calls Lease on its hot path), and must return promptly when
+// ctx ends: the Client gives each call a deadline of tens of milliseconds
+// and, on any error, carries on alone (see WithSharedState), so an error
+// never fails a user's call. Times in the state are the store's own clock
+// where the store has one (windows, expiries), so replicas' clocks may
+// disagree by a little.
+type SharedState interface {
+	// Lease takes, for all of r's dimensions at once, up to r.Requests
+	// requests of the model's fleet-wide limits and r.Tokens input tokens
+	// for each, registers r.Replica as live, and returns the project's
+	// facts when they changed since r.Version. See LeaseRequest and Lease.
+	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
+	// Publish records f as the project's, merged with what is there by
+	// FactKind's rules, and moves the project's version on when it changed
+	// anything, so that every replica's next Lease returns the facts.
+	Publish(ctx context.Context, project string, f Fact) error
+}
+
+// LeaseRequest is what Lease asks of a project's shared state. Every count
+// is of the project as a whole: the store adds up all replicas' leases.
+type LeaseRequest struct {
+	Project string // the project's id: a hash of the API key, or the Vertex AI project; never a key
+	Replica string // the asking Client's id, unique in the fleet
+	// ReplicaTTL is how long Replica counts as live after this request
+	// (Lease.Replicas counts the replicas live at the store's now).
+	ReplicaTTL time.Duration
+	Model      string
+
+	// Requests is the number of requests wanted (≥ 0): the store grants
+	// the largest n ≤ Requests for which n more requests and n × Tokens
+	// more tokens keep every limit below: RPM and TPM over the last 60
+	// seconds of the store's clock, RPD over the Pacific day ending at
+	// DayEnd. A limit of 0 does not limit. With Requests 0, Lease only
+	// registers the replica and returns the facts.
+	Requests int
+	Tokens   int // input tokens per request, counted against TPM
+	// Debt is input tokens used beyond what earlier leases counted
+	// (responses report the real count): added to the TPM window at once,
+	// never refused.
+	Debt          int
+	RPM, TPM, RPD int       // the fleet's limits, headroom applied; 0: none
+	DayEnd        time.Time // the end (a Pacific midnight) of the day RPD counts; needed when RPD > 0
+
+	// Probe, when positive, asks also for the model's half-open probe slot
+	// of Endpoint, held for Probe: while another replica holds it, Lease
+	// grants nothing (Lease.Dimension "probe"). A FactOpen or FactClosed of
+	// that endpoint frees the slot.
+	Probe    time.Duration
+	Endpoint string // "generate", "embed" or "count"; with Probe
+
+	// Version is the project's version the replica last saw: Lease
+	// returns the facts when the project's differs.
+	Version uint64
+}
+
+// Lease is Lease's answer.
+type Lease struct {
+	Requests int // requests granted, 0 ≤ Requests ≤ LeaseRequest.Requests, each with LeaseRequest.Tokens tokens
+	// RetryAfter is, when nothing was granted, how long until the
+	// dimension that refused may grant one request; Dimension names it:
+	// "rpm", "tpm", "rpd" or "probe".
+	RetryAfter time.Duration
+	Dimension  string
+	Replicas   int    // replicas live at the store's now, the asking one included
+	Version    uint64 // the project's version
+	// Facts holds every fact of the project in force when Version differs
+	// from LeaseRequest.Version (possibly none); nil otherwise.
+	Facts []Fact
+}
+
+// FactKind says what a Fact records and how Publish merges it with what the
+// project has.
+type FactKind uint8
+
+const (
+	// FactCoolDown keeps Model (the whole project when Model is empty) out
+	// of rotation until Until, for Reason: a daily quota, a spend cap, a
+	// retired model, a per-minute quota. A later Until replaces an earlier
+	// one; the fact ends at Until.
+	FactCoolDown FactKind = iota + 1
+	// FactOpen says Model's breaker of Endpoint opened at At, until Until.
+	// The latest At of FactOpen and FactClosed wins; a FactOpen ends at
+	// Until.
+	FactOpen
+	// FactClosed says Model's breaker of Endpoint closed at At (a probe
+	// succeeded). It is kept for a minute, so that replicas hear it.
+	FactClosed
+	// FactLimit says the server stated Limit as Model's quota of Dimension
+	// ("rpm", "tpm" or "rpd"). A lower limit replaces a higher one; the
+	// fact is kept for a day.
+	FactLimit
+)
+
+// Fact is one thing the fleet learned about a model or the project. See
+// FactKind for which fields each kind uses.
+type Fact struct {
+	Kind      FactKind
+	Model     string
+	Endpoint  string
+	At        time.Time
+	Until     time.Time
+	Reason    Class
+	Dimension string
+	Limit     int
+}
