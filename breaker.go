@@ -287,6 +287,7 @@ type breaker struct {
 	open atomic.Pointer[openError]
 
 	mu        sync.Mutex // guards the fields below (and writes to cur and open)
+	changed   time.Time  // when the state last changed; zero: never
 	probes    int        // probes in flight, half-open
 	successes int        // probe successes, half-open
 	trips     int        // times opened
@@ -520,8 +521,15 @@ func (b *breaker) stateAt(now time.Time) State {
 }
 
 // setState moves the breaker to a different state at now, starts a new
-// generation with fresh counts, and returns the transition. Callers hold mu.
+// generation with fresh counts, and returns the transition. Open, it stays
+// open for OpenFor. Callers hold mu.
 func (b *breaker) setState(to State, now time.Time) *transition {
+	return b.setStateUntil(to, now, now.Add(b.s.OpenFor))
+}
+
+// setStateUntil is setState with the end of an open period given. Callers
+// hold mu.
+func (b *breaker) setStateUntil(to State, now, until time.Time) *transition {
 	gen, from := b.load()
 	b.consecutive.Store(0)
 	b.probes, b.successes = 0, 0
@@ -529,11 +537,45 @@ func (b *breaker) setState(to State, now time.Time) *transition {
 	var open *openError
 	if to == StateOpen {
 		b.trips++
-		open = &openError{Until: now.Add(b.s.OpenFor)}
+		open = &openError{Until: until}
 	}
+	b.changed = now
 	b.open.Store(open)
 	b.cur.Store((gen+1)<<2 | uint64(to))
 	return &transition{From: from, To: to, At: now}
+}
+
+// openTill opens the breaker at now until until, as another replica's did
+// (a FactOpen): an open breaker's open period is extended to until, without
+// a transition. It does nothing when until is not after now or the breaker
+// is open at least that long already. It returns the transition, nil when
+// none.
+func (b *breaker) openTill(now, until time.Time) *transition {
+	if !until.After(now) {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateAt(now) == StateOpen {
+		if b.open.Load().Until.Before(until) {
+			b.open.Store(&openError{Until: until})
+		}
+		return nil
+	}
+	return b.setStateUntil(StateOpen, now, until)
+}
+
+// closeSince closes the breaker at now because a probe proved the model
+// healthy at since (another replica's: a FactClosed), unless the breaker is
+// closed or changed state after since (it then knows better). It returns
+// the transition, nil when none.
+func (b *breaker) closeSince(now, since time.Time) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, st := b.load(); st == StateClosed || b.changed.After(since) {
+		return nil
+	}
+	return b.setState(StateClosed, now)
 }
 
 // rateWindow counts the calls completed over the last windowBuckets spans in

@@ -532,6 +532,16 @@ func (l *limiter) learn(d quotaDim, limit int) {
 	}
 }
 
+// limits returns the effective limits by dimension (0: not limited).
+func (l *limiter) limits() [numDims]int {
+	if !l.active.Load() {
+		return [numDims]int{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.eff
+}
+
 // limitsTokens reports whether TPM is limited, that is whether reserve needs
 // an input-token estimate. Safe for concurrent use, lock-free.
 func (l *limiter) limitsTokens() bool {

@@ -53,6 +53,7 @@ type Client struct {
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 	shared         sharing                   // calls in flight and answers shared (WithDedup, WithIdempotencyKey)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
+	fleet          *fleet                    // WithSharedState's; nil: the Client is on its own
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -102,6 +103,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		bulkheads:  newBulkheads(&cfg),
 		spending:   newSpendBudget(cfg.budget),
 	}
+	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig()))
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
 	}

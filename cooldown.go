@@ -156,6 +156,7 @@ func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now
 	if dim, ok := quotaDimOf(v.quotaID); ok {
 		if v.quotaLimit > 0 {
 			m.lim.learn(dim, v.quotaLimit)
+			c.publish(ctx, Fact{Kind: FactLimit, Model: m.name, Dimension: dim.String(), At: now, Limit: v.quotaLimit})
 		}
 		if v.Class == ClassRateLimit || v.Class == ClassDailyQuota {
 			m.lim.drain(now, dim, coolDownUntil(v, now, c.cfg.projectCoolDown))
@@ -165,13 +166,20 @@ func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now
 		return
 	}
 	until := coolDownUntil(v, now, c.cfg.projectCoolDown)
+	shared := Fact{Kind: FactCoolDown, Model: m.name, At: now, Until: until, Reason: v.Class}
+	if until.Equal(coolDownForever) {
+		shared.Until = now.Add(retiredFactFor) // another replica's process may find the model back sooner
+	}
 	if v.Scope == ScopeProject {
+		shared.Model = ""
 		if c.project.set(until, v.Class) {
 			c.cooledDown(ctx, CoolDownEvent{Until: until, Reason: v.Class})
+			c.publish(ctx, shared)
 		}
 		return
 	}
 	if m.cool.set(until, v.Class) {
 		c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: until, Reason: v.Class})
+		c.publish(ctx, shared)
 	}
 }

@@ -17,15 +17,18 @@ import (
 // grant and a breaker permit, taken together by admit. Its zero value holds
 // nothing.
 type admission struct {
-	m        *modelState
-	br       *breaker // m's breaker of the call's endpoint
-	grant    grant
-	permit   permit
-	endpoint endpoint
-	opened   *transition     // the change allow made (open → half-open), reported once the request goes
-	sent     bool            // the request left: its grant is spent whatever comes back
-	settled  bool            // the permit was handed back
-	ctx      context.Context // the call's, for the reports of settle
+	m            *modelState
+	br           *breaker // m's breaker of the call's endpoint
+	grant        grant
+	alone        grant // the fleet's limits divided by the replicas, the shared state being unreachable (fleet.go)
+	leased       bool  // a request (and leasedTokens) was taken from the model's fleet lease
+	leasedTokens int
+	permit       permit
+	endpoint     endpoint
+	opened       *transition     // the change allow made (open → half-open), reported once the request goes
+	sent         bool            // the request left: its grant is spent whatever comes back
+	settled      bool            // the permit was handed back
+	ctx          context.Context // the call's, for the reports of settle
 }
 
 // stepGo is admit's answer when the request may go: a step no attempt
@@ -76,40 +79,77 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		call.skip(m, err, sl.delay)
 		return stepNext, err
 	}
-	g := &a.grant // filled in place, and only when the limiter limits: a grant is large
-	var wait time.Duration
 	if call.endpoint.metered() && m.lim.enforces() {
-		var err error
-		if *g, wait, err = m.lim.reserve(now, tokens, call.deadline); err != nil {
-			err = localLimitError(m.name, err, now)
-			call.skip(m, err, sl.delay)
-			return stepNext, err
+		if next, err := call.reserve(ctx, sl, m, m.lim, tokens, &a.grant); next != stepGo {
+			return next, err
 		}
 	}
-	if wait > 0 && call.hasNext(m) {
-		// Out of tokens for now, and another model can answer at once:
-		// skip this one rather than queue behind its quota.
-		err := g.skip(m.name, now, wait)
-		call.skip(m, err, sl.delay)
-		return stepNext, err
-	}
-	if wait > 0 {
-		if err := call.sleep(ctx, wait); err != nil {
-			g.cancel()
-			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+	if call.c.fleet != nil && call.endpoint.metered() {
+		if next, err := call.fleetAdmit(ctx, sl, m, tokens, a); next != stepGo {
+			a.grant.cancel()
+			return next, err
 		}
-		sl.delay += wait
-		call.c.tel.limiterWaited(ctx, m, wait)
 	}
 	p, tr, err := br.allow(call.now)
+	if err == nil && p.probe && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
+		br.done(p, call.now, outcomeIgnore) // another replica probes the model
+		err = ErrCircuitOpen
+	}
 	if err != nil {
-		g.cancel()
+		a.unreserve(m)
 		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 		call.skip(m, err, sl.delay)
 		return stepNext, err
 	}
 	a.m, a.br, a.permit, a.endpoint, a.opened, a.ctx = m, br, p, call.endpoint, tr, ctx
 	return stepGo, nil
+}
+
+// reserve takes a grant of lim into *g for the request m is about to be
+// sent, waiting for it (counted in sl.delay) when the limits make it wait
+// and no other model can answer at once. It returns stepGo with *g filled,
+// or, having recorded why and leaving *g zero, stepNext (lim refuses, or
+// makes the request wait while another model can answer) or stepStop (the
+// caller's context ended during the wait).
+func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, lim *limiter, tokens int, g *grant) (step, error) {
+	now := call.now
+	var wait time.Duration
+	var err error
+	if *g, wait, err = lim.reserve(now, tokens, call.deadline); err != nil {
+		err = localLimitError(m.name, err, now)
+		call.skip(m, err, sl.delay)
+		return stepNext, err
+	}
+	if wait > 0 && call.hasNext(m) {
+		// Out of tokens for now, and another model can answer at once:
+		// skip this one rather than queue behind its quota.
+		err := g.skip(m.name, now, wait)
+		*g = grant{}
+		call.skip(m, err, sl.delay)
+		return stepNext, err
+	}
+	if wait > 0 {
+		if err := call.sleep(ctx, wait); err != nil {
+			g.cancel()
+			*g = grant{}
+			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+		}
+		sl.delay += wait
+		call.c.tel.limiterWaited(ctx, m, wait)
+	}
+	return stepGo, nil
+}
+
+// unreserve gives back what admit took for m's request before the breaker
+// refused it or a panic ended the call before it left: the limiter's
+// grants and the leased request.
+func (a *admission) unreserve(m *modelState) {
+	a.grant.cancel()
+	a.alone.cancel()
+	if a.leased {
+		m.lease.giveBack(a.leasedTokens)
+	}
+	a.grant, a.alone, a.leased = grant{}, grant{}, false
 }
 
 // settle hands the admission's permit back with the outcome at now of the
@@ -135,6 +175,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	tr := a.br.done(a.permit, now, o)
 	a.m.count(err, v)
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
+	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
 }
 
 // abandon settles an admission that a panic left unsettled, saying nothing
@@ -147,7 +188,7 @@ func (a *admission) abandon() {
 	}
 	a.settled = true
 	if !a.sent {
-		a.grant.cancel()
+		a.unreserve(a.m)
 	}
 	a.br.done(a.permit, time.Now(), outcomeIgnore) // an ignored outcome changes no state
 }

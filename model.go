@@ -42,6 +42,7 @@ type modelState struct {
 	routes   [numEndpoints]*availability // recent requests and answers, for routing
 	cool     coolDown
 	lim      *limiter
+	lease    modelLease // its share of the fleet's limits (WithSharedState)
 	counters modelCounters
 	lat      latencies                          // unary answer times, for learned attempt deadlines
 	spent    modelSpend                         // tokens and cost of its responses

@@ -113,6 +113,7 @@ type Stats struct {
 
 	Bulkheads []BulkheadStats // by name; nil without WithBulkhead
 	Budget    BudgetStats     // the spend against WithBudget's limits; zero without
+	Fleet     FleetStats      // the shared state's figures; zero without WithSharedState
 }
 
 // ModelStats are one model's counters.
@@ -211,6 +212,7 @@ func (c *Client) Stats() Stats {
 	}
 	st.Bulkheads = c.bulkheadStats()
 	st.Budget = c.spending.stats(now)
+	st.Fleet = c.fleet.stats()
 	return st
 }
 

@@ -60,6 +60,7 @@ type config struct {
 	tracerProvider  trace.TracerProvider // nil: otel.GetTracerProvider()
 	problems        []error              // found while applying options; reported by validate
 	budget          *Budget              // WithBudget's, SteerAt defaulted; nil: none
+	shared          SharedState          // WithSharedState's; nil: none
 	// sdkOptions names the options given that build the SDK client
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
@@ -236,6 +237,41 @@ func WithBreaker(s BreakerSettings) Option {
 // Default: 60s and 180s.
 func WithTimeouts(attempt, call time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.attemptTimeout, cfg.callTimeout = attempt, call })
+}
+
+// WithSharedState makes the Client one replica of a fleet: the Clients of
+// one Google project, in any number of processes, that share s. Limits
+// (WithLimits, and those learned from 429s) are then the project's,
+// counted across the fleet; a cool-down (a daily quota, a spend cap, a
+// retired model, a project-wide failure), an open or closed breaker and a
+// learned limit seen by one replica hold for all of them. Give every
+// replica the same Limits (the project's, not a share of them), the same
+// key or Vertex AI project, and a SharedState of the same store: package
+// redisstore keeps it on Redis; NewMemoryState in this process.
+//
+// Cost: a replica leases requests of each limited model in batches sized
+// to its recent traffic, so a call makes at most one round trip to the
+// store, and a steady load far fewer; a model without limits costs one
+// round trip a second while calls flow. What a replica learns from an error
+// costs a round trip when it learns it.
+//
+// The store never fails a call: each call to it is bounded by 30ms, and a
+// failed or slow one puts it behind a breaker for 2s, during which the
+// Client carries on alone, each limit divided by the replicas last seen
+// live (replicas count as live for a minute after their last call to the
+// store), and counts the requests it lets through (Stats.Fleet, a Warn log
+// line when it starts, an Info one when the store answers again, the
+// geminiguard.fleet.uncoordinated metric). Project ids are hashes: no key
+// reaches the store.
+// Default: none; the Client's state is its own.
+func WithSharedState(s SharedState) Option {
+	return optionFunc(func(cfg *config) {
+		if s == nil {
+			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithSharedState(nil): pass a store (redisstore.New, NewMemoryState), or leave the option out"))
+			return
+		}
+		cfg.shared = s
+	})
 }
 
 // WithDedup makes identical GenerateContent calls in flight at once share

@@ -69,6 +69,9 @@ type instruments struct {
 	breakerState                             metric.Int64ObservableGauge
 	bulkheadInFlight, bulkheadQueued         metric.Int64ObservableGauge
 	bulkheadAdmitted, bulkheadRejected       metric.Int64ObservableCounter
+	fleetRoundTrips, fleetFailures           metric.Int64ObservableCounter
+	fleetUncoordinated                       metric.Int64ObservableCounter
+	fleetReplicas, fleetConnected            metric.Int64ObservableGauge
 	tokenInput, tokenOutput, errAttr, okAttr attribute.KeyValue
 }
 
@@ -120,7 +123,8 @@ func newTelemetry(c *Client) *telemetry {
 		t.meter = true
 		t.ins.init(mp.Meter(instrumentationName))
 		t.reg, _ = mp.Meter(instrumentationName).RegisterCallback(c.observeState, t.ins.breakerState,
-			t.ins.bulkheadInFlight, t.ins.bulkheadQueued, t.ins.bulkheadAdmitted, t.ins.bulkheadRejected)
+			t.ins.bulkheadInFlight, t.ins.bulkheadQueued, t.ins.bulkheadAdmitted, t.ins.bulkheadRejected,
+			t.ins.fleetRoundTrips, t.ins.fleetFailures, t.ins.fleetUncoordinated, t.ins.fleetReplicas, t.ins.fleetConnected)
 	}
 	if t.tracer == nil && !t.meter {
 		return nil
@@ -164,6 +168,16 @@ func (ins *instruments) init(m metric.Meter) {
 		metric.WithDescription("Calls given a slot of the bulkhead, by bulkhead."))
 	ins.bulkheadRejected, _ = m.Int64ObservableCounter("geminiguard.bulkhead.rejected", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls refused with ErrBulkheadFull, by bulkhead."))
+	ins.fleetRoundTrips, _ = m.Int64ObservableCounter("geminiguard.fleet.round_trips", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls to the shared state (WithSharedState)."))
+	ins.fleetFailures, _ = m.Int64ObservableCounter("geminiguard.fleet.failures", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls to the shared state that failed or timed out."))
+	ins.fleetUncoordinated, _ = m.Int64ObservableCounter("geminiguard.fleet.uncoordinated", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests let through on the replica's share of the limits while the shared state was unreachable."))
+	ins.fleetReplicas, _ = m.Int64ObservableGauge("geminiguard.fleet.replicas", metric.WithUnit("{replica}"),
+		metric.WithDescription("Replicas of the project live at the last lease, this one included."))
+	ins.fleetConnected, _ = m.Int64ObservableGauge("geminiguard.fleet.connected", metric.WithUnit("1"),
+		metric.WithDescription("1 while the shared state answers, 0 while the replica carries on alone."))
 	ins.breakerState, _ = m.Int64ObservableGauge("geminiguard.breaker.state", metric.WithUnit("{state}"),
 		metric.WithDescription("Breaker state by model and endpoint: 0 closed, 1 open, 2 half-open."))
 	ins.tokenInput = attribute.String("gen_ai.token.type", "input")
@@ -409,6 +423,18 @@ func (c *Client) observeState(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(ins.bulkheadQueued, int64(b.Queued), kv)
 		o.ObserveInt64(ins.bulkheadAdmitted, b.Admitted, kv)
 		o.ObserveInt64(ins.bulkheadRejected, b.Rejected, kv)
+	}
+	if c.fleet != nil {
+		st := c.fleet.stats()
+		o.ObserveInt64(ins.fleetRoundTrips, st.RoundTrips)
+		o.ObserveInt64(ins.fleetFailures, st.Failures)
+		o.ObserveInt64(ins.fleetUncoordinated, st.Uncoordinated)
+		o.ObserveInt64(ins.fleetReplicas, int64(st.Replicas))
+		connected := int64(0)
+		if st.Connected {
+			connected = 1
+		}
+		o.ObserveInt64(ins.fleetConnected, connected)
 	}
 	now := time.Now()
 	observe := func(m *modelState) {

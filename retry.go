@@ -82,6 +82,9 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 		c.applyVerdict(ctx, m, v, end)
 	} else if call.usage != nil && call.tokens >= 0 {
 		m.lim.reconcile(end, call.tokens, int(call.usage(resp)))
+		if call.c.fleet != nil && m.lim.limitsTokens() {
+			m.lease.owe(int(call.usage(resp)) - max(call.tokens, 0))
+		}
 	}
 	return resp, v, elapsed, err
 }

@@ -1,0 +1,485 @@
+package geminiguard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/pacific"
+)
+
+// Fleet mode (WithSharedState). The gate consults the fleet after the
+// Client's own limiter: a metered request takes one request (and its input
+// tokens) from a lease of the model's fleet-wide limits, leased in small
+// batches from the shared state so that a steady load costs a fraction of
+// a round trip per call; a half-open breaker's probe takes the model's
+// fleet-wide probe slot. Every round trip also brings back what other
+// replicas published since the last one (cool-downs, open and closed
+// breakers, learned limits), applied to this Client's own state, and what
+// this Client learns from a response is published the moment it learns it.
+// When the store fails or is slow, it is put behind a breaker of its own and
+// the Client carries on alone, each limit divided by the replicas last seen
+// live, counting what it lets through uncoordinated, until the store answers
+// again.
+
+// Fleet tunables.
+const (
+	// sharedTimeout bounds every call to the store: a slow store costs a
+	// call at most this, once (the store's breaker then opens).
+	sharedTimeout = 30 * time.Millisecond
+	// leaseFor is how long leased requests stay usable, and how often at
+	// least the Client reads the fleet's facts while calls flow.
+	leaseFor = time.Second
+	// maxLeaseBatch bounds the requests leased in one round trip.
+	maxLeaseBatch = 16
+	// replicaTTL is how long a replica counts as live after its last round
+	// trip.
+	replicaTTL = time.Minute
+	// storeOpenFor is how long the Client carries on alone after the store
+	// failed, before it tries the store again.
+	storeOpenFor = 2 * time.Second
+	// retiredFactFor is how long the fleet keeps a cool-down that lasts
+	// until a recheck in this process (a retired model): a day, then a
+	// replica finds out again.
+	retiredFactFor = 24 * time.Hour
+)
+
+// fleet is a Client's part in its fleet. Safe for concurrent use.
+type fleet struct {
+	store   SharedState
+	project string
+	replica string
+	health  *breaker // the store's: open while it fails; the Client then carries on alone
+
+	version  atomic.Uint64 // the project's version last seen
+	synced   atomic.Int64  // unix nanoseconds of the last round trip that answered
+	replicas atomic.Int64  // live replicas at the last lease, this one included; 0 before the first
+
+	roundTrips    atomic.Int64
+	failures      atomic.Int64
+	uncoordinated atomic.Int64
+}
+
+// FleetStats are a Client's figures in fleet mode (WithSharedState); zero
+// without it.
+type FleetStats struct {
+	Connected bool // the shared state answered the last call made to it (false while the Client carries on alone)
+	Replicas  int  // replicas live at the last lease, this one included (0 before the first)
+	// RoundTrips counts calls to the shared state, and Failures those that
+	// failed or timed out.
+	RoundTrips, Failures int64
+	// Uncoordinated counts requests the Client let through on its own
+	// limits (each divided by Replicas) while the shared state was
+	// unreachable.
+	Uncoordinated int64
+}
+
+// newFleet returns the fleet part of a Client, nil without a store. project
+// names the Google project: derived from the key, never the key itself.
+func newFleet(store SharedState, project string) *fleet {
+	if store == nil {
+		return nil
+	}
+	return &fleet{
+		store:   store,
+		project: project,
+		replica: fmt.Sprintf("%016x", rand.Uint64()),
+		health:  newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: storeOpenFor, HalfOpenProbes: 1, DeadAfter: -1}),
+	}
+}
+
+// projectOf returns the id under which the project an SDK client calls
+// shares its state: a hash of what identifies the project (the API key, or
+// the Vertex AI project and location), so that no key reaches the store.
+func projectOf(cc genai.ClientConfig) string {
+	id := "gemini\x00" + cc.APIKey
+	if cc.Backend == genai.BackendVertexAI {
+		id = "vertex\x00" + cc.Project + "\x00" + cc.Location + "\x00" + cc.APIKey
+	}
+	h := sha256.Sum256([]byte("geminiguard project\x00" + id))
+	return hex.EncodeToString(h[:12])
+}
+
+// call runs fn against the store with the store's timeout and breaker. It
+// reports whether the store answered; false means the Client carries on
+// alone. A ctx that ends first says nothing about the store.
+func (f *fleet) call(ctx context.Context, c *Client, fn func(ctx context.Context) error) bool {
+	p, _, err := f.health.allow(time.Now())
+	if err != nil {
+		return false
+	}
+	sctx, cancel := context.WithTimeout(ctx, sharedTimeout)
+	err = fn(sctx)
+	cancel()
+	f.roundTrips.Add(1)
+	now := time.Now()
+	o := outcomeSuccess
+	switch {
+	case err == nil:
+		f.synced.Store(now.UnixNano())
+	case ctx.Err() != nil:
+		o = outcomeIgnore // the caller gave up: nothing said of the store
+	default:
+		o = outcomeFailure
+		f.failures.Add(1)
+	}
+	if tr := f.health.done(p, now, o); tr != nil {
+		c.fleetChanged(ctx, tr, err)
+	}
+	return err == nil
+}
+
+// fleetChanged logs the store's breaker moving: the Client carrying on
+// alone, or rejoining.
+func (c *Client) fleetChanged(ctx context.Context, tr *transition, err error) {
+	switch tr.To {
+	case StateOpen:
+		c.log(ctx, slog.LevelWarn, "geminiguard: shared state unreachable; carrying on alone with each limit divided by the live replicas",
+			slog.Int64("replicas", max(1, c.fleet.replicas.Load())), slog.Duration("retry_in", storeOpenFor), slog.String("error", c.redact(err)))
+	case StateClosed:
+		c.log(ctx, slog.LevelInfo, "geminiguard: shared state reachable again; limits are the fleet's",
+			slog.Int64("uncoordinated", c.fleet.uncoordinated.Load()))
+	}
+}
+
+// stats returns the fleet's figures.
+func (f *fleet) stats() FleetStats {
+	if f == nil {
+		return FleetStats{}
+	}
+	return FleetStats{
+		Connected:     f.health.state(time.Now()) == StateClosed,
+		Replicas:      int(f.replicas.Load()),
+		RoundTrips:    f.roundTrips.Load(),
+		Failures:      f.failures.Load(),
+		Uncoordinated: f.uncoordinated.Load(),
+	}
+}
+
+// modelLease is what a Client holds of one model's fleet-wide limits: the
+// requests and tokens leased and not yet used, and the limiter it uses
+// alone while the store is unreachable. Safe for concurrent use.
+type modelLease struct {
+	mu       sync.Mutex
+	requests int       // leased requests left
+	tokens   int       // leased input tokens left
+	until    time.Time // the leased requests and tokens lapse then
+	debt     int       // input tokens responses reported beyond the leased estimates, for the next lease
+	second   int64     // the unix second uses counts
+	uses     int       // requests used in second
+	lastUses int       // requests used in the second before it: the next batch
+	alone    *limiter  // limits ÷ replicas while the store is unreachable; nil until first needed
+	aloneFor [numDims]int
+}
+
+// use takes one request and tokens from the lease at now, if it holds
+// them.
+func (l *modelLease) use(now time.Time, tokens int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.count(now)
+	if l.requests == 0 || l.tokens < tokens || !now.Before(l.until) {
+		return false
+	}
+	l.requests--
+	l.tokens -= tokens
+	return true
+}
+
+// count records one request used at now, for the batch size.
+func (l *modelLease) count(now time.Time) {
+	switch s := now.Unix(); {
+	case s == l.second:
+	case s == l.second+1:
+		l.second, l.lastUses, l.uses = s, l.uses, 0
+	default:
+		l.second, l.lastUses, l.uses = s, 0, 0
+	}
+	l.uses++
+}
+
+// batch returns how many requests to lease: about what a second uses (the
+// last one, or this one so far when more), at least one, at most
+// maxLeaseBatch.
+func (l *modelLease) batch() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return min(max(1, l.lastUses, l.uses), maxLeaseBatch)
+}
+
+// fill keeps what a lease granted at now beyond the one request its asker
+// uses at once.
+func (l *modelLease) fill(now time.Time, requests, tokens int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests, l.tokens, l.until = requests, tokens, now.Add(leaseFor)
+}
+
+// giveBack returns one request and its tokens to the lease: the request was
+// not sent after all.
+func (l *modelLease) giveBack(tokens int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests++
+	l.tokens += tokens
+}
+
+// owe adds the input tokens a response reported beyond the estimate leased
+// for it, to count with the next lease.
+func (l *modelLease) owe(extra int) {
+	if extra <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.debt += extra
+}
+
+// takeDebt returns the debt and clears it.
+func (l *modelLease) takeDebt() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.debt
+	l.debt = 0
+	return d
+}
+
+// aloneLimiter returns the limiter of the model while the store is
+// unreachable: lim's effective limits each divided by replicas.
+func (l *modelLease) aloneLimiter(eff [numDims]int, replicas int) *limiter {
+	var div [numDims]int
+	for d, v := range eff {
+		if v > 0 {
+			div[d] = max(1, v/replicas)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.alone == nil || l.aloneFor != div {
+		if l.alone == nil {
+			l.alone = newLimiter(Limits{}, 1)
+		}
+		l.alone.mu.Lock()
+		for d, v := range div {
+			l.alone.setLimit(quotaDim(d), v)
+		}
+		l.alone.mu.Unlock()
+		l.aloneFor = div
+	}
+	return l.alone
+}
+
+// fleetAdmit takes from the fleet's limits the request a call is about to
+// send to m, with its input tokens: from the model's lease, else from the
+// store in one round trip. It returns stepGo when the request may go,
+// having set a.leased or a.alone; or, having recorded why, stepNext (the
+// fleet's limits make it wait while another model can answer, or past the
+// deadline) or stepStop (the caller's context ended during a wait).
+func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelState, tokens int, a *admission) (step, error) {
+	c, f := call.c, call.c.fleet
+	eff := m.lim.limits()
+	if eff == ([numDims]int{}) {
+		if time.Duration(call.now.UnixNano()-f.synced.Load()) >= leaseFor {
+			if l, _ := c.sync(ctx, m, LeaseRequest{}); l.Facts != nil { // facts and heartbeat; nothing to lease
+				return call.unblocked(sl, m)
+			}
+		}
+		return stepGo, nil
+	}
+	if m.lease.use(call.now, tokens) {
+		a.leased, a.leasedTokens = true, tokens
+		return stepGo, nil
+	}
+	for {
+		l, ok := c.sync(ctx, m, LeaseRequest{Requests: m.lease.batch(), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD]})
+		if !ok {
+			return call.aloneAdmit(ctx, sl, m, tokens, eff, a)
+		}
+		now := call.now
+		if l.Facts != nil {
+			if next, err := call.unblocked(sl, m); next != stepGo {
+				m.lease.fill(now, l.Requests, l.Requests*tokens)
+				return next, err
+			}
+		}
+		if l.Requests > 0 {
+			m.lease.fill(now, l.Requests-1, (l.Requests-1)*tokens)
+			a.leased, a.leasedTokens = true, tokens
+			return stepGo, nil
+		}
+		wait := max(l.RetryAfter, time.Millisecond)
+		until := now.Add(wait)
+		next := call.hasNext(m)
+		if next || !until.Before(call.deadline) {
+			err := localLimitError(m.name, &RateLimitError{Dimension: strings.ToUpper(l.Dimension), Until: until, wait: wait, skipped: next}, now)
+			call.skip(m, err, sl.delay)
+			return stepNext, err
+		}
+		if err := call.sleep(ctx, wait); err != nil {
+			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+		}
+		sl.delay += wait
+	}
+}
+
+// unblocked checks again, once the fleet's facts were applied, what admit
+// checked before asking the fleet: it returns stepGo when m may still take
+// the call's request, else stepNext having recorded why (the project or m
+// cooling down, m's breaker open).
+func (call *call[R]) unblocked(sl *retrySlot, m *modelState) (step, error) {
+	err := call.c.projectCooling(call.now)
+	if err == nil {
+		err = m.cooling(call.now)
+	}
+	if err == nil && m.breakers[call.endpoint].state(call.now) == StateOpen {
+		err = m.openErr
+	}
+	if err != nil {
+		call.skip(m, err, sl.delay)
+		return stepNext, err
+	}
+	return stepGo, nil
+}
+
+// aloneAdmit admits a request on the model's limits divided by the live
+// replicas, the store being unreachable, and counts it uncoordinated.
+func (call *call[R]) aloneAdmit(ctx context.Context, sl *retrySlot, m *modelState, tokens int, eff [numDims]int, a *admission) (step, error) {
+	f := call.c.fleet
+	lim := m.lease.aloneLimiter(eff, int(max(1, f.replicas.Load())))
+	if next, err := call.reserve(ctx, sl, m, lim, tokens, &a.alone); next != stepGo {
+		return next, err
+	}
+	f.uncoordinated.Add(1)
+	return stepGo, nil
+}
+
+// sync makes one round trip to the store for m with r (its Requests,
+// Tokens, limits and Probe set by the caller; the rest filled here):
+// leasing, counting the model's debt, registering the replica, and applying
+// the facts that changed. ok is false when the store did not answer.
+func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease, bool) {
+	f := c.fleet
+	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
+	r.Debt, r.Version = m.lease.takeDebt(), f.version.Load()
+	if r.RPD > 0 {
+		r.DayEnd = pacific.NextMidnight(time.Now())
+	}
+	var l Lease
+	ok := f.call(ctx, c, func(ctx context.Context) (err error) {
+		l, err = f.store.Lease(ctx, r)
+		return err
+	})
+	if !ok {
+		m.lease.owe(r.Debt)
+		return Lease{}, false
+	}
+	f.replicas.Store(int64(max(1, l.Replicas)))
+	if l.Facts != nil && f.version.Swap(l.Version) != l.Version {
+		c.apply(ctx, l.Facts)
+	}
+	return l, true
+}
+
+// apply makes the fleet's facts this Client's: cool-downs, open and closed
+// breakers, learned limits. Reported as the Client's own changes are
+// (hooks, logs, metrics), never published again.
+func (c *Client) apply(ctx context.Context, facts []Fact) {
+	now := time.Now()
+	for _, fact := range facts {
+		if fact.Model == "" {
+			if fact.Kind == FactCoolDown && c.project.set(fact.Until, fact.Reason) {
+				c.cooledDown(ctx, CoolDownEvent{Until: fact.Until, Reason: fact.Reason})
+			}
+			continue
+		}
+		m := c.model(fact.Model)
+		switch fact.Kind {
+		case FactCoolDown:
+			if m.cool.set(fact.Until, fact.Reason) {
+				c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: fact.Until, Reason: fact.Reason})
+			}
+		case FactOpen, FactClosed:
+			e, ok := endpointNamed(fact.Endpoint)
+			if !ok {
+				continue
+			}
+			var tr *transition
+			if fact.Kind == FactOpen {
+				tr = m.breakers[e].openTill(now, fact.Until)
+			} else {
+				tr = m.breakers[e].closeSince(now, fact.At)
+			}
+			c.stateChanged(ctx, m.name, e, tr)
+		case FactLimit:
+			if d, ok := dimNamed(fact.Dimension); ok {
+				m.lim.learn(d, fact.Limit)
+			}
+		}
+	}
+}
+
+// publish tells the fleet a fact, in one round trip; a failure is the
+// store's (counted, and the Client carries on alone).
+func (c *Client) publish(ctx context.Context, fact Fact) {
+	f := c.fleet
+	if f == nil {
+		return
+	}
+	f.call(ctx, c, func(ctx context.Context) error { return f.store.Publish(ctx, f.project, fact) })
+}
+
+// publishTransition tells the fleet that a breaker of m opened or closed on
+// this Client's own outcomes.
+func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoint, br *breaker, tr *transition) {
+	if c.fleet == nil || tr == nil {
+		return
+	}
+	switch tr.To {
+	case StateOpen:
+		c.publish(ctx, Fact{Kind: FactOpen, Model: m.name, Endpoint: e.String(), At: tr.At, Until: br.openUntil()})
+	case StateClosed:
+		c.publish(ctx, Fact{Kind: FactClosed, Model: m.name, Endpoint: e.String(), At: tr.At})
+	}
+}
+
+// fleetProbe asks the fleet for m's probe slot of the call's endpoint, for a
+// probe permit the breaker just granted. It reports false when another
+// replica holds it (the call then treats the model as open); true when the
+// slot is this Client's, or the store is unreachable (the Client then
+// probes on its own).
+func (call *call[R]) fleetProbe(ctx context.Context, m *modelState) bool {
+	c := call.c
+	hold := max(min(c.cfg.attemptTimeout, call.deadline.Sub(call.now)), time.Second)
+	l, ok := c.sync(ctx, m, LeaseRequest{Requests: 1, Probe: hold, Endpoint: call.endpoint.String()})
+	return !ok || l.Requests > 0
+}
+
+// endpointNamed returns the endpoint whose String is s.
+func endpointNamed(s string) (endpoint, bool) {
+	for e := range numEndpoints {
+		if e.String() == s {
+			return e, true
+		}
+	}
+	return 0, false
+}
+
+// dimNamed returns the quota dimension named s ("rpm", "tpm", "rpd", in any
+// case).
+func dimNamed(s string) (quotaDim, bool) {
+	for d := range numDims {
+		if strings.EqualFold(d.String(), s) {
+			return d, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,339 @@
+package geminiguard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+)
+
+// newFleet builds n Clients on one fake, one project, sharing store (none
+// when nil), each given opts.
+func newFleet(t *testing.T, srv *geminitest.Server, n int, store geminiguard.SharedState, opts ...geminiguard.Option) []*geminiguard.Client {
+	t.Helper()
+	if store != nil {
+		opts = append(opts, geminiguard.WithSharedState(store))
+	}
+	fleet := make([]*geminiguard.Client, n)
+	for i := range fleet {
+		fleet[i] = newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithStartupCheck(false)}, opts...)...)
+	}
+	return fleet
+}
+
+// rateLimited adds up the server 429s the fleet's Clients got from model.
+func rateLimited(fleet []*geminiguard.Client, model string) int64 {
+	var n int64
+	for _, c := range fleet {
+		for _, m := range c.Stats().Models {
+			if m.Model == model {
+				n += m.Failures[geminiguard.ClassRateLimit] + m.Failures[geminiguard.ClassDailyQuota]
+			}
+		}
+	}
+	return n
+}
+
+// TestFleetSharesTheProjectQuota: 10 replicas, each given the project's
+// RPM (30), send 1.5 times that quota for 3 minutes. On their own they
+// overshoot it 10 times over and collect the server's 429s; sharing the
+// state, the fleet gets none, every call is answered, and the primary
+// serves what its quota allows at the headroom.
+func TestFleetSharesTheProjectQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared bool
+	}{{"alone", false}, {"shared", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(
+					geminitest.Model{Name: pro, Latency: 500 * time.Millisecond, Quota: geminitest.Quota{RPM: 30}},
+					geminitest.Model{Name: flash, Latency: 200 * time.Millisecond},
+				)
+				var store geminiguard.SharedState
+				if tc.shared {
+					store = geminiguard.NewMemoryState()
+				}
+				fleet := newFleet(t, srv, 10, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}))
+				const minutes, perMinute = 3, 45 // 1.5 × the quota
+				var wg sync.WaitGroup
+				var failed atomic.Int64
+				for i := range minutes * perMinute {
+					c := fleet[i%len(fleet)]
+					wg.Go(func() {
+						if _, _, err := ask(t.Context(), c, ""); err != nil {
+							failed.Add(1)
+						}
+					})
+					time.Sleep(time.Minute / perMinute)
+				}
+				wg.Wait()
+				upstream429 := rateLimited(fleet, pro)
+				proAnswers := srv.Hits(pro, geminitest.VerbGenerate) - int(upstream429)
+				t.Logf("%s: %d server 429s, %d calls failed, the primary answered %d of %d", tc.name, upstream429, failed.Load(), proAnswers, minutes*perMinute)
+				if !tc.shared {
+					require.Greater(t, upstream429, int64(0), "replicas on their own overshoot the project's quota")
+					return
+				}
+				assert.Zero(t, upstream429, "server 429s")
+				assert.Zero(t, failed.Load(), "failed calls")
+				// 0.8 × 30 a minute; the last minute's sends may fall in a
+				// window the test stops short of.
+				assert.GreaterOrEqual(t, float64(proAnswers), 0.95*0.8*30*minutes, "the primary serves what its quota allows")
+				assert.LessOrEqual(t, proAnswers, 24*minutes)
+				st := fleet[0].Stats().Fleet
+				assert.True(t, st.Connected)
+				assert.Equal(t, 10, st.Replicas)
+			})
+		})
+	}
+}
+
+// TestFleetDailyQuotaSeenByOneReplicaHoldsForAll: one replica's daily-quota
+// 429 keeps the primary out for every replica: the fleet sends it one
+// request, not one per replica.
+func TestFleetDailyQuotaSeenByOneReplicaHoldsForAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.DailyQuota}}},
+			geminitest.Model{Name: flash},
+		)
+		fleet := newFleet(t, srv, 5, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		for round := range 3 {
+			for i, c := range fleet {
+				_, rec, err := ask(t.Context(), c, "")
+				require.NoError(t, err, "round %d replica %d", round, i)
+				assert.Equal(t, flash, rec.Model, "round %d replica %d", round, i)
+			}
+			time.Sleep(time.Minute)
+		}
+		assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbGenerate), "requests the fleet sent the exhausted primary")
+		for i, c := range fleet {
+			assert.False(t, c.Stats().Models[0].CoolDownUntil.IsZero(), "replica %d cools the primary down", i)
+		}
+	})
+}
+
+// TestFleetOpenBreakerStopsTheOtherReplicas: once one replica's breaker
+// opens on a dead primary, the others send it nothing until the open
+// period ends; then the fleet sends one probe, not one per replica, and
+// once it succeeds every replica is closed again.
+func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dead atomic.Bool
+		dead.Store(true)
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+				if dead.Load() {
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}},
+			geminitest.Model{Name: flash},
+		)
+		const openFor = 30 * time.Second
+		fleet := newFleet(t, srv, 5, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro, flash),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: openFor, DeadAfter: -1}),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
+		for fleet[0].Stats().Models[0].State != geminiguard.StateOpen {
+			_, _, err := ask(t.Context(), fleet[0], "")
+			require.NoError(t, err)
+		}
+		opened := srv.Hits(pro, geminitest.VerbGenerate)
+		require.Equal(t, 3, opened)
+		time.Sleep(time.Second) // past the others' next read of the fleet's facts
+		for i, c := range fleet[1:] {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, flash, rec.Model, "replica %d", i+1)
+			assert.Equal(t, geminiguard.StateOpen, c.Stats().Models[0].State, "replica %d", i+1)
+		}
+		assert.Equal(t, opened, srv.Hits(pro, geminitest.VerbGenerate), "requests to the open primary from the other replicas")
+
+		dead.Store(false)
+		time.Sleep(openFor)
+		var wg sync.WaitGroup
+		for _, c := range fleet {
+			wg.Go(func() {
+				_, _, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, opened+1, srv.Hits(pro, geminitest.VerbGenerate), "one probe for the fleet")
+		time.Sleep(time.Second)
+		for i, c := range fleet {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, pro, rec.Model, "replica %d after the probe", i)
+		}
+	})
+}
+
+// flakyState is a SharedState that can be made to fail, or to hang until
+// its caller gives up, and counts the calls that reached it.
+type flakyState struct {
+	geminiguard.SharedState
+	mode  atomic.Int32 // 0: works, 1: fails at once, 2: hangs
+	calls atomic.Int64
+}
+
+const (
+	stateWorks = iota
+	stateFails
+	stateHangs
+)
+
+func (f *flakyState) broken(ctx context.Context) error {
+	f.calls.Add(1)
+	switch f.mode.Load() {
+	case stateFails:
+		return errors.New("connection refused")
+	case stateHangs:
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (f *flakyState) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+	if err := f.broken(ctx); err != nil {
+		return geminiguard.Lease{}, err
+	}
+	return f.SharedState.Lease(ctx, r)
+}
+
+func (f *flakyState) Publish(ctx context.Context, project string, fact geminiguard.Fact) error {
+	if err := f.broken(ctx); err != nil {
+		return err
+	}
+	return f.SharedState.Publish(ctx, project, fact)
+}
+
+// TestFleetCarriesOnAloneWhileTheStoreIsDown: with the store failing, no
+// call fails; each replica keeps to its share of the limit (the limit
+// divided by the replicas it last saw), counts what it let through
+// uncoordinated, and rejoins once the store answers again.
+func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Quota: geminitest.Quota{RPM: 50}},
+			geminitest.Model{Name: flash},
+		)
+		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		fleet := newFleet(t, srv, 4, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 50}))
+		for range 2 { // every replica registers, and hears of the others: 4 live
+			for _, c := range fleet {
+				_, _, err := ask(t.Context(), c, "")
+				require.NoError(t, err)
+			}
+		}
+		require.Equal(t, 4, fleet[0].Stats().Fleet.Replicas)
+		time.Sleep(2 * time.Second) // the requests leased and not used lapse
+
+		store.mode.Store(stateFails)
+		c := fleet[0]
+		for range 30 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			time.Sleep(time.Second)
+		}
+		st := c.Stats()
+		// 0.8 × 50 = 40 a minute for the fleet, 10 for each of 4 replicas.
+		assert.Equal(t, int64(10), st.Fleet.Uncoordinated, "requests let through alone")
+		assert.False(t, st.Fleet.Connected)
+		assert.Zero(t, rateLimited(fleet, pro))
+		assert.Equal(t, 8+10, srv.Hits(pro, geminitest.VerbGenerate))
+		assert.Less(t, store.calls.Load(), int64(30), "the store's breaker spares it most calls")
+
+		store.mode.Store(stateWorks)
+		time.Sleep(time.Minute)
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model)
+		st = c.Stats()
+		assert.True(t, st.Fleet.Connected, "rejoined")
+		assert.Equal(t, int64(10), st.Fleet.Uncoordinated)
+	})
+}
+
+// TestFleetHangingStoreDelaysACallOnce: a store that stops answering (Redis
+// paused) delays one call by the store's timeout; the calls after it do not
+// wait for the store at all.
+func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 100 * time.Millisecond})
+		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		fleet := newFleet(t, srv, 1, store, geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 1000}))
+		c := fleet[0]
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		store.mode.Store(stateHangs)
+		var took []time.Duration
+		for range 5 {
+			start := time.Now()
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			took = append(took, time.Since(start))
+		}
+		assert.Equal(t, []time.Duration{130 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, took)
+	})
+}
+
+// TestFleetLeasesCutRoundTrips: at a steady load, a replica leases
+// requests in batches: far fewer round trips to the store than calls.
+func TestFleetLeasesCutRoundTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 100 * time.Millisecond})
+		fleet := newFleet(t, srv, 1, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100_000}))
+		c := fleet[0]
+		const calls = 2000
+		var wg sync.WaitGroup
+		for range calls { // 100 calls a second for 20 s
+			wg.Go(func() {
+				_, _, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+			})
+			time.Sleep(10 * time.Millisecond)
+		}
+		wg.Wait()
+		st := c.Stats().Fleet
+		t.Logf("%d round trips for %d calls", st.RoundTrips, calls)
+		assert.LessOrEqual(t, float64(st.RoundTrips)/calls, 0.1, "round trips per call")
+	})
+}
+
+// TestOTelFleetFigures: a dashboard sees a replica carrying on alone: the
+// uncoordinated requests, the failed round trips, and connected at 0.
+func TestOTelFleetFigures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro})
+		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		tel := newTelemetry()
+		c := newFleet(t, srv, 1, store, append(tel.opts, geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100}))...)[0]
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		store.mode.Store(stateFails)
+		for range 3 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		ms := tel.metrics(t)
+		assert.Equal(t, map[string]int64{"": 3}, counts(t, ms, "geminiguard.fleet.uncoordinated", "{request}"))
+		assert.Equal(t, map[string]int64{"": 2}, counts(t, ms, "geminiguard.fleet.round_trips", "{call}"), "the store's breaker spares it the calls after the first failure")
+		assert.Equal(t, map[string]int64{"": 1}, counts(t, ms, "geminiguard.fleet.failures", "{call}"))
+		connected := ms["geminiguard.fleet.connected"].Data.(metricdata.Gauge[int64]).DataPoints
+		require.Len(t, connected, 1)
+		assert.Zero(t, connected[0].Value)
+	})
+}
