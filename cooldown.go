@@ -2,6 +2,7 @@ package geminiguard
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -156,7 +157,7 @@ func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now
 	if dim, ok := quotaDimOf(v.quotaID); ok {
 		if v.quotaLimit > 0 {
 			m.lim.learn(dim, v.quotaLimit)
-			c.publish(ctx, Fact{Kind: FactLimit, Model: m.name, Dimension: dim.String(), At: now, Limit: v.quotaLimit})
+			c.publish(ctx, Fact{Kind: FactLimit, Model: m.name, Dimension: strings.ToLower(dim.String()), At: now, Limit: v.quotaLimit})
 		}
 		if v.Class == ClassRateLimit || v.Class == ClassDailyQuota {
 			m.lim.drain(now, dim, coolDownUntil(v, now, c.cfg.projectCoolDown))

@@ -44,14 +44,16 @@ const (
 	// replicaTTL is how long a replica counts as live after its last round
 	// trip.
 	replicaTTL = time.Minute
-	// storeOpenFor is how long the Client carries on alone after the store
-	// failed, before it tries the store again.
-	storeOpenFor = 2 * time.Second
 	// retiredFactFor is how long the fleet keeps a cool-down that lasts
 	// until a recheck in this process (a retired model): a day, then a
 	// replica finds out again.
 	retiredFactFor = 24 * time.Hour
 )
+
+// storeOpenFor is how long the Client carries on alone after the store
+// failed, before it tries the store again. A variable for tests on a real
+// store, which cannot run in fake time.
+var storeOpenFor = 2 * time.Second
 
 // fleet is a Client's part in its fleet. Safe for concurrent use.
 type fleet struct {
