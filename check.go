@@ -112,11 +112,15 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 		if info, ok := listed[name]; ok {
 			mr.Exists, mr.DisplayName = true, info.DisplayName
 			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit
-			c.model(name).cool.clearRecheck()
+			if c.model(name).cool.clearRecheck() {
+				c.publish(ctx, Fact{Kind: FactListed, Model: name, At: now})
+			}
 		} else {
 			mr.Verdict = "missing"
 			missing = append(missing, name)
-			c.model(name).cool.set(coolDownUntil(Verdict{cool: coolUntilRecheck}, now, 0), ClassNotFound)
+			if c.model(name).cool.set(coolDownUntil(Verdict{cool: coolUntilRecheck}, now, 0), ClassNotFound) {
+				c.publish(ctx, Fact{Kind: FactMissing, Model: name, At: now, Reason: ClassNotFound})
+			}
 		}
 		if sd, ok := c.shutdown[name]; ok {
 			mr.Shutdown = &sd

@@ -31,7 +31,8 @@ var coolDownForever = time.Date(9999, time.December, 31, 0, 0, 0, 0, time.UTC)
 // for concurrent use; the zero value is not cooling. The check is one atomic
 // load and one comparison. It must not be copied after first use.
 type coolDown struct {
-	cur atomic.Pointer[coolDownState] // nil: never set, or cleared
+	cur     atomic.Pointer[coolDownState] // nil: never set, or cleared
+	cleared atomic.Int64                  // unix nanoseconds of the last clear; 0: never
 }
 
 // coolDownState is one cool-down; values are never modified once stored.
@@ -80,15 +81,23 @@ func (c *coolDown) until(now time.Time) (time.Time, Class, bool) {
 // the models: the project's key works).
 func (c *coolDown) clear() {
 	c.cur.Store(nil)
+	c.cleared.Store(time.Now().UnixNano())
+}
+
+// clearedSince reports whether clear ran after t.
+func (c *coolDown) clearedSince(t time.Time) bool {
+	return c.cleared.Load() > t.UnixNano()
 }
 
 // clearRecheck ends a cool-down that lasts until a recheck (coolUntilRecheck:
 // a 404, a limit of zero) and leaves any other to run to its end: CheckCascade
 // listing a model says it exists, not that its quota is back.
-func (c *coolDown) clearRecheck() {
+// It reports whether it ended one.
+func (c *coolDown) clearRecheck() bool {
 	if old := c.cur.Load(); old != nil && old.until.Equal(coolDownForever) {
-		c.cur.CompareAndSwap(old, nil) // lost to a set: that one stays
+		return c.cur.CompareAndSwap(old, nil) // lost to a set: that one stays
 	}
+	return false
 }
 
 // coolDownUntil returns the end of the cool-down that v asks for at now:
@@ -168,8 +177,8 @@ func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now
 	}
 	until := coolDownUntil(v, now, c.cfg.projectCoolDown)
 	shared := Fact{Kind: FactCoolDown, Model: m.name, At: now, Until: until, Reason: v.Class}
-	if until.Equal(coolDownForever) {
-		shared.Until = now.Add(retiredFactFor) // another replica's process may find the model back sooner
+	if v.cool == coolUntilRecheck {
+		shared = Fact{Kind: FactMissing, Model: m.name, At: now, Reason: v.Class}
 	}
 	if v.Scope == ScopeProject {
 		shared.Model = ""

@@ -44,10 +44,6 @@ const (
 	// replicaTTL is how long a replica counts as live after its last round
 	// trip.
 	replicaTTL = time.Minute
-	// retiredFactFor is how long the fleet keeps a cool-down that lasts
-	// until a recheck in this process (a retired model): a day, then a
-	// replica finds out again.
-	retiredFactFor = 24 * time.Hour
 )
 
 // storeOpenFor is how long the Client carries on alone after the store
@@ -398,7 +394,9 @@ func (c *Client) apply(ctx context.Context, facts []Fact) {
 	now := time.Now()
 	for _, fact := range facts {
 		if fact.Model == "" {
-			if fact.Kind == FactCoolDown && c.project.set(fact.Until, fact.Reason) {
+			// A project cool-down seen before this Client's CheckCascade
+			// last cleared its own is older than what the listing said.
+			if fact.Kind == FactCoolDown && !c.project.clearedSince(fact.At) && c.project.set(fact.Until, fact.Reason) {
 				c.cooledDown(ctx, CoolDownEvent{Until: fact.Until, Reason: fact.Reason})
 			}
 			continue
@@ -425,6 +423,12 @@ func (c *Client) apply(ctx context.Context, facts []Fact) {
 			if d, ok := dimNamed(fact.Dimension); ok {
 				m.lim.learn(d, fact.Limit)
 			}
+		case FactMissing:
+			if m.cool.set(coolDownForever, fact.Reason) {
+				c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: coolDownForever, Reason: fact.Reason})
+			}
+		case FactListed:
+			m.cool.clearRecheck()
 		}
 	}
 }

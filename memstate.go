@@ -49,6 +49,8 @@ func keyOf(f Fact) factKey {
 	switch f.Kind {
 	case FactOpen, FactClosed:
 		return factKey{group: uint8(FactOpen), model: f.Model, sub: f.Endpoint}
+	case FactMissing, FactListed:
+		return factKey{group: uint8(FactMissing), model: f.Model}
 	case FactLimit:
 		return factKey{group: uint8(FactLimit), model: f.Model, sub: f.Dimension}
 	}
@@ -58,9 +60,9 @@ func keyOf(f Fact) factKey {
 // factEnd returns when f stops being in force.
 func factEnd(f Fact) time.Time {
 	switch f.Kind {
-	case FactClosed:
+	case FactClosed, FactListed:
 		return f.At.Add(closedFactTTL)
-	case FactLimit:
+	case FactLimit, FactMissing:
 		return f.At.Add(limitFactTTL)
 	}
 	return f.Until
@@ -71,7 +73,7 @@ func replaces(f, old Fact) bool {
 	switch f.Kind {
 	case FactCoolDown:
 		return f.Until.After(old.Until)
-	case FactOpen, FactClosed:
+	case FactOpen, FactClosed, FactMissing, FactListed:
 		return f.At.After(old.At)
 	case FactLimit:
 		return f.Limit < old.Limit

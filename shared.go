@@ -90,8 +90,8 @@ type FactKind uint8
 
 const (
 	// FactCoolDown keeps Model (the whole project when Model is empty) out
-	// of rotation until Until, for Reason: a daily quota, a spend cap, a
-	// retired model, a per-minute quota. A later Until replaces an earlier
+	// of rotation until Until, for Reason: a per-minute or daily quota, a
+	// spend cap, a project-wide failure. A later Until replaces an earlier
 	// one; the fact ends at Until.
 	FactCoolDown FactKind = iota + 1
 	// FactOpen says Model's breaker of Endpoint opened at At, until Until.
@@ -105,6 +105,15 @@ const (
 	// ("rpm", "tpm" or "rpd"). A lower limit replaces a higher one; the
 	// fact is kept for a day.
 	FactLimit
+	// FactMissing says Model is not the project's to call since At, for
+	// Reason: retired (a 404), a quota of zero, a model-scoped permission
+	// error. It holds until a replica finds the model listed again
+	// (FactListed). The latest At of FactMissing and FactListed wins; a
+	// FactMissing is kept for a day.
+	FactMissing
+	// FactListed says a replica's CheckCascade found Model listed at At. It
+	// is kept for a minute, so that replicas hear it.
+	FactListed
 )
 
 // Fact is one thing the fleet learned about a model or the project. See

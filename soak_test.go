@@ -69,9 +69,11 @@ func soakConfigs() []soakConfig {
 		},
 		{
 			// A Fallback, local limits on the primary, a failure-rate
-			// breaker, stream resume.
+			// breaker, stream resume, fleet mode on a store that fails
+			// one call in seven.
 			name: "B",
 			opts: []geminiguard.Option{
+				geminiguard.WithSharedState(&soakStore{SharedState: geminiguard.NewMemoryState()}),
 				geminiguard.WithCascade(soakCascade...),
 				geminiguard.WithFallback(geminiguard.TextFallback(soakFallbackText)),
 				geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 300, TPM: 20_000, RPD: 2_000}),
@@ -85,6 +87,29 @@ func soakConfigs() []soakConfig {
 			budgetRatio: 0.1, budgetMinPerSecond: 1, allOpenProbeEvery: 2 * time.Second,
 		},
 	}
+}
+
+// soakStore is a shared state that fails one call in seven, so that the
+// soak's Client keeps switching between the fleet's limits and its own.
+type soakStore struct {
+	geminiguard.SharedState
+	calls atomic.Int64
+}
+
+var errSoakStore = errors.New("soak: the shared state fails")
+
+func (s *soakStore) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+	if s.calls.Add(1)%7 == 0 {
+		return geminiguard.Lease{}, errSoakStore
+	}
+	return s.SharedState.Lease(ctx, r)
+}
+
+func (s *soakStore) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
+	if s.calls.Add(1)%7 == 0 {
+		return errSoakStore
+	}
+	return s.SharedState.Publish(ctx, project, f)
 }
 
 // soakFigures are the soak's totals, for its figures line.
