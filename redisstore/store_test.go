@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,34 @@ func TestConformance(t *testing.T) {
 	sharedtest.Run(t, func(*testing.T) geminiguard.SharedState {
 		n++
 		return redisstore.New(rdb, redisstore.WithPrefix(fmt.Sprint("conformance", n)))
+	})
+}
+
+// TestConformanceCluster runs the suite on a one-node Redis Cluster, which
+// refuses a script whose keys span slots (CROSSSLOT): every key of a
+// project shares its hash tag.
+func TestConformanceCluster(t *testing.T) {
+	srv := redisserver.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	ctx := context.Background()
+	node := client(t, srv)
+	require.NoError(t, node.ClusterAddSlotsRange(ctx, 0, 16383).Err())
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := node.ClusterInfo(ctx).Result()
+		require.NoError(t, err)
+		if strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "cluster not ok after 10 s: %s", info)
+		<-tick.C
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, MaxRedirects: 1})
+	t.Cleanup(func() { rdb.Close() })
+	n := 0
+	sharedtest.Run(t, func(*testing.T) geminiguard.SharedState {
+		n++
+		return redisstore.New(rdb, redisstore.WithPrefix(fmt.Sprint("cluster", n)))
 	})
 }
 

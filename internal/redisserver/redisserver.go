@@ -37,6 +37,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	args []string // extra redis-server arguments
 
 	mu     sync.Mutex // guards cmd and exited
 	cmd    *exec.Cmd
@@ -44,9 +45,11 @@ type Server struct {
 }
 
 // Start starts a redis-server for t on a free loopback port and stops it in
-// t's cleanup. It skips t when the binary is missing (fails it when
-// GEMINIGUARD_REQUIRE_REDIS=1) and fails t when the server does not start.
-func Start(t testing.TB) *Server {
+// t's cleanup; args are more redis-server arguments (for instance
+// "--cluster-enabled", "yes"). It skips t when the binary is missing (fails
+// it when GEMINIGUARD_REQUIRE_REDIS=1) and fails t when the server does not
+// start.
+func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -55,7 +58,7 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skipf("redis-server not found: apt-get install -y redis-server to run this test (%s=1 makes this a failure)", RequireEnv)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Stop)
 	// A free port may be taken between finding it and redis-server binding
 	// it; try a few.
@@ -120,7 +123,7 @@ func (s *Server) end(sig syscall.Signal) {
 // start runs redis-server on s.port and waits until it accepts connections.
 func (s *Server) start() error {
 	out := &readyWriter{ready: make(chan struct{})}
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.bin, append([]string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
@@ -129,7 +132,7 @@ func (s *Server) start() error {
 		"--daemonize", "no",
 		"--loglevel", "notice",
 		"--logfile", "",
-	)
+	}, s.args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
