@@ -81,12 +81,21 @@ func replaces(f, old Fact) bool {
 	return false
 }
 
+// dayKeep is how long a day's request count outlives the day, so that a
+// replica whose clock lags still counts against the day it is in.
+const dayKeep = time.Hour
+
 // memModel is one model's fleet-wide counts.
 type memModel struct {
 	secs   [windowSeconds]memSecond
-	dayEnd time.Time
-	day    int                  // requests in the day ending at dayEnd
-	probes map[string]time.Time // endpoint → slot held until
+	days   map[int64]int       // DayEnd (unix s) → requests in the day ending then
+	probes map[string]memProbe // endpoint → the slot's holder
+}
+
+// memProbe is a held half-open probe slot.
+type memProbe struct {
+	replica string
+	until   time.Time
 }
 
 // memSecond is one second of the RPM and TPM windows.
@@ -135,7 +144,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	}
 	m := p.models[r.Model]
 	if m == nil {
-		m = &memModel{probes: make(map[string]time.Time)}
+		m = &memModel{days: make(map[int64]int), probes: make(map[string]memProbe)}
 		p.models[r.Model] = m
 	}
 	sec := now.Unix()
@@ -146,13 +155,19 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		return out, nil
 	}
 	if r.Probe > 0 {
-		if held := m.probes[r.Endpoint]; now.Before(held) {
-			out.RetryAfter, out.Dimension = held.Sub(now), "probe"
+		if held := m.probes[r.Endpoint]; held.replica != r.Replica && now.Before(held.until) {
+			out.RetryAfter, out.Dimension = held.until.Sub(now), "probe"
 			return out, nil
 		}
 	}
-	if r.RPD > 0 && !m.dayEnd.Equal(r.DayEnd) {
-		m.dayEnd, m.day = r.DayEnd, 0
+	for end := range m.days {
+		if !now.Before(time.Unix(end, 0).Add(dayKeep)) {
+			delete(m.days, end)
+		}
+	}
+	day := 0
+	if !r.DayEnd.IsZero() {
+		day = m.days[r.DayEnd.Unix()]
 	}
 	reqs, tokens := m.sum(sec)
 	n := r.Requests
@@ -163,18 +178,20 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		n = min(n, (r.TPM-tokens)/r.Tokens)
 	}
 	if r.RPD > 0 {
-		n = min(n, r.RPD-m.day)
+		n = min(n, r.RPD-day)
 	}
 	if n <= 0 {
-		out.RetryAfter, out.Dimension = m.refusal(now, r, reqs, tokens)
+		out.RetryAfter, out.Dimension = m.refusal(now, r, day, reqs, tokens)
 		return out, nil
 	}
 	b := m.at(sec)
 	b.requests += n
 	b.tokens += n * r.Tokens
-	m.day += n
+	if !r.DayEnd.IsZero() && now.Before(r.DayEnd.Add(dayKeep)) {
+		m.days[r.DayEnd.Unix()] += n
+	}
 	if r.Probe > 0 {
-		m.probes[r.Endpoint] = now.Add(r.Probe)
+		m.probes[r.Endpoint] = memProbe{replica: r.Replica, until: now.Add(r.Probe)}
 	}
 	out.Requests = n
 	return out, nil
@@ -203,10 +220,10 @@ func (m *memModel) sum(sec int64) (requests, tokens int) {
 
 // refusal returns how long until one request of r may be granted, and the
 // dimension that waits longest.
-func (m *memModel) refusal(now time.Time, r LeaseRequest, reqs, tokens int) (time.Duration, string) {
+func (m *memModel) refusal(now time.Time, r LeaseRequest, day, reqs, tokens int) (time.Duration, string) {
 	var wait time.Duration
 	dim := ""
-	if r.RPD > 0 && m.day >= r.RPD {
+	if r.RPD > 0 && day >= r.RPD {
 		wait, dim = r.DayEnd.Sub(now), "rpd"
 	}
 	if d := m.freed(now, func(b memSecond) int { return b.requests }, reqs+1-r.RPM); r.RPM > 0 && d > wait {

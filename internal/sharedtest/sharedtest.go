@@ -1,0 +1,418 @@
+// Package sharedtest is the conformance suite of geminiguard.SharedState:
+// Run checks an implementation against the interface's contract (the doc
+// comments of shared.go), in real time and without sleeping, so that the
+// in-memory state and the Redis store behave the same.
+package sharedtest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geminiguard/geminiguard"
+)
+
+// slack bounds how far the store's clock and this process's may disagree
+// (the same machine) plus the time a step takes.
+const slack = 2 * time.Second
+
+// Run runs the suite. newStore returns an empty state each time it is
+// called (its own projects), cleaned up by t.
+func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, geminiguard.SharedState)
+	}{
+		{"RPMGrantsThenRefuses", rpmGrantsThenRefuses},
+		{"PartialGrant", partialGrant},
+		{"TPMAndDebt", tpmAndDebt},
+		{"RequestLargerThanTPM", requestLargerThanTPM},
+		{"RPDAndNewDay", rpdAndNewDay},
+		{"LongestWaitNamesDimension", longestWaitNamesDimension},
+		{"ModelsAndProjectsApart", modelsAndProjectsApart},
+		{"ConcurrentLeasesNeverOvergrant", concurrentLeasesNeverOvergrant},
+		{"ProbeSlot", probeSlot},
+		{"CoolDownMerge", coolDownMerge},
+		{"OpenClosedMerge", openClosedMerge},
+		{"LimitMerge", limitMerge},
+		{"EndedFactsAbsent", endedFactsAbsent},
+		{"FactsByVersion", factsByVersion},
+		{"AtDefaultsToNow", atDefaultsToNow},
+		{"Replicas", replicas},
+		{"CancelledContext", cancelledContext},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, newStore(t)) })
+	}
+}
+
+const (
+	project = "p-5f1c"
+	model   = "gemini-3.5-flash"
+)
+
+func lease(t *testing.T, s geminiguard.SharedState, r geminiguard.LeaseRequest) geminiguard.Lease {
+	t.Helper()
+	if r.Project == "" {
+		r.Project = project
+	}
+	if r.Model == "" {
+		r.Model = model
+	}
+	if r.Replica == "" {
+		r.Replica = "r1"
+		r.ReplicaTTL = time.Minute
+	}
+	l, err := s.Lease(context.Background(), r)
+	require.NoError(t, err)
+	return l
+}
+
+func publish(t *testing.T, s geminiguard.SharedState, f geminiguard.Fact) {
+	t.Helper()
+	require.NoError(t, s.Publish(context.Background(), project, f))
+}
+
+// refused asserts that l granted nothing for dim, with a wait in (0, max].
+func refused(t *testing.T, l geminiguard.Lease, dim string, max time.Duration) {
+	t.Helper()
+	assert.Zero(t, l.Requests, "requests granted")
+	assert.Equal(t, dim, l.Dimension)
+	assert.Greater(t, l.RetryAfter, time.Duration(0), "RetryAfter")
+	assert.LessOrEqual(t, l.RetryAfter, max, "RetryAfter")
+}
+
+func rpmGrantsThenRefuses(t *testing.T, s geminiguard.SharedState) {
+	r := geminiguard.LeaseRequest{Requests: 1, RPM: 5}
+	for i := range 5 {
+		l := lease(t, s, r)
+		require.Equal(t, 1, l.Requests, "lease %d", i+1)
+		assert.Empty(t, l.Dimension)
+		assert.Zero(t, l.RetryAfter)
+	}
+	refused(t, lease(t, s, r), "rpm", time.Minute)
+	// Asking for nothing is not refused.
+	l := lease(t, s, geminiguard.LeaseRequest{RPM: 5})
+	assert.Zero(t, l.Requests)
+	assert.Empty(t, l.Dimension)
+}
+
+func partialGrant(t *testing.T, s geminiguard.SharedState) {
+	assert.Equal(t, 7, lease(t, s, geminiguard.LeaseRequest{Requests: 7, RPM: 10}).Requests)
+	assert.Equal(t, 3, lease(t, s, geminiguard.LeaseRequest{Requests: 10, RPM: 10}).Requests)
+	refused(t, lease(t, s, geminiguard.LeaseRequest{Requests: 10, RPM: 10}), "rpm", time.Minute)
+}
+
+func tpmAndDebt(t *testing.T, s geminiguard.SharedState) {
+	r := geminiguard.LeaseRequest{Requests: 5, Tokens: 300, TPM: 1000}
+	assert.Equal(t, 3, lease(t, s, r).Requests, "900 of 1000 tokens")
+	r.Requests = 1
+	refused(t, lease(t, s, r), "tpm", time.Minute)
+
+	// Debt counts at once, even with nothing asked, and is never refused.
+	r2 := geminiguard.LeaseRequest{Model: "m2", Tokens: 100, TPM: 1000, Debt: 500}
+	l := lease(t, s, r2)
+	assert.Zero(t, l.Requests)
+	assert.Empty(t, l.Dimension)
+	r2.Debt, r2.Requests = 0, 10
+	assert.Equal(t, 5, lease(t, s, r2).Requests, "500 tokens left after a debt of 500")
+	r2.Debt, r2.Requests = 2000, 1
+	refused(t, lease(t, s, r2), "tpm", time.Minute)
+	r2.Debt = 0
+	refused(t, lease(t, s, r2), "tpm", time.Minute) // the refused lease's debt still counted
+}
+
+func requestLargerThanTPM(t *testing.T, s geminiguard.SharedState) {
+	refused(t, lease(t, s, geminiguard.LeaseRequest{Requests: 1, Tokens: 5000, TPM: 1000}), "tpm", time.Minute)
+}
+
+func rpdAndNewDay(t *testing.T, s geminiguard.SharedState) {
+	day1 := time.Now().Add(3 * time.Hour).Truncate(time.Second)
+	r := geminiguard.LeaseRequest{Requests: 2, RPD: 3, DayEnd: day1}
+	assert.Equal(t, 2, lease(t, s, r).Requests)
+	assert.Equal(t, 1, lease(t, s, r).Requests)
+	l := lease(t, s, r)
+	refused(t, l, "rpd", 3*time.Hour)
+	assert.InDelta(t, time.Until(day1).Seconds(), l.RetryAfter.Seconds(), slack.Seconds(), "RetryAfter ≈ DayEnd − now")
+
+	// The next day counts afresh.
+	r.DayEnd = day1.Add(24 * time.Hour)
+	assert.Equal(t, 2, lease(t, s, r).Requests)
+}
+
+func longestWaitNamesDimension(t *testing.T, s geminiguard.SharedState) {
+	r := geminiguard.LeaseRequest{Requests: 3, RPM: 3, RPD: 3, DayEnd: time.Now().Add(2 * time.Hour).Truncate(time.Second)}
+	assert.Equal(t, 3, lease(t, s, r).Requests)
+	refused(t, lease(t, s, r), "rpd", 2*time.Hour)
+}
+
+func modelsAndProjectsApart(t *testing.T, s geminiguard.SharedState) {
+	r := geminiguard.LeaseRequest{Requests: 2, RPM: 2}
+	assert.Equal(t, 2, lease(t, s, r).Requests)
+	refused(t, lease(t, s, r), "rpm", time.Minute)
+	r.Model = "other-model"
+	assert.Equal(t, 2, lease(t, s, r).Requests, "another model")
+	r.Model, r.Project = "", "other-project"
+	assert.Equal(t, 2, lease(t, s, r).Requests, "another project")
+}
+
+func concurrentLeasesNeverOvergrant(t *testing.T, s geminiguard.SharedState) {
+	const workers, each, rpm = 8, 10, 50
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		granted int
+		errs    []error
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				l, err := s.Lease(context.Background(), geminiguard.LeaseRequest{
+					Project: project, Model: model, Replica: fmt.Sprint("r", w), ReplicaTTL: time.Minute,
+					Requests: 1, RPM: rpm,
+				})
+				mu.Lock()
+				granted += l.Requests
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	assert.Equal(t, rpm, granted, "requests granted to %d workers asking %d each", workers, each)
+}
+
+func probeSlot(t *testing.T, s geminiguard.SharedState) {
+	a := geminiguard.LeaseRequest{Replica: "a", ReplicaTTL: time.Minute, Requests: 1, Probe: 10 * time.Second, Endpoint: "generate"}
+	b := a
+	b.Replica = "b"
+	require.Equal(t, 1, lease(t, s, a).Requests, "a takes the slot")
+	refused(t, lease(t, s, b), "probe", 10*time.Second)
+	assert.Equal(t, 1, lease(t, s, a).Requests, "the holder may ask again")
+
+	other := b
+	other.Endpoint = "embed"
+	assert.Equal(t, 1, lease(t, s, other).Requests, "another endpoint's slot")
+	plain := b
+	plain.Probe, plain.Endpoint = 0, ""
+	assert.Equal(t, 1, lease(t, s, plain).Requests, "a request without a probe is not held back")
+
+	now := time.Now().Truncate(time.Millisecond)
+	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)})
+	require.Equal(t, 1, lease(t, s, b).Requests, "FactOpen freed the slot; b takes it")
+	refused(t, lease(t, s, a), "probe", 10*time.Second)
+	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate", At: now.Add(time.Millisecond)})
+	assert.Equal(t, 1, lease(t, s, a).Requests, "FactClosed freed the slot")
+}
+
+// facts returns l's facts in a comparable form, sorted.
+func facts(l geminiguard.Lease) []string {
+	var out []string
+	for _, f := range l.Facts {
+		out = append(out, show(f))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func show(f geminiguard.Fact) string {
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	return fmt.Sprintf("kind=%d model=%q endpoint=%q at=%d until=%d reason=%d dim=%q limit=%d",
+		f.Kind, f.Model, f.Endpoint, ms(f.At), ms(f.Until), f.Reason, f.Dimension, f.Limit)
+}
+
+func shows(fs ...geminiguard.Fact) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, show(f))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// current returns the project's version and facts.
+func current(t *testing.T, s geminiguard.SharedState) (uint64, []string) {
+	t.Helper()
+	l := lease(t, s, geminiguard.LeaseRequest{Version: ^uint64(0)})
+	require.NotNil(t, l.Facts, "facts for a version that differs")
+	return l.Version, facts(l)
+}
+
+func coolDownMerge(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	c := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(10 * time.Minute), Reason: geminiguard.Class(3)}
+	v0, _ := current(t, s)
+	publish(t, s, c)
+	v1, got := current(t, s)
+	assert.NotEqual(t, v0, v1, "version moves on a new fact")
+	assert.Equal(t, shows(c), got)
+
+	earlier := c
+	earlier.Until = now.Add(5 * time.Minute)
+	publish(t, s, earlier)
+	v2, got := current(t, s)
+	assert.Equal(t, v1, v2, "an earlier Until changes nothing")
+	assert.Equal(t, shows(c), got)
+
+	later := c
+	later.Until, later.Reason = now.Add(20*time.Minute), geminiguard.Class(4)
+	publish(t, s, later)
+	v3, got := current(t, s)
+	assert.NotEqual(t, v2, v3)
+	assert.Equal(t, shows(later), got, "a later Until replaces")
+
+	whole := geminiguard.Fact{Kind: geminiguard.FactCoolDown, At: now, Until: now.Add(time.Minute)}
+	publish(t, s, whole)
+	_, got = current(t, s)
+	assert.Equal(t, shows(later, whole), got, "the project's cool-down is apart from the model's")
+}
+
+func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	open := geminiguard.Fact{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)}
+	publish(t, s, open)
+	v1, got := current(t, s)
+	assert.Equal(t, shows(open), got)
+
+	stale := geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate", At: now.Add(-time.Second)}
+	publish(t, s, stale)
+	v2, got := current(t, s)
+	assert.Equal(t, v1, v2, "an older FactClosed changes nothing")
+	assert.Equal(t, shows(open), got)
+
+	closed := stale
+	closed.At = now.Add(time.Second)
+	publish(t, s, closed)
+	v3, got := current(t, s)
+	assert.NotEqual(t, v2, v3)
+	assert.Equal(t, shows(closed), got, "a later FactClosed replaces the FactOpen")
+
+	reopen := open
+	reopen.At = now.Add(500 * time.Millisecond)
+	publish(t, s, reopen)
+	_, got = current(t, s)
+	assert.Equal(t, shows(closed), got, "a FactOpen older than the FactClosed changes nothing")
+
+	embed := open
+	embed.Endpoint = "embed"
+	publish(t, s, embed)
+	_, got = current(t, s)
+	assert.Equal(t, shows(closed, embed), got, "endpoints are apart")
+}
+
+func limitMerge(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	rpm := geminiguard.Fact{Kind: geminiguard.FactLimit, Model: model, Dimension: "rpm", At: now, Limit: 100}
+	publish(t, s, rpm)
+	v1, got := current(t, s)
+	assert.Equal(t, shows(rpm), got)
+
+	higher := rpm
+	higher.Limit = 150
+	publish(t, s, higher)
+	v2, got := current(t, s)
+	assert.Equal(t, v1, v2, "a higher limit changes nothing")
+	assert.Equal(t, shows(rpm), got)
+
+	lower := rpm
+	lower.Limit = 80
+	publish(t, s, lower)
+	v3, got := current(t, s)
+	assert.NotEqual(t, v2, v3)
+	assert.Equal(t, shows(lower), got, "a lower limit replaces")
+
+	tpm := geminiguard.Fact{Kind: geminiguard.FactLimit, Model: model, Dimension: "tpm", At: now, Limit: 1_000_000}
+	publish(t, s, tpm)
+	_, got = current(t, s)
+	assert.Equal(t, shows(lower, tpm), got, "dimensions are apart")
+}
+
+func endedFactsAbsent(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	v0, _ := current(t, s)
+	for _, f := range []geminiguard.Fact{
+		{Kind: geminiguard.FactCoolDown, Model: model, At: now.Add(-time.Hour), Until: now.Add(-time.Second)},
+		{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now.Add(-time.Minute), Until: now.Add(-time.Second)},
+		{Kind: geminiguard.FactClosed, Model: model, Endpoint: "embed", At: now.Add(-61 * time.Second)},
+		{Kind: geminiguard.FactLimit, Model: model, Dimension: "rpd", At: now.Add(-25 * time.Hour), Limit: 5},
+	} {
+		publish(t, s, f)
+	}
+	v1, got := current(t, s)
+	assert.Equal(t, v0, v1, "ended facts change nothing")
+	assert.Empty(t, got)
+
+	// Facts still in force by their kind's lifetime.
+	closed := geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "embed", At: now.Add(-50 * time.Second)}
+	limit := geminiguard.Fact{Kind: geminiguard.FactLimit, Model: model, Dimension: "rpd", At: now.Add(-23 * time.Hour), Limit: 5}
+	publish(t, s, closed)
+	publish(t, s, limit)
+	_, got = current(t, s)
+	assert.Equal(t, shows(closed, limit), got)
+}
+
+func factsByVersion(t *testing.T, s geminiguard.SharedState) {
+	fresh := lease(t, s, geminiguard.LeaseRequest{})
+	assert.Nil(t, fresh.Facts, "an empty project at the version a new replica holds")
+	l := lease(t, s, geminiguard.LeaseRequest{Version: fresh.Version + 1})
+	assert.NotNil(t, l.Facts, "facts (none) for a version that differs")
+	assert.Empty(t, l.Facts)
+
+	now := time.Now().Truncate(time.Millisecond)
+	c := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Hour)}
+	publish(t, s, c)
+	l = lease(t, s, geminiguard.LeaseRequest{Version: fresh.Version})
+	assert.NotEqual(t, fresh.Version, l.Version)
+	assert.Equal(t, shows(c), facts(l), "a replica at the old version hears the fact")
+	again := lease(t, s, geminiguard.LeaseRequest{Version: l.Version, Requests: 1})
+	assert.Nil(t, again.Facts, "nothing new at the current version")
+	assert.Equal(t, l.Version, again.Version)
+	assert.Equal(t, 1, again.Requests)
+}
+
+func atDefaultsToNow(t *testing.T, s geminiguard.SharedState) {
+	before := time.Now()
+	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate"})
+	l := lease(t, s, geminiguard.LeaseRequest{Version: ^uint64(0)})
+	require.Len(t, l.Facts, 1)
+	assert.WithinRange(t, l.Facts[0].At, before.Add(-slack), time.Now().Add(slack), "a zero At is the store's now")
+}
+
+func replicas(t *testing.T, s geminiguard.SharedState) {
+	a := geminiguard.LeaseRequest{Replica: "a", ReplicaTTL: time.Minute}
+	b := geminiguard.LeaseRequest{Replica: "b", ReplicaTTL: time.Minute}
+	assert.Equal(t, 1, lease(t, s, a).Replicas)
+	assert.Equal(t, 2, lease(t, s, b).Replicas)
+	assert.Equal(t, 2, lease(t, s, a).Replicas, "a heartbeat is not a new replica")
+	gone := geminiguard.LeaseRequest{Replica: "c", ReplicaTTL: 0}
+	assert.Equal(t, 2, lease(t, s, gone).Replicas, "a replica with no TTL left is not live")
+	other := a
+	other.Project = "other-project"
+	assert.Equal(t, 1, lease(t, s, other).Replicas, "projects are apart")
+}
+
+func cancelledContext(t *testing.T, s geminiguard.SharedState) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Lease(ctx, geminiguard.LeaseRequest{Project: project, Model: model, Replica: "a", ReplicaTTL: time.Minute, Requests: 1})
+	require.ErrorIs(t, err, context.Canceled)
+	err = s.Publish(ctx, project, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, Until: time.Now().Add(time.Hour)})
+	require.ErrorIs(t, err, context.Canceled)
+	// Nothing was taken or recorded.
+	l := lease(t, s, geminiguard.LeaseRequest{Requests: 1, RPM: 1, Version: ^uint64(0)})
+	assert.Equal(t, 1, l.Requests)
+	assert.Empty(t, l.Facts)
+}

@@ -1,0 +1,211 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// luaFacts is shared by both scripts: when a fact ends and what replaces
+// what, as geminiguard.FactKind states. Facts are JSON objects
+// {k, m, e, at, u, r, d, l} with at and u in unix milliseconds.
+const luaFacts = `
+local CLOSED_MS = 60000      -- a FactClosed is kept for a minute
+local LIMIT_MS = 86400000    -- a FactLimit is kept for a day
+
+-- fact_end returns the unix ms at which fact f stops being in force.
+local function fact_end(f)
+  if f.k == 3 then return f.at + CLOSED_MS end
+  if f.k == 4 then return f.at + LIMIT_MS end
+  return f.u
+end
+
+-- replaces reports whether f, published, replaces old.
+local function replaces(f, old)
+  if f.k == 1 then return f.u > old.u end
+  if f.k == 2 or f.k == 3 then return f.at > old.at end
+  if f.k == 4 then return f.l < old.l end
+  return false
+end
+
+-- expire_at_least makes key live at least until ms (unix ms).
+local function expire_at_least(key, ms)
+  local cur = redis.call('PEXPIRETIME', key)
+  if cur < ms then redis.call('PEXPIREAT', key, ms) end
+end
+`
+
+// leaseScript is Store.Lease: one atomic step on Redis's clock.
+//
+// KEYS: 1 version, 2 facts, 3 replicas, 4 the model's window, 5 the
+// model's RPD counter of DayEnd, 6 the model's probe slot of Endpoint.
+// ARGV: 1 replica, 2 replica TTL ms, 3 requests, 4 tokens per request,
+// 5 debt, 6 RPM, 7 TPM, 8 RPD, 9 DayEnd unix ms (0: none), 10 probe ms,
+// 11 the version the replica saw.
+//
+// Returns {granted, retry after µs, dimension, replicas, version,
+// has facts (0/1), fact JSON...}.
+var leaseScript = redis.NewScript(luaFacts + `
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now = sec * 1000000 + tonumber(t[2]) -- µs
+local now_ms = math.floor(now / 1000)
+
+local replica = ARGV[1]
+local requests = tonumber(ARGV[3])
+local tokens = tonumber(ARGV[4])
+local debt = tonumber(ARGV[5])
+local rpm, tpm, rpd = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local day_end = tonumber(ARGV[9])
+local probe_ms = tonumber(ARGV[10])
+
+-- Replicas: a sorted set of replica → live until (unix ms).
+if replica ~= '' then
+  local live_until = now_ms + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[3], live_until, replica)
+  expire_at_least(KEYS[3], live_until)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+local replicas = redis.call('ZCARD', KEYS[3])
+
+-- Facts, when the replica's version is not the project's.
+local version = redis.call('GET', KEYS[1]) or '0'
+local out = {0, 0, '', replicas, version, 0}
+if version ~= ARGV[11] then
+  out[6] = 1
+  local all = redis.call('HGETALL', KEYS[2])
+  local dead = {}
+  for i = 1, #all, 2 do
+    if now < fact_end(cjson.decode(all[i + 1])) * 1000 then
+      out[#out + 1] = all[i + 1]
+    else
+      dead[#dead + 1] = all[i]
+    end
+  end
+  if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
+end
+
+-- The window: a hash of r:<second> → requests and t:<second> → tokens,
+-- pruned of seconds that left the last 60.
+local win = redis.call('HGETALL', KEYS[4])
+local reqs, toks = 0, 0
+local rsec, tsec = {}, {}
+local stale = {}
+for i = 1, #win, 2 do
+  local s = tonumber(string.sub(win[i], 3))
+  local v = tonumber(win[i + 1])
+  if s <= sec - 60 then
+    stale[#stale + 1] = win[i]
+  elseif string.sub(win[i], 1, 1) == 'r' then
+    reqs = reqs + v
+    rsec[s] = v
+  else
+    toks = toks + v
+    tsec[s] = v
+  end
+end
+if #stale > 0 then redis.call('HDEL', KEYS[4], unpack(stale)) end
+local window_until = (sec + 61) * 1000
+
+if debt > 0 then
+  redis.call('HINCRBY', KEYS[4], 't:' .. t[1], debt)
+  redis.call('PEXPIREAT', KEYS[4], window_until)
+  toks = toks + debt
+  tsec[sec] = (tsec[sec] or 0) + debt
+end
+if requests <= 0 then return out end
+
+if probe_ms > 0 then
+  local holder = redis.call('GET', KEYS[6])
+  if holder and holder ~= replica then
+    out[2] = math.max(redis.call('PTTL', KEYS[6]), 1) * 1000
+    out[3] = 'probe'
+    return out
+  end
+end
+
+local day = 0
+if day_end ~= 0 then day = tonumber(redis.call('GET', KEYS[5]) or '0') end
+
+local n = requests
+if rpm > 0 then n = math.min(n, rpm - reqs) end
+if tpm > 0 and tokens > 0 then n = math.min(n, math.floor((tpm - toks) / tokens)) end
+if rpd > 0 then n = math.min(n, rpd - day) end
+
+if n <= 0 then
+  -- freed returns how long (µs) until the seconds leaving the window free
+  -- at least need units of counts; 0 when they never do.
+  local function freed(counts, need)
+    if need <= 0 then return 0 end
+    for s = sec - 59, sec do
+      if counts[s] then
+        need = need - counts[s]
+        if need <= 0 then return (s + 60) * 1000000 - now end
+      end
+    end
+    return 0
+  end
+  local wait, dim = 0, ''
+  if rpd > 0 and day >= rpd then wait, dim = day_end * 1000 - now, 'rpd' end
+  if rpm > 0 then
+    local d = freed(rsec, reqs + 1 - rpm)
+    if d > wait then wait, dim = d, 'rpm' end
+  end
+  if tpm > 0 then
+    local d = freed(tsec, toks + tokens - tpm)
+    if d > wait then wait, dim = d, 'tpm' end
+  end
+  if dim == '' then wait, dim = 60000000, 'tpm' end -- one request larger than TPM
+  out[2], out[3] = wait, dim
+  return out
+end
+
+redis.call('HINCRBY', KEYS[4], 'r:' .. t[1], n)
+if tokens > 0 then redis.call('HINCRBY', KEYS[4], 't:' .. t[1], n * tokens) end
+redis.call('PEXPIREAT', KEYS[4], window_until)
+if day_end ~= 0 then
+  redis.call('INCRBY', KEYS[5], n)
+  redis.call('PEXPIREAT', KEYS[5], day_end + 3600000)
+end
+if probe_ms > 0 then redis.call('SET', KEYS[6], replica, 'PX', probe_ms) end
+out[1] = n
+return out
+`)
+
+// publishScript is Store.Publish: one atomic step on Redis's clock.
+//
+// KEYS: 1 version, 2 facts, 3 the probe slot of the fact's model and
+// endpoint. ARGV: 1 the fact's field (what it replaces), 2 its JSON (at 0:
+// now).
+//
+// Returns 1 when the fact changed the project's facts, 0 otherwise.
+var publishScript = redis.NewScript(luaFacts + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- µs
+
+local raw = ARGV[2]
+local f = cjson.decode(raw)
+if f.at == 0 then
+  f.at = math.floor(now / 1000)
+  raw = cjson.encode(f)
+end
+local f_end = fact_end(f)
+if now >= f_end * 1000 then return 0 end
+
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if old then
+  local o = cjson.decode(old)
+  if now < fact_end(o) * 1000 and not replaces(f, o) then return 0 end
+end
+redis.call('HSET', KEYS[2], ARGV[1], raw)
+
+-- A version key made afresh (the old one expired with its facts) starts
+-- at Redis's now in µs, above any version of the old one.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('INCR', KEYS[1])
+else
+  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
+end
+local expires = math.max(redis.call('PEXPIRETIME', KEYS[2]), f_end)
+redis.call('PEXPIREAT', KEYS[2], expires)
+redis.call('PEXPIREAT', KEYS[1], expires)
+
+if f.k == 2 or f.k == 3 then redis.call('DEL', KEYS[3]) end
+return 1
+`)

@@ -1,0 +1,240 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/geminiguard/geminiguard"
+)
+
+// Store is a geminiguard.SharedState on Redis. It is safe for concurrent
+// use; each method is one round trip (one EVALSHA, or EVAL the first time a
+// server sees the script). It holds no state of its own: Stores on the same
+// Redis with the same key prefix share everything. Create it with New; the
+// zero value is not usable.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+var _ geminiguard.SharedState = (*Store)(nil)
+
+// New returns a Store keeping the fleet's state in rdb, which may be a
+// *redis.Client, a *redis.ClusterClient or a failover client. rdb's own
+// timeouts apply beside the context's; the Store never closes rdb.
+func New(rdb redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{rdb: rdb, prefix: "geminiguard"}
+	for _, o := range opts {
+		o.apply(s)
+	}
+	return s
+}
+
+// Option configures a Store.
+type Option interface {
+	apply(*Store)
+}
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// WithPrefix sets the prefix of every key the Store writes, so that
+// several fleets (or tests) share one Redis without sharing state. Keys are
+// prefix:{project}:…; the prefix should not contain braces, which would
+// move the keys' hash tag off the project (they still share one slot).
+// Default: "geminiguard".
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(s *Store) { s.prefix = prefix })
+}
+
+// errNoProject is returned for an empty project id, which cannot make a
+// hash tag.
+var errNoProject = errors.New("redisstore: empty project id: give each Client's project an id")
+
+// base returns the keys' common start for project: prefix:{project}:.
+func (s *Store) base(project string) string {
+	return s.prefix + ":{" + project + "}:"
+}
+
+// Lease implements geminiguard.SharedState.Lease in one round trip. It
+// returns ctx's error when ctx ended, an error for an empty r.Project, and
+// Redis's or the connection's error wrapped otherwise.
+func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return geminiguard.Lease{}, err
+	}
+	if r.Project == "" {
+		return geminiguard.Lease{}, errNoProject
+	}
+	base := s.base(r.Project)
+	model := base + "m:" + r.Model + ":"
+	var dayEnd int64
+	if !r.DayEnd.IsZero() {
+		dayEnd = r.DayEnd.UnixMilli()
+	}
+	keys := []string{
+		base + "version",
+		base + "facts",
+		base + "replicas",
+		model + "win",
+		model + "rpd:" + strconv.FormatInt(dayEnd/1000, 10),
+		model + "probe:" + r.Endpoint,
+	}
+	res, err := leaseScript.Run(ctx, s.rdb, keys,
+		r.Replica,
+		max(r.ReplicaTTL.Milliseconds(), 0),
+		max(r.Requests, 0),
+		max(r.Tokens, 0),
+		max(r.Debt, 0),
+		max(r.RPM, 0), max(r.TPM, 0), max(r.RPD, 0),
+		dayEnd,
+		ceilMillis(r.Probe),
+		strconv.FormatUint(r.Version, 10),
+	).Slice()
+	if err != nil {
+		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
+	}
+	return parseLease(res)
+}
+
+// ceilMillis returns d in whole milliseconds, rounded up; 0 for d ≤ 0.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// parseLease reads leaseScript's answer.
+func parseLease(res []any) (geminiguard.Lease, error) {
+	bad := func(what string) (geminiguard.Lease, error) {
+		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
+	}
+	if len(res) < 6 {
+		return bad("length")
+	}
+	granted, ok1 := res[0].(int64)
+	retry, ok2 := res[1].(int64)
+	dim, ok3 := res[2].(string)
+	replicas, ok4 := res[3].(int64)
+	version, ok5 := res[4].(string)
+	hasFacts, ok6 := res[5].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		return bad("types")
+	}
+	v, err := strconv.ParseUint(version, 10, 64)
+	if err != nil {
+		return bad("version")
+	}
+	l := geminiguard.Lease{
+		Requests:   int(granted),
+		RetryAfter: time.Duration(retry) * time.Microsecond,
+		Dimension:  dim,
+		Replicas:   int(replicas),
+		Version:    v,
+	}
+	if hasFacts == 0 {
+		return l, nil
+	}
+	l.Facts = make([]geminiguard.Fact, 0, len(res)-6)
+	for _, raw := range res[6:] {
+		s, ok := raw.(string)
+		if !ok {
+			return bad("fact")
+		}
+		var w wireFact
+		if err := json.Unmarshal([]byte(s), &w); err != nil {
+			return bad("fact: " + err.Error())
+		}
+		l.Facts = append(l.Facts, w.fact())
+	}
+	return l, nil
+}
+
+// Publish implements geminiguard.SharedState.Publish in one round trip. A
+// zero f.At is Redis's now. It returns ctx's error when ctx ended, an error
+// for an empty project, and Redis's or the connection's error wrapped
+// otherwise.
+func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if project == "" {
+		return errNoProject
+	}
+	raw, err := json.Marshal(wireOf(f))
+	if err != nil {
+		return fmt.Errorf("redisstore: publish: %w", err)
+	}
+	base := s.base(project)
+	keys := []string{base + "version", base + "facts", base + "m:" + f.Model + ":probe:" + f.Endpoint}
+	if err := publishScript.Run(ctx, s.rdb, keys, fieldOf(f), raw).Err(); err != nil {
+		return fmt.Errorf("redisstore: publish: %w", err)
+	}
+	return nil
+}
+
+// fieldOf returns the facts hash's field of f: what f replaces, one per
+// kind group, model and endpoint or dimension (FactOpen and FactClosed
+// share a group).
+func fieldOf(f geminiguard.Fact) string {
+	group, sub := f.Kind, ""
+	switch f.Kind {
+	case geminiguard.FactOpen, geminiguard.FactClosed:
+		group, sub = geminiguard.FactOpen, f.Endpoint
+	case geminiguard.FactLimit:
+		sub = f.Dimension
+	}
+	return strconv.Itoa(int(group)) + "\n" + f.Model + "\n" + sub
+}
+
+// wireFact is a Fact as stored: times in unix milliseconds (0: zero time).
+// Times are float64 because Lua re-encodes a fact whose At it fills in.
+type wireFact struct {
+	Kind      geminiguard.FactKind `json:"k"`
+	Model     string               `json:"m"`
+	Endpoint  string               `json:"e"`
+	At        float64              `json:"at"`
+	Until     float64              `json:"u"`
+	Reason    geminiguard.Class    `json:"r"`
+	Dimension string               `json:"d"`
+	Limit     int                  `json:"l"`
+}
+
+func wireOf(f geminiguard.Fact) wireFact {
+	return wireFact{
+		Kind: f.Kind, Model: f.Model, Endpoint: f.Endpoint,
+		At: unixMillis(f.At), Until: unixMillis(f.Until),
+		Reason: f.Reason, Dimension: f.Dimension, Limit: f.Limit,
+	}
+}
+
+func (w wireFact) fact() geminiguard.Fact {
+	return geminiguard.Fact{
+		Kind: w.Kind, Model: w.Model, Endpoint: w.Endpoint,
+		At: fromMillis(w.At), Until: fromMillis(w.Until),
+		Reason: w.Reason, Dimension: w.Dimension, Limit: w.Limit,
+	}
+}
+
+func unixMillis(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMilli())
+}
+
+func fromMillis(ms float64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(math.Round(ms)))
+}
