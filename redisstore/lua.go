@@ -6,20 +6,20 @@ import "github.com/redis/go-redis/v9"
 // what, as geminiguard.FactKind states. Facts are JSON objects
 // {k, m, e, at, u, r, d, l} with at and u in unix milliseconds.
 const luaFacts = `
-local CLOSED_MS = 60000      -- a FactClosed is kept for a minute
-local LIMIT_MS = 86400000    -- a FactLimit is kept for a day
+local CLOSED_MS = 60000      -- a FactClosed or FactListed is kept for a minute
+local LIMIT_MS = 86400000    -- a FactLimit or FactMissing is kept for a day
 
 -- fact_end returns the unix ms at which fact f stops being in force.
 local function fact_end(f)
-  if f.k == 3 then return f.at + CLOSED_MS end
-  if f.k == 4 then return f.at + LIMIT_MS end
+  if f.k == 3 or f.k == 6 then return f.at + CLOSED_MS end
+  if f.k == 4 or f.k == 5 then return f.at + LIMIT_MS end
   return f.u
 end
 
 -- replaces reports whether f, published, replaces old.
 local function replaces(f, old)
   if f.k == 1 then return f.u > old.u end
-  if f.k == 2 or f.k == 3 then return f.at > old.at end
+  if f.k == 2 or f.k == 3 or f.k == 5 or f.k == 6 then return f.at > old.at end
   if f.k == 4 then return f.l < old.l end
   return false
 end

@@ -184,12 +184,14 @@ func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact)
 
 // fieldOf returns the facts hash's field of f: what f replaces, one per
 // kind group, model and endpoint or dimension (FactOpen and FactClosed
-// share a group).
+// share a group, and so do FactMissing and FactListed).
 func fieldOf(f geminiguard.Fact) string {
 	group, sub := f.Kind, ""
 	switch f.Kind {
 	case geminiguard.FactOpen, geminiguard.FactClosed:
 		group, sub = geminiguard.FactOpen, f.Endpoint
+	case geminiguard.FactMissing, geminiguard.FactListed:
+		group = geminiguard.FactMissing
 	case geminiguard.FactLimit:
 		sub = f.Dimension
 	}

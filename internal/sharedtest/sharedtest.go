@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
 		{"CoolDownMerge", coolDownMerge},
 		{"OpenClosedMerge", openClosedMerge},
 		{"LimitMerge", limitMerge},
+		{"MissingListedMerge", missingListedMerge},
 		{"EndedFactsAbsent", endedFactsAbsent},
 		{"FactsByVersion", factsByVersion},
 		{"AtDefaultsToNow", atDefaultsToNow},
@@ -311,6 +312,38 @@ func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
 	publish(t, s, embed)
 	_, got = current(t, s)
 	assert.Equal(t, shows(closed, embed), got, "endpoints are apart")
+}
+
+func missingListedMerge(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	missing := geminiguard.Fact{Kind: geminiguard.FactMissing, Model: model, At: now, Reason: geminiguard.Class(5)}
+	publish(t, s, missing)
+	v1, got := current(t, s)
+	assert.Equal(t, shows(missing), got)
+
+	stale := geminiguard.Fact{Kind: geminiguard.FactListed, Model: model, At: now.Add(-time.Second)}
+	publish(t, s, stale)
+	v2, got := current(t, s)
+	assert.Equal(t, v1, v2, "an older FactListed changes nothing")
+	assert.Equal(t, shows(missing), got)
+
+	listed := stale
+	listed.At = now.Add(time.Second)
+	publish(t, s, listed)
+	v3, got := current(t, s)
+	assert.NotEqual(t, v2, v3)
+	assert.Equal(t, shows(listed), got, "a later FactListed replaces the FactMissing")
+
+	again := missing
+	again.At = now.Add(2 * time.Second)
+	publish(t, s, again)
+	_, got = current(t, s)
+	assert.Equal(t, shows(again), got, "a later FactMissing replaces the FactListed")
+
+	cool := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)}
+	publish(t, s, cool)
+	_, got = current(t, s)
+	assert.Equal(t, shows(again, cool), got, "a cool-down is apart from the model's being missing")
 }
 
 func limitMerge(t *testing.T, s geminiguard.SharedState) {
