@@ -225,3 +225,27 @@ func TestWithModelBackendRefusals(t *testing.T) {
 	assert.Contains(t, err.Error(), `WithModelBackend("", "`+flash+`")`)
 	assert.Contains(t, err.Error(), "pass the *genai.Client from genai.NewClient")
 }
+
+// TestOTelProviderPerBackend: a call to the Vertex AI entry is reported
+// with gen_ai.provider.name gcp.vertex_ai, one to the Gemini API's model
+// with gcp.gemini.
+func TestOTelProviderPerBackend(t *testing.T) {
+	gem := geminitest.New(geminitest.Model{Name: flash})
+	_, sdk := newVertex(t, geminitest.Model{Name: flash})
+	tel := newTelemetry()
+	c := newClient(t, gem, nil, append(tel.opts, geminiguard.WithCascade(flash, vertexFlash),
+		geminiguard.WithModelBackend(vertexFlash, flash, sdk))...)
+
+	for _, model := range []string{flash, vertexFlash} {
+		_, rec, err := ask(t.Context(), c, model)
+		require.NoError(t, err)
+		assert.Equal(t, model, rec.Model)
+	}
+	providers := map[string]string{}
+	for _, p := range histogram(t, tel.metrics(t), "gen_ai.client.operation.duration", "s") {
+		model, _ := p.Attributes.Value("gen_ai.request.model")
+		provider, _ := p.Attributes.Value("gen_ai.provider.name")
+		providers[model.Emit()] = provider.Emit()
+	}
+	assert.Equal(t, map[string]string{flash: "gcp.gemini", vertexFlash: "gcp.vertex_ai"}, providers)
+}
