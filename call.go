@@ -154,7 +154,7 @@ func promptTokens(r *genai.GenerateContentResponse) int32 {
 
 // generateOnce is one unary upstream request to m.
 func generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
-	resp, err := call.c.api.GenerateContent(ctx, m.name, call.contents, configFor(m, call.user, call.config, call.c.sdkRetries))
+	resp, err := call.c.modelsFor(m).GenerateContent(ctx, m.wire, call.contents, configFor(m, call.user, call.config, call.c.sdkRetries))
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	}
 	var v Verdict
 	if err != nil {
-		v = Classify(err)
+		v = m.classify(err)
 	}
 	if l := call.c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
@@ -243,7 +243,7 @@ func (call *call[R]) inputTokens(ctx context.Context, m *modelState) int {
 		if call.c.cfg.exactTokens {
 			wait := min(maxCountWait, call.deadline.Sub(call.now)/4)
 			cctx, cancel := context.WithTimeout(ctx, wait)
-			if r, err := call.c.api.CountTokens(cctx, m.name, call.contents, nil); err == nil && r != nil {
+			if r, err := call.c.modelsFor(m).CountTokens(cctx, m.wire, call.contents, nil); err == nil && r != nil {
 				call.tokens = int(r.TotalTokens)
 			}
 			cancel()

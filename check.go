@@ -23,8 +23,12 @@ type Shutdown struct {
 const shutdownWarnDays = 90
 
 // Shutdowns returns the built-in table of announced shutdown dates of the
-// Gemini API (not Vertex AI), as read on the dates its Source fields give.
-// Google moves these dates; WithShutdowns adds to or overrides the table.
+// Gemini API, as read on the dates its Source fields give. A key
+// "vertex/"+model is model's date on Vertex AI, which retires models on its
+// own dates: it applies to the cascade entries sent to Vertex AI (a
+// WithModelBackend client or a WithGenAIClient of that backend), and the
+// Gemini API's date of model never does. Google moves these dates;
+// WithShutdowns adds to or overrides the table.
 func Shutdowns() map[string]Shutdown {
 	const (
 		official = "https://ai.google.dev/gemini-api/docs/deprecations (read 2026-11)"
@@ -89,7 +93,8 @@ type ModelReport struct {
 }
 
 // CheckCascade lists the models the API offers to this key (paging with fresh
-// List calls) and checks the cascade against them. It returns an error
+// List calls) and checks the cascade against them; an entry of
+// WithModelBackend is checked against its own SDK client's list. It returns an error
 // matching ErrModelNotFound that names every cascade model the API does not
 // list (the report is returned too), or the API's error when listing failed.
 // Warnings cover a cascade whose models all share one generation and models
@@ -98,9 +103,13 @@ type ModelReport struct {
 // and keeps any other (a spent daily quota runs to midnight); a successful
 // listing ends a project cool-down.
 func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
-	listed, err := c.listModels(ctx)
+	listed, err := c.listModels(ctx, c.api)
 	if err != nil {
 		return nil, fmt.Errorf("geminiguard: listing models for the cascade check: %w", err)
+	}
+	lists, err := c.listBackends(ctx)
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	c.project.clear()
@@ -108,8 +117,13 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 	var missing []string
 	generations := map[string]bool{}
 	for _, name := range c.cascade {
-		mr := ModelReport{Model: name, Generation: generationOf(name), Verdict: "ok"}
-		if info, ok := listed[name]; ok {
+		m := c.model(name)
+		mr := ModelReport{Model: name, Generation: generationOf(m.wire), Verdict: "ok"}
+		in := listed
+		if m.via != nil {
+			in = lists[m.via.sdk]
+		}
+		if info, ok := in[m.wire]; ok {
 			mr.Exists, mr.DisplayName = true, info.DisplayName
 			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit
 			if c.model(name).cool.clearRecheck() {
@@ -122,7 +136,7 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 				c.publish(ctx, Fact{Kind: FactMissing, Model: name, At: now, Reason: ClassNotFound})
 			}
 		}
-		if sd, ok := c.shutdown[name]; ok {
+		if sd, ok := c.shutdown[c.shutdownKey(m)]; ok {
 			mr.Shutdown = &sd
 			mr.DaysLeft = int(math.Ceil(sd.Date.Sub(now).Hours() / 24))
 			switch {
@@ -169,18 +183,20 @@ func orNone(s string) string {
 // listPageSize is the page size CheckCascade asks for (the API's maximum is 1000).
 const listPageSize = 1000
 
-// listModels pages through the API's model list with fresh List calls: the
-// SDK's Page.Next re-sends the first page token when one was given.
-func (c *Client) listModels(ctx context.Context) (map[string]*genai.Model, error) {
+// listModels pages through api's model list with fresh List calls: the
+// SDK's Page.Next re-sends the first page token when one was given. Names
+// are without "models/" (Gemini API) or "publishers/google/models/" (Vertex
+// AI).
+func (c *Client) listModels(ctx context.Context, api modelsAPI) (map[string]*genai.Model, error) {
 	out := make(map[string]*genai.Model)
 	token := ""
 	for range 100 { // a bound against a server that never stops paging
-		page, err := c.api.List(ctx, &genai.ListModelsConfig{PageSize: listPageSize, PageToken: token})
+		page, err := api.List(ctx, &genai.ListModelsConfig{PageSize: listPageSize, PageToken: token})
 		if err != nil {
 			return nil, err
 		}
 		for _, m := range page.Items {
-			out[strings.TrimPrefix(m.Name, "models/")] = m
+			out[strings.TrimPrefix(strings.TrimPrefix(m.Name, "models/"), "publishers/google/models/")] = m
 		}
 		if page.NextPageToken == "" || page.NextPageToken == token {
 			return out, nil

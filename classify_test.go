@@ -93,6 +93,47 @@ type wireCase struct {
 // reported. Bodies are quoted from the source (project numbers and keys are
 // the sources' own); a comment says where a source cut a body short.
 var wireCases = []wireCase{
+	// ---- Vertex AI (aiplatform.googleapis.com): no details ----
+	{
+		// https://github.com/google-gemini/gemini-cli/issues/14831 (the
+		// shared-capacity 429; the REST body carries a legacy "errors" list)
+		name: "Vertex AI resource exhausted", status: 429,
+		body: `{"error":{"code":429,"message":"Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.","errors":[{"message":"Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.","domain":"global","reason":"rateLimitExceeded"}],"status":"RESOURCE_EXHAUSTED"}}`,
+		want: wantRateLimit,
+	},
+	{
+		// https://github.com/GoogleCloudPlatform/Open_Data_QnA/issues/61 (the
+		// message; the status is its gRPC code, as the REST body states it)
+		name: "Vertex AI per-minute project quota", status: 429,
+		body: `{"error":{"code":429,"message":"Quota exceeded for aiplatform.googleapis.com/generate_content_requests_per_minute_per_project_per_base_model with base model: gemini-pro. Please submit a quota increase request. https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai.","status":"RESOURCE_EXHAUSTED"}}`,
+		want: wantRateLimit,
+	},
+	{
+		// https://github.com/langchain-ai/langchain-google/pull/283
+		name: "Vertex AI per-minute project quota, MedLM", status: 429,
+		body: `{"error":{"code":429,"message":"Quota exceeded for aiplatform.googleapis.com/generate_content_requests_per_minute_per_project_per_base_model with base model: MedLM-medium. Please submit a quota increase request. https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai.","status":"RESOURCE_EXHAUSTED"}}`,
+		want: wantRateLimit,
+	},
+	{
+		// https://github.com/googleapis/google-cloud-java/issues/11195
+		name: "Vertex AI out of capacity", status: 429,
+		body: `{"error":{"code":429,"message":"Unable to submit request because the service is temporarily out of capacity. Try again later.","status":"RESOURCE_EXHAUSTED"}}`,
+		want: wantRateLimit,
+	},
+	{
+		// https://github.com/truefoundry/models/pull/946 (the message, inside a
+		// gateway's body); https://github.com/genkit-ai/genkit/issues/4688
+		name: "Vertex AI publisher model not found", status: 404,
+		body: "{\"error\":{\"code\":404,\"message\":\"Publisher Model `projects/truefoundry-devtest/locations/global/publishers/google/models/gemma4` was not found or your project does not have access to it. Please ensure you are using a valid model version. For more information, see: https://cloud.google.com/vertex-ai/generative-ai/docs/learn/model-versions\",\"status\":\"NOT_FOUND\"}}",
+		want: wantNotFound,
+	},
+	{
+		// https://github.com/rpurinton/gemini-php/issues/4: the denial names
+		// the model ("or it may not exist"), so it is the model's
+		name: "Vertex AI permission denied on the model", status: 403,
+		body: `{"error":{"code":403,"message":"Permission 'aiplatform.endpoints.predict' denied on resource '//aiplatform.googleapis.com/projects/help-my-setup/locations/us-east4/publishers/google/models/gemini-pro' (or it may not exist).","status":"PERMISSION_DENIED"}}`,
+		want: wantAuthModel,
+	},
 	// ---- 429: per-minute quotas ----
 	{
 		// https://github.com/gke-labs/gemini-for-kubernetes-development/issues/1215

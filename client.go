@@ -94,7 +94,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		cfg: cfg,
 		// The SDK retries only when its client was given RetryOptions: ours
 		// is built without, an app's may have them.
-		sdkRetries: cfg.genaiClient != nil && cfg.genaiClient.ClientConfig().HTTPOptions.RetryOptions != nil,
+		sdkRetries: anySDKRetries(&cfg),
 		cascade:    cfg.cascade,
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
@@ -231,7 +231,7 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 	ec.only = true
 	sent := embedConfig(config, c.sdkRetries)
 	ec.send = func(ctx context.Context, _ *call[*genai.EmbedContentResponse], m *modelState) (*genai.EmbedContentResponse, error) {
-		return c.api.EmbedContent(ctx, m.name, contents, sent)
+		return c.modelsFor(m).EmbedContent(ctx, m.wire, contents, sent)
 	}
 	return ec.observed(ctx)
 }
@@ -255,7 +255,7 @@ func (c *Client) CountTokens(ctx context.Context, model string, contents []*gena
 	cc.only = true
 	sent := countConfig(config, c.sdkRetries)
 	cc.send = func(ctx context.Context, _ *call[*genai.CountTokensResponse], m *modelState) (*genai.CountTokensResponse, error) {
-		return c.api.CountTokens(ctx, m.name, contents, sent)
+		return c.modelsFor(m).CountTokens(ctx, m.wire, contents, sent)
 	}
 	return cc.run(ctx)
 }

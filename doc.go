@@ -122,6 +122,17 @@
 // Client.Chats creates chat sessions in genai's Chat shape (SendMessage,
 // SendMessageStream, History) whose every message goes through the chain.
 //
+// # Vertex AI
+//
+// A Client calls Vertex AI when its SDK client does (WithGenAIClient with
+// Backend genai.BackendVertexAI). A cascade may span the Gemini API and
+// Vertex AI: WithModelBackend(entry, model, sdk) makes the cascade entry
+// named entry (e.g. "vertex/gemini-2.5-flash") send its requests as model
+// through sdk, with its own breakers, cool-downs, limits and Stats, checked
+// against sdk's model list, and its shutdown date looked up as
+// "vertex/"+model on Vertex AI. A project-wide failure of sdk (a refused
+// credential) cools only the entries that use it.
+//
 // # Testing
 //
 // The package is tested with the real SDK against an in-process fake of the

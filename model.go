@@ -51,6 +51,8 @@ type modelState struct {
 	self     []*modelState                      // this model alone: the order of a call without cascade
 	openErr  *ModelError                        // what a call records when a breaker is open: shared, never modified
 	coolErr  atomic.Pointer[ModelError]         // what a call records while cooling down, for the current cool-down
+	via      *modelBackend                      // WithModelBackend's; nil: the Client's own SDK client
+	wire     string                             // the model name its requests carry: via's, else name
 }
 
 func (c *Client) newModelState(name string) *modelState {
@@ -62,6 +64,10 @@ func (c *Client) newModelState(name string) *modelState {
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
 	m.self = []*modelState{m}
+	m.via, m.wire = c.cfg.backends[name], name
+	if m.via != nil {
+		m.wire = m.via.model
+	}
 	return m
 }
 

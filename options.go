@@ -65,6 +65,8 @@ type config struct {
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
 	sdkOptions []string
+	// backends are WithModelBackend's, by cascade entry; nil: none.
+	backends map[string]*modelBackend
 }
 
 // gave records that the option named opt, one that builds the SDK client,
@@ -514,9 +516,6 @@ func (cfg *config) validate() error {
 	if cfg.genaiClient != nil {
 		for _, opt := range cfg.sdkOptions {
 			add("WithGenAIClient and %s: the SDK client has its own key, endpoint and HTTP client: set it in the genai.ClientConfig and leave %s out", opt, opt)
-		}
-		if cc := cfg.genaiClient.ClientConfig(); cc.Backend == genai.BackendVertexAI {
-			add("WithGenAIClient: the client uses the Vertex AI backend; geminiguard reads the Gemini API's errors and quotas: build it with Backend: genai.BackendGeminiAPI")
 		}
 	}
 	return errors.Join(errs...)

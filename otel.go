@@ -57,7 +57,8 @@ type telemetry struct {
 	reg    metric.Registration // the breaker gauge's callback; nil: none
 
 	provider, server string
-	models           sync.Map // model name → *modelTel
+	backends         map[string]*modelBackend // WithModelBackend's: their entries' provider and server differ
+	models           sync.Map                 // model name → *modelTel
 }
 
 // instruments are the Client's metric instruments.
@@ -86,7 +87,7 @@ type modelTel struct {
 // instrument the meter fails to create is a no-op one (the OTel API returns
 // one with the error), so telemetry never fails New.
 func newTelemetry(c *Client) *telemetry {
-	t := &telemetry{provider: "gcp.gemini", server: "generativelanguage.googleapis.com"}
+	t := &telemetry{provider: "gcp.gemini", server: "generativelanguage.googleapis.com", backends: c.cfg.backends}
 	base := c.cfg.baseURL
 	if gc := c.cfg.genaiClient; gc != nil {
 		cc := gc.ClientConfig()
@@ -200,13 +201,17 @@ func (t *telemetry) model(name string) *modelTel {
 		return mt.(*modelTel)
 	}
 	mt := new(modelTel)
+	provider, server := t.provider, t.server
+	if b := t.backends[name]; b != nil {
+		provider, server = b.telemetry()
+	}
 	for e, op := range operationNames {
 		mt.spanName[e] = op + " " + name
 		mt.attrs[e] = []attribute.KeyValue{
 			attribute.String("gen_ai.operation.name", op),
-			attribute.String("gen_ai.provider.name", t.provider),
+			attribute.String("gen_ai.provider.name", provider),
 			attribute.String("gen_ai.request.model", name),
-			attribute.String("server.address", t.server),
+			attribute.String("server.address", server),
 		}
 	}
 	got, _ := t.models.LoadOrStore(name, mt)

@@ -309,7 +309,7 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 			ss.close()
 		}
 	}()
-	ss.next2, ss.stop = iter.Pull2(c.api.GenerateContentStream(sctx, m.name, call.contents, configFor(m, call.user, call.config, c.sdkRetries)))
+	ss.next2, ss.stop = iter.Pull2(c.modelsFor(m).GenerateContentStream(sctx, m.wire, call.contents, configFor(m, call.user, call.config, c.sdkRetries)))
 	first, err := ss.next(wait)
 	switch {
 	case err != nil:

@@ -28,7 +28,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rt route, req 
 	vs, wait := st.quota.admit(m.Quota, req.At, promptTokens)
 	if len(vs) > 0 {
 		s.mu.Unlock()
-		writeError(w, quotaExceeded(m.Name, m.Quota.PaidTier, vs, wait))
+		if rt.vertex {
+			writeVertexError(w, vertexQuotaExceeded(vertexRequestsMetric, m.Name))
+		} else {
+			writeError(w, quotaExceeded(m.Name, m.Quota.PaidTier, vs, wait))
+		}
 		return
 	}
 	step, idx, decide := st.next()
@@ -51,7 +55,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rt route, req 
 			panic(http.ErrAbortHandler)
 		}
 	case isErrorFault(step.Fault):
-		if sleep(ctx, step.Latency) == nil {
+		if sleep(ctx, step.Latency) == nil && !(rt.vertex && s.writeVertexFault(w, rt, step.Fault, m.Name)) {
 			writeFault(w, step, m)
 		}
 	case rt.verb == VerbStream:
@@ -80,7 +84,11 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request, rt route, req Req
 	case step.Fault == DropBeforeHeaders:
 		panic(http.ErrAbortHandler)
 	case isErrorFault(step.Fault):
-		writeFault(w, step, m)
+		if !(rt.vertex && s.writeVertexFault(w, rt, step.Fault, m.Name)) {
+			writeFault(w, step, m)
+		}
+	case rt.vertex:
+		vertexEmbed(w, rt, body)
 	default:
 		embed(w, body)
 	}

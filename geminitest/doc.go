@@ -63,6 +63,17 @@
 // fake, and they could not if it imported the root package (an import
 // cycle). WithGenAIClient is the one line such a helper would save.
 //
+// # Vertex AI
+//
+// NewVertex(project, location, models...) is a Server on Vertex AI's paths
+// and error bodies; its ClientConfig has the Vertex AI backend and looks up
+// no Google credentials. Test a cascade across the Gemini API and Vertex AI
+// with two Servers, one of each:
+//
+//	gemini := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash"})
+//	vertex := geminitest.NewVertex("my-project", "us-central1", geminitest.Model{Name: "gemini-2.5-flash"})
+//	gemini.Script("gemini-2.5-flash", geminitest.Step{Fault: geminitest.Overloaded})
+//
 // # Chaos in staging
 //
 // Chaos wraps the transport of a client that calls the real API and injects

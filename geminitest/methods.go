@@ -2,8 +2,6 @@ package geminitest
 
 import (
 	"encoding/json"
-	"hash/fnv"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"unicode/utf8"
@@ -61,23 +59,24 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	var all []modelJSON
+	var all []any
 	for _, name := range s.order {
 		if m := s.models[name].m; !m.Unlisted {
-			all = append(all, m.wire())
+			all = append(all, s.wire(m))
 		}
 	}
 	s.mu.Unlock()
 
-	page := struct {
-		Models        []modelJSON `json:"models"`
-		NextPageToken string      `json:"nextPageToken,omitempty"`
-	}{Models: []modelJSON{}}
+	key := "models"
+	if s.vertex != nil {
+		key = "publisherModels" // Vertex AI's publishers.models.list
+	}
+	page := map[string]any{key: []any{}}
 	if start < len(all) {
 		end := min(start+size, len(all))
-		page.Models = all[start:end]
+		page[key] = all[start:end]
 		if end < len(all) {
-			page.NextPageToken = strconv.Itoa(end)
+			page["nextPageToken"] = strconv.Itoa(end)
 		}
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -88,7 +87,15 @@ func (s *Server) get(w http.ResponseWriter, model string) {
 	s.mu.Lock()
 	m := s.models[model].m
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, m.wire())
+	writeJSON(w, http.StatusOK, s.wire(m))
+}
+
+// wire returns m as s's models.get and models.list return it.
+func (s *Server) wire(m Model) any {
+	if s.vertex != nil {
+		return m.vertexWire()
+	}
+	return m.wire()
 }
 
 // countTokens answers {"totalTokens": N}, N being the fake's estimate.
@@ -131,18 +138,7 @@ func embed(w http.ResponseWriter, body []byte) {
 		Embeddings []embedding `json:"embeddings"`
 	}{Embeddings: make([]embedding, 0, len(req.Requests))}
 	for _, r := range req.Requests {
-		dims := r.OutputDimensionality
-		if dims <= 0 {
-			dims = defaultDimensions
-		}
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(text(r.Content)))
-		rng := rand.New(rand.NewPCG(h.Sum64(), 0))
-		values := make([]float32, dims)
-		for i := range values {
-			values[i] = float32(rng.Float64()*2 - 1)
-		}
-		out.Embeddings = append(out.Embeddings, embedding{Values: values})
+		out.Embeddings = append(out.Embeddings, embedding{Values: embeddingOf(text(r.Content), r.OutputDimensionality)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

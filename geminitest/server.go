@@ -49,7 +49,8 @@ type Server struct {
 	order      []string // model names in the order they were first added
 	hits       map[hitKey]int
 	requests   map[string][]Request
-	listScript []Step // the scripted answers of the next models.list requests (ScriptList)
+	listScript []Step      // the scripted answers of the next models.list requests (ScriptList)
+	vertex     *vertexSite // the project and location of a Vertex AI Server (NewVertex); nil: the Gemini API
 
 	responses atomic.Uint64 // numbers responseId values
 }
@@ -166,8 +167,14 @@ func (s *Server) Reset() {
 
 // ClientConfig returns a config for genai.NewClient that reaches s through
 // its in-memory transport, with Key, the Gemini API backend and BaseURL set
-// explicitly so that nothing is read from the environment.
+// explicitly so that nothing is read from the environment. For a Server made
+// by NewVertex it has the Vertex AI backend, the Server's project and
+// location, and an HTTP client that sends Key as a bearer token instead (so
+// the SDK looks up no Google credentials).
 func (s *Server) ClientConfig() *genai.ClientConfig {
+	if s.vertex != nil {
+		return s.vertexConfig(s.HTTPClient(), BaseURL)
+	}
 	return &genai.ClientConfig{
 		APIKey:      Key,
 		Backend:     genai.BackendGeminiAPI,
@@ -192,13 +199,17 @@ func (s *Server) HTTPClient() *http.Client {
 // response ends, so no idle connection or its goroutine outlives a request
 // (goleak stays quiet, and a testing/synctest bubble can end). Still, inside
 // a bubble use Server.ClientConfig: fake time stands still while a goroutine
-// waits on a socket.
+// waits on a socket. When srv's handler is a Server made by NewVertex, the
+// config is a Vertex AI one, as ClientConfig's.
 func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
 	hc := *srv.Client()
 	if tr, ok := hc.Transport.(*http.Transport); ok {
 		tr = tr.Clone()
 		tr.DisableKeepAlives = true
 		hc.Transport = tr
+	}
+	if s, ok := srv.Config.Handler.(*Server); ok && s.vertex != nil {
+		return s.vertexConfig(&hc, srv.URL)
 	}
 	return &genai.ClientConfig{
 		APIKey:      Key,
@@ -211,9 +222,10 @@ func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
 // ServeHTTP serves the Gemini API routes under /v1beta/models: GET list
 // (paged), GET {model}, POST {model}:generateContent,
 // {model}:streamGenerateContent?alt=sse, {model}:countTokens and
-// {model}:batchEmbedContents. Anything else is a 404.
+// {model}:batchEmbedContents; a Server made by NewVertex serves Vertex AI's
+// routes instead (see there). Anything else is a 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, ok := parseRoute(r)
+	rt, ok := s.parseRoute(r)
 	if !ok {
 		writeError(w, methodNotFound())
 		return
@@ -231,10 +243,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.record(rt, req, isGen)
 
 	switch {
-	case !authorized(r):
+	case rt.vertex && !vertexAuthorized(r):
+		writeVertexError(w, vertexUnauthenticated())
+	case rt.foreign:
+		writeVertexError(w, vertexPermissionDenied(r))
+	case !rt.vertex && !authorized(r):
 		writeError(w, apiKeyInvalid())
 	case rt.verb == VerbList:
 		s.list(w, r)
+	case !s.listed(rt.model) && rt.vertex:
+		writeVertexError(w, s.vertexNotFound(rt.model))
 	case !s.listed(rt.model):
 		writeError(w, notFound(rt.model))
 	case rt.verb == VerbGet:
@@ -256,9 +274,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type route struct {
 	model string // "" for list
 	verb  Verb
+
+	vertex  bool   // a Vertex AI path
+	scoped  bool   // Vertex AI: the path names a project and location
+	foreign bool   // Vertex AI: ... other than the Server's
+	embedAs string // Vertex AI's embedding method: verbEmbedVertex or verbPredict
 }
 
-func parseRoute(r *http.Request) (route, bool) {
+func (s *Server) parseRoute(r *http.Request) (route, bool) {
+	if s.vertex != nil {
+		return s.parseVertexRoute(r)
+	}
 	const prefix = "/v1beta/models"
 	if r.URL.Path == prefix {
 		return route{verb: VerbList}, r.Method == http.MethodGet
@@ -269,11 +295,11 @@ func parseRoute(r *http.Request) (route, bool) {
 	}
 	model, verb, hasVerb := strings.Cut(rest, ":")
 	if !hasVerb {
-		return route{model, VerbGet}, r.Method == http.MethodGet
+		return route{model: model, verb: VerbGet}, r.Method == http.MethodGet
 	}
 	switch v := Verb(verb); v {
 	case VerbGenerate, VerbStream, VerbCountTokens, VerbEmbed:
-		return route{model, v}, r.Method == http.MethodPost
+		return route{model: model, verb: v}, r.Method == http.MethodPost
 	}
 	return route{}, false
 }
@@ -282,7 +308,7 @@ func parseRoute(r *http.Request) (route, bool) {
 func (s *Server) record(rt route, req Request, isGen bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.hits[hitKey(rt)]++
+	s.hits[hitKey{rt.model, rt.verb}]++
 	if isGen {
 		s.requests[rt.model] = append(s.requests[rt.model], req)
 	}
