@@ -37,8 +37,8 @@ type Bulkhead struct {
 	// model that slows down under load gets fewer of the feature's calls.
 	// An adaptive limit reads only latency: a call that fails fast counts
 	// as a fast call. Default: LimitFixed, the best of the three whenever
-	// MaxConcurrent is sized for the model (BENCHMARKS.md,
-	// "adaptiveBulkhead").
+	// MaxConcurrent is sized for the model (BENCHMARKS.md, "Adaptive
+	// bulkhead limits").
 	Limit Limit
 	// MaxQueue is how many calls may wait for a slot. 0: none, a call that
 	// finds every slot taken is refused at once.
