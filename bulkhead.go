@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -19,11 +20,26 @@ import (
 // arrival order, until a slot frees; a call that finds the queue full too
 // is refused at once with an error matching ErrBulkheadFull. The zero value
 // is not valid: MaxConcurrent must be positive.
+//
+// A Bulkhead is a value of configuration; the bulkhead at work in a Client
+// is safe for concurrent use.
 type Bulkhead struct {
 	// MaxConcurrent is how many calls of the bulkhead run at once: unary
 	// calls until they return, streams until they end (the caller's loop
-	// returns or breaks). It must be positive.
+	// returns or breaks). With an adaptive Limit it is the ceiling of the
+	// limit. It must be positive.
 	MaxConcurrent int
+	// Limit is how the number of calls that run at once is set: LimitFixed
+	// (the zero value) keeps it at MaxConcurrent; LimitAIMD and
+	// LimitGradient start it at 4 (or MaxConcurrent if lower) and adapt it,
+	// between 1 and MaxConcurrent, to the latency of the bulkhead's calls,
+	// each measured from its slot to its end (retries included), so that a
+	// model that slows down under load gets fewer of the feature's calls.
+	// An adaptive limit reads only latency: a call that fails fast counts
+	// as a fast call. Default: LimitFixed, the best of the three whenever
+	// MaxConcurrent is sized for the model (BENCHMARKS.md, "Adaptive
+	// bulkhead limits").
+	Limit Limit
 	// MaxQueue is how many calls may wait for a slot. 0: none, a call that
 	// finds every slot taken is refused at once.
 	MaxQueue int
@@ -45,6 +61,9 @@ func (b Bulkhead) validate(name string) error {
 	}
 	if b.MaxQueue < 0 {
 		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead(%q): MaxQueue (%d) is negative: use 0 for no queue", name, b.MaxQueue))
+	}
+	if b.Limit < LimitFixed || b.Limit > LimitGradient {
+		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead(%q): Limit (%v) is not one of LimitFixed, LimitAIMD, LimitGradient", name, b.Limit))
 	}
 	if b.QueueTimeout < 0 {
 		errs = append(errs, fmt.Errorf("geminiguard: WithBulkhead(%q): QueueTimeout (%v) is negative: use 0 for the call timeout", name, b.QueueTimeout))
@@ -85,6 +104,7 @@ func WithBulkheadName(ctx context.Context, name string) context.Context {
 // BulkheadStats are one bulkhead's figures, taken by Client.Stats.
 type BulkheadStats struct {
 	Name     string
+	Limit    int   // calls that may hold a slot now: MaxConcurrent, or the adaptive limit (Bulkhead.Limit)
 	InFlight int   // calls holding a slot now
 	Queued   int   // calls waiting for a slot now
 	Admitted int64 // calls given a slot, since New
@@ -93,15 +113,45 @@ type BulkheadStats struct {
 
 // bulkhead is a Bulkhead at work: a counting semaphore whose blocked
 // senders are its queue (the runtime hands a freed slot to the longest
-// waiting sender, so the queue is first come, first served).
+// waiting sender, so the queue is first come, first served). An adaptive
+// one holds the slots above its limit itself (release).
 type bulkhead struct {
 	name     string
-	slots    chan struct{} // one element per call holding a slot
+	slots    chan struct{} // one element per call holding a slot, and the reserved ones
 	maxQueue int64
 	wait     time.Duration // the longest wait in the queue
+	adaptive bool          // the limit adapts (Bulkhead.Limit); mu, lim and reserved are unused otherwise
+	limit    atomic.Int64  // calls that may hold a slot now
 	queued   atomic.Int64  // calls in the queue
 	admitted atomic.Int64
 	rejected atomic.Int64
+
+	mu       sync.Mutex    // guards lim and reserved
+	lim      adaptiveLimit // the adaptive limit's algorithm
+	reserved int           // elements of slots held by the bulkhead, not by calls: cap(slots) - the limit, once enough calls left
+}
+
+// newBulkhead returns b at work, named name, whose queued calls wait at most
+// wait.
+func newBulkhead(name string, b Bulkhead, wait time.Duration) *bulkhead {
+	bh := &bulkhead{name: name, slots: make(chan struct{}, b.MaxConcurrent), maxQueue: int64(b.MaxQueue), wait: wait}
+	bh.limit.Store(int64(b.MaxConcurrent))
+	if b.Limit != LimitFixed {
+		bh.adaptive = true
+		bh.lim = newAdaptiveLimit(b.Limit, b.MaxConcurrent)
+		for bh.reserved = 0; bh.reserved < b.MaxConcurrent-bh.lim.current(); bh.reserved++ {
+			bh.slots <- struct{}{}
+		}
+		bh.limit.Store(int64(bh.lim.current()))
+	}
+	return bh
+}
+
+// bulkheadSlot is a call's slot in a bulkhead, taken at start: the zero value is no
+// slot (no bulkhead).
+type bulkheadSlot struct {
+	b     *bulkhead
+	start time.Time // when the call got the slot; adaptive bulkheads only
 }
 
 // newBulkheads builds the Client's bulkheads; nil when there are none.
@@ -115,19 +165,19 @@ func newBulkheads(cfg *config) map[string]*bulkhead {
 		if wait == 0 {
 			wait = cfg.callTimeout
 		}
-		bs[name] = &bulkhead{name: name, slots: make(chan struct{}, b.MaxConcurrent), maxQueue: int64(b.MaxQueue), wait: wait}
+		bs[name] = newBulkhead(name, b, wait)
 	}
 	return bs
 }
 
 // enterBulkhead takes a slot of the bulkhead the call names in ctx (or of
-// the "default" one) and returns it, to be left when the call ends; nil
-// when the call goes through no bulkhead. It fails with an error matching
+// the "default" one) and returns it, to be left when the call ends; the
+// zero slot when the call goes through no bulkhead. It fails with an error matching
 // ErrBulkheadFull when the bulkhead refuses the call (and context's
 // DeadlineExceeded too when the caller's deadline passed in the queue),
 // with the context's error when the caller cancelled while queued, and
 // with a request error for a name without a bulkhead.
-func (c *Client) enterBulkhead(ctx context.Context) (*bulkhead, error) {
+func (c *Client) enterBulkhead(ctx context.Context) (bulkheadSlot, error) {
 	name, named := ctx.Value(bulkheadKey{}).(string)
 	if !named {
 		name = defaultBulkhead
@@ -135,11 +185,18 @@ func (c *Client) enterBulkhead(ctx context.Context) (*bulkhead, error) {
 	b := c.bulkheads[name]
 	if b == nil {
 		if !named {
-			return nil, nil
+			return bulkheadSlot{}, nil
 		}
-		return nil, &requestError{where: fmt.Sprintf("the bulkhead %q of WithBulkheadName", name), what: "is not configured", fix: fmt.Sprintf("add WithBulkhead(%q, ...) to New, or fix the name", name)}
+		return bulkheadSlot{}, &requestError{where: fmt.Sprintf("the bulkhead %q of WithBulkheadName", name), what: "is not configured", fix: fmt.Sprintf("add WithBulkhead(%q, ...) to New, or fix the name", name)}
 	}
-	return b, b.enter(ctx)
+	if err := b.enter(ctx); err != nil {
+		return bulkheadSlot{}, err
+	}
+	s := bulkheadSlot{b: b}
+	if b.adaptive {
+		s.start = time.Now() // the first of an adaptive bulkhead's two clock readings
+	}
+	return s, nil
 }
 
 // enter takes a slot, waiting in the queue if there is room in it.
@@ -153,7 +210,7 @@ func (b *bulkhead) enter(ctx context.Context) error {
 	if b.queued.Add(1) > b.maxQueue {
 		b.queued.Add(-1)
 		b.rejected.Add(1)
-		return fmt.Errorf("geminiguard: bulkhead %q: %d calls running and %d queued: %w", b.name, cap(b.slots), b.maxQueue, ErrBulkheadFull)
+		return fmt.Errorf("geminiguard: bulkhead %q: %d calls running and %d queued: %w", b.name, b.limit.Load(), b.maxQueue, ErrBulkheadFull)
 	}
 	defer b.queued.Add(-1)
 	t := time.NewTimer(b.wait)
@@ -175,10 +232,15 @@ func (b *bulkhead) enter(ctx context.Context) error {
 	}
 }
 
-// leave gives the slot back. A nil bulkhead (no bulkhead) does nothing.
-func (b *bulkhead) leave() {
-	if b != nil {
-		<-b.slots
+// leave gives the slot back; an adaptive bulkhead learns how long the call
+// held it. The zero slot (no bulkhead) does nothing.
+func (s bulkheadSlot) leave() {
+	switch {
+	case s.b == nil:
+	case s.b.adaptive:
+		s.b.release(time.Since(s.start)) // the second clock reading
+	default:
+		<-s.b.slots
 	}
 }
 
@@ -189,9 +251,19 @@ func (c *Client) bulkheadStats() []BulkheadStats {
 	}
 	st := make([]BulkheadStats, 0, len(c.bulkheads))
 	for _, b := range c.bulkheads {
-		st = append(st, BulkheadStats{Name: b.name, InFlight: len(b.slots), Queued: int(b.queued.Load()),
+		st = append(st, BulkheadStats{Name: b.name, Limit: int(b.limit.Load()), InFlight: b.inFlight(), Queued: int(b.queued.Load()),
 			Admitted: b.admitted.Load(), Rejected: b.rejected.Load()})
 	}
 	slices.SortFunc(st, func(x, y BulkheadStats) int { return cmp.Compare(x.Name, y.Name) })
 	return st
+}
+
+// inFlight returns the number of calls holding a slot now.
+func (b *bulkhead) inFlight() int {
+	if !b.adaptive {
+		return len(b.slots)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.slots) - b.reserved
 }

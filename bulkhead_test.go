@@ -64,8 +64,8 @@ func TestBulkheadFullRefusesAtOnceWhileAnotherFeatureProceeds(t *testing.T) {
 		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate), "the refused call sent nothing")
 		st := c.Stats()
 		assert.Equal(t, []geminiguard.BulkheadStats{
-			{Name: "batch", Admitted: 2, Rejected: 1},
-			{Name: "chat", Admitted: 1},
+			{Name: "batch", Limit: 2, Admitted: 2, Rejected: 1},
+			{Name: "chat", Limit: 2, Admitted: 1},
 		}, st.Bulkheads)
 		assert.Equal(t, int64(3), st.Calls, "a refused call is counted in its bulkhead only")
 	})
@@ -95,8 +95,8 @@ func TestBulkheadQueue(t *testing.T) {
 		synctest.Wait()
 
 		assert.Equal(t, []geminiguard.BulkheadStats{
-			{Name: "batch", InFlight: 1, Queued: 1, Admitted: 1},
-			{Name: "report", InFlight: 1, Queued: 1, Admitted: 1},
+			{Name: "batch", Limit: 1, InFlight: 1, Queued: 1, Admitted: 1},
+			{Name: "report", Limit: 1, InFlight: 1, Queued: 1, Admitted: 1},
 		}, c.Stats().Bulkheads)
 		took, err := timedAsk(feature("batch"), c)
 		require.ErrorIs(t, err, geminiguard.ErrBulkheadFull, "the queue is full too")
@@ -110,8 +110,8 @@ func TestBulkheadQueue(t *testing.T) {
 		assert.Equal(t, 2*answerTime, reportQueued.took)
 
 		assert.Equal(t, []geminiguard.BulkheadStats{
-			{Name: "batch", Admitted: 1, Rejected: 2},
-			{Name: "report", Admitted: 2},
+			{Name: "batch", Limit: 1, Admitted: 1, Rejected: 2},
+			{Name: "report", Limit: 1, Admitted: 2},
 		}, c.Stats().Bulkheads)
 		assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate))
 	})
@@ -147,7 +147,7 @@ func TestBulkheadQueueEndsWithTheCallersContext(t *testing.T) {
 		assert.Equal(t, time.Second, took)
 		wg.Wait()
 
-		assert.Equal(t, []geminiguard.BulkheadStats{{Name: "batch", Admitted: 1, Rejected: 1}}, c.Stats().Bulkheads)
+		assert.Equal(t, []geminiguard.BulkheadStats{{Name: "batch", Limit: 1, Admitted: 1, Rejected: 1}}, c.Stats().Bulkheads)
 	})
 }
 
@@ -170,7 +170,7 @@ func TestBulkheadStreamHoldsItsSlotUntilItEnds(t *testing.T) {
 
 		_, err := timedAsk(ctx, c)
 		require.NoError(t, err, "the panic gave the slot back")
-		assert.Equal(t, []geminiguard.BulkheadStats{{Name: "chat", Admitted: 2, Rejected: 1}}, c.Stats().Bulkheads)
+		assert.Equal(t, []geminiguard.BulkheadStats{{Name: "chat", Limit: 1, Admitted: 2, Rejected: 1}}, c.Stats().Bulkheads)
 	})
 }
 
@@ -184,7 +184,7 @@ func TestBulkheadNames(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.EmbedContent(t.Context(), flash, genai.Text("Say hi"), nil)
 		require.NoError(t, err)
-		assert.Equal(t, []geminiguard.BulkheadStats{{Name: "default", Admitted: 2}}, c.Stats().Bulkheads,
+		assert.Equal(t, []geminiguard.BulkheadStats{{Name: "default", Limit: 1, Admitted: 2}}, c.Stats().Bulkheads,
 			"calls that name no bulkhead go through the default one")
 
 		_, err = timedAsk(feature("chta"), c)
@@ -203,13 +203,14 @@ func TestBulkheadNames(t *testing.T) {
 func TestWithBulkheadValidation(t *testing.T) {
 	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithStartupCheck(false),
 		geminiguard.WithBulkhead("", geminiguard.Bulkhead{MaxConcurrent: 1}),
-		geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxQueue: -1, QueueTimeout: -time.Second}))
+		geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxQueue: -1, QueueTimeout: -time.Second, Limit: geminiguard.Limit(7)}))
 	require.Error(t, err)
 	for _, want := range []string{
 		"WithBulkhead: the name is empty",
 		`WithBulkhead("batch"): MaxConcurrent (0) must be positive`,
 		`WithBulkhead("batch"): MaxQueue (-1) is negative`,
 		`WithBulkhead("batch"): QueueTimeout (-1s) is negative`,
+		`WithBulkhead("batch"): Limit (Limit(7)) is not one of LimitFixed, LimitAIMD, LimitGradient`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
@@ -265,4 +266,57 @@ func TestIsFallback(t *testing.T) {
 		})
 	}
 	assert.False(t, geminiguard.IsFallback(nil))
+}
+
+// An adaptive limit (LimitAIMD) rises to its ceiling while the model
+// answers in its usual time, falls when the model slows down, so that fewer
+// of the feature's calls wait on it, and comes back when the model does.
+func TestBulkheadAdaptiveLimitFollowsLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(30*time.Second, time.Minute),
+			geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 16, MaxQueue: 16, QueueTimeout: 5 * time.Minute, Limit: geminiguard.LimitAIMD}))
+		limit := func() int { return c.Stats().Bulkheads[0].Limit }
+		require.Equal(t, 4, limit(), "an adaptive limit starts at 4")
+
+		// 16 workers send calls back to back for a phase of fake time.
+		phase := func(d time.Duration) (calls, failed int) {
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			end := time.Now().Add(d)
+			for range 16 {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						_, err := timedAsk(feature("batch"), c)
+						mu.Lock()
+						calls++
+						if err != nil {
+							failed++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			return calls, failed
+		}
+
+		calls, failed := phase(30 * time.Second)
+		assert.Zero(t, failed)
+		assert.Equal(t, 16, limit(), "1s answers: the limit rises to its ceiling")
+		assert.Greater(t, calls, 400, "up to 16 calls at a time: about 16 a second")
+
+		srv.SetModel(geminitest.Model{Name: flash, Latency: 2500 * time.Millisecond})
+		calls, failed = phase(60 * time.Second)
+		assert.Zero(t, failed)
+		assert.Equal(t, 1, limit(), "2.5s answers: the limit falls to 1")
+		assert.Less(t, calls, 16*60/5, "far fewer requests on the slow model than 16 at a time would send (384)")
+
+		srv.SetModel(geminitest.Model{Name: flash, Latency: time.Second})
+		calls, failed = phase(30 * time.Second)
+		assert.Zero(t, failed)
+		assert.Equal(t, 16, limit(), "1s answers again: the limit recovers")
+		assert.Greater(t, calls, 400)
+		assert.Equal(t, int(c.Stats().Calls), srv.Hits(flash, geminitest.VerbGenerate), "one request a call: none cut, none retried")
+	})
 }

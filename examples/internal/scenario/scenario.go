@@ -125,9 +125,9 @@ func (sc *Scenario) names() []string {
 }
 
 // All returns the named scenarios, in the order of DESIGN.md §7, then the
-// latency scenarios of issue 10, then batchFlood (issue 13). Each call returns fresh values.
+// latency scenarios of issue 10, then batchFlood and capacityDrop (issue 13). Each call returns fresh values.
 func All() []*Scenario {
-	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking(), BatchFlood()}
+	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking(), BatchFlood(), CapacityDrop()}
 }
 
 // Lookup returns the scenario called name, nil when there is none.

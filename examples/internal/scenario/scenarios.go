@@ -339,6 +339,8 @@ const (
 	floodBursts    = 2
 	floodSlowdown  = 10 // requests in flight that add one median latency
 	floodBatchRuns = 8  // the batch bulkhead's MaxConcurrent
+	floodCeiling   = 64 // the batch bulkhead's MaxConcurrent set too high, and the adaptive limits' ceiling
+	floodSeed      = 13
 )
 
 // BatchFlood is one Client shared by two features of an app: an
@@ -348,9 +350,79 @@ const (
 // requests it is already working on. Unbounded, a burst puts 200 requests
 // in flight and every interactive call waits about 21 times longer; with a
 // bulkhead the batch runs 8 at a time, queued, and the interactive feature
-// keeps its own slots.
+// keeps its own slots. The adaptive arms (issue 13) let the batch's limit
+// find its own level under a ceiling of 64; a fixed 64 is the same ceiling
+// held.
 func BatchFlood() *Scenario {
-	const seed = 13
+	sc := flood("batchFlood",
+		"one Client, two features: interactive 1 call/s for 120s, batch 200 calls at once at 10s and 70s; the model's latency is 0.8s × (1 + in flight/10)",
+		"issue 13: the interactive feature keeps its p95 under a batch flood thanks to bulkheads")
+	// The raw SDK is left out: it queues nothing either, and meets the
+	// flood as geminiguard without bulkheads does (same p95).
+	sc.Arms = append([]Arm{GeminiguardArm("geminiguard")}, floodArms()...)
+	sc.Script = func(r Request) geminitest.Step {
+		step := answer(floodSeed, sc.mustModel(r.Model), r)
+		step.Latency = step.Latency * time.Duration(floodSlowdown+r.InFlight) / floodSlowdown
+		return step
+	}
+	return sc
+}
+
+// CapacityDrop is BatchFlood's app meeting a backend that loses half its
+// capacity at 60s, between the two bursts: from then on each request in
+// flight adds a fifth of the median latency instead of a tenth (1 + n/5).
+// The batch bulkhead's fixed 8 was sized for the first minute, and a fixed
+// 64 is too high throughout: the question of issue 13 is whether an
+// adaptive limit finds the level by itself. (A harsher drop, 1 + n/3 or
+// n/2, leaves no limit that drains a burst within its queue timeout: every
+// arm then refuses or fails 12% or more of the batch.)
+func CapacityDrop() *Scenario {
+	sc := flood("capacityDrop",
+		"batchFlood's workload; at 60s the model's capacity halves: its latency goes from 0.8s × (1 + in flight/10) to 0.8s × (1 + in flight/5)",
+		"issue 13: an adaptive bulkhead limit against a fixed one that the backend's capacity made too high")
+	sc.Arms = floodArms()
+	sc.Script = func(r Request) geminitest.Step {
+		step := answer(floodSeed, sc.mustModel(r.Model), r)
+		slowdown := floodSlowdown
+		if r.At >= dropAt {
+			slowdown = dropSlowdown
+		}
+		step.Latency = step.Latency * time.Duration(slowdown+r.InFlight) / time.Duration(slowdown)
+		return step
+	}
+	return sc
+}
+
+// The capacity drop of CapacityDrop.
+const (
+	dropAt       = 60 * time.Second
+	dropSlowdown = 5 // requests in flight that add one median latency, from dropAt
+)
+
+// floodArms are the bulkhead arms of the flood scenarios: the batch
+// feature's limit fixed at 8 (sized for BatchFlood's model), fixed at 64
+// (too high), and adaptive under a ceiling of 64 (AIMD, gradient); the
+// interactive feature's is fixed at 8 in all.
+func floodArms() []Arm {
+	arm := func(name string, batchRuns int, limit geminiguard.Limit) Arm {
+		return BulkheadArm(name, map[string]geminiguard.Bulkhead{
+			// The batch waits its turn: a burst drains in about 40s,
+			// before the next one.
+			batch:       {MaxConcurrent: batchRuns, MaxQueue: floodBurst, QueueTimeout: floodPeriod, Limit: limit},
+			interactive: {MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: 5 * time.Second},
+		})
+	}
+	return []Arm{
+		arm("geminiguard+bulkheads", floodBatchRuns, geminiguard.LimitFixed),
+		arm("bulkheads fixed 64", floodCeiling, geminiguard.LimitFixed),
+		arm("bulkheads aimd ≤64", floodCeiling, geminiguard.LimitAIMD),
+		arm("bulkheads gradient ≤64", floodCeiling, geminiguard.LimitGradient),
+	}
+}
+
+// flood returns the scenario named name of BatchFlood's workload and
+// measures, without arms or script.
+func flood(name, summary, anchor string) *Scenario {
 	var arrivals []time.Duration
 	features := map[int]string{}
 	for b := range floodBursts {
@@ -373,25 +445,14 @@ func BatchFlood() *Scenario {
 			features[i] = interactive
 		}
 	}
-	sc := &Scenario{
-		Name:    "batchFlood",
-		Summary: "one Client, two features: interactive 1 call/s for 120s, batch 200 calls at once at 10s and 70s; the model's latency is 0.8s × (1 + in flight/10)",
-		Anchor:  "issue 13: the interactive feature keeps its p95 under a batch flood thanks to bulkheads",
+	return &Scenario{
+		Name:    name,
+		Summary: summary,
+		Anchor:  anchor,
 		Models:  []Model{{Name: flash, Latency: flashLatency}},
 		Workload: Workload{
 			Arrivals: arrivals,
 			Feature:  func(call int) string { return features[call] },
-		},
-		// The raw SDK is left out: it queues nothing either, and meets the
-		// flood as geminiguard without bulkheads does (same p95).
-		Arms: []Arm{
-			GeminiguardArm("geminiguard"),
-			BulkheadArm("geminiguard+bulkheads", map[string]geminiguard.Bulkhead{
-				// The batch waits its turn: a burst drains in about 40s,
-				// before the next one.
-				batch:       {MaxConcurrent: floodBatchRuns, MaxQueue: floodBurst, QueueTimeout: floodPeriod},
-				interactive: {MaxConcurrent: 8, MaxQueue: 8, QueueTimeout: 5 * time.Second},
-			}),
 		},
 		Measures: []Measure{
 			{Name: "interactive p50", Format: "%.2fs", Of: featurePercentile(interactive, 0.50)},
@@ -403,10 +464,4 @@ func BatchFlood() *Scenario {
 			{Name: "batch refused", Format: "%.0f", Of: bulkheadRefused(batch)},
 		},
 	}
-	sc.Script = func(r Request) geminitest.Step {
-		step := answer(seed, sc.mustModel(r.Model), r)
-		step.Latency = step.Latency * time.Duration(floodSlowdown+r.InFlight) / floodSlowdown
-		return step
-	}
-	return sc
 }
