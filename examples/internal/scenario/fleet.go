@@ -157,20 +157,16 @@ func (f *fleetCaller) Stream(ctx context.Context, call int) Outcome {
 }
 
 // figures reports the fleet's round trips to its shared state and the
-// replicas' Stats.Fleet (FigRoundTrips, FigStoreFailures,
-// FigUncoordinated), and each replica's upstream 429s (figReplica429).
+// replicas' Stats.Fleet (FigRoundTrips, FigStoreFailures, FigUncoordinated).
 func (f *fleetCaller) figures() map[string]float64 {
 	out := make(map[string]float64)
 	if f.store != nil {
 		out[FigRoundTrips] = float64(f.store.trips.Load())
 	}
-	for i, r := range f.replicas {
-		st := r.c.Stats()
-		out[FigStoreFailures] += float64(st.Fleet.Failures)
-		out[FigUncoordinated] += float64(st.Fleet.Uncoordinated)
-		for _, m := range st.Models {
-			out[figReplica429(i)] += float64(m.Failures[geminiguard.ClassRateLimit])
-		}
+	for _, r := range f.replicas {
+		st := r.c.Stats().Fleet
+		out[FigStoreFailures] += float64(st.Failures)
+		out[FigUncoordinated] += float64(st.Uncoordinated)
 	}
 	return out
 }
@@ -181,10 +177,6 @@ const (
 	FigStoreFailures = "store failures" // of them, those that failed or timed out (Stats.Fleet.Failures)
 	FigUncoordinated = "uncoordinated"  // requests let through alone while the store was unreachable
 )
-
-// figReplica429 names the figure of replica i's upstream 429s (its
-// Stats.Models Failures of ClassRateLimit).
-func figReplica429(i int) string { return fmt.Sprintf("replica %d 429s", i) }
 
 // figureReporter is a Caller that reports figures of its own after a run
 // (ArmRun.Figures).
