@@ -11,7 +11,8 @@
 //	GEMINI_API_KEY=... go run ./examples/outage     # then a live smoke test against the real API
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
-// streamCut, slowBrownout, longThinking, batchFlood (examples/internal/scenario
+// streamCut, slowBrownout, longThinking, batchFlood, and the fleet scenarios
+// fleet429 and fleetOutage (20 replicas of one project; examples/internal/scenario
 // documents each, and every arm's settings).
 package main
 
@@ -43,7 +44,7 @@ const (
 )
 
 func main() {
-	name := flag.String("scenario", "storm503", "the scenario to play: burst429, dailyExhausted, storm503, fullOutage, retired404, streamCut, slowBrownout, longThinking or batchFlood")
+	name := flag.String("scenario", "storm503", "the scenario to play: burst429, dailyExhausted, storm503, fullOutage, retired404, streamCut, slowBrownout, longThinking, batchFlood, fleet429 or fleetOutage")
 	all := flag.Bool("all", false, "play every scenario, then the retry storm of the AWS backoff study")
 	svg := flag.String("svg", "outage.svg", "write the timeline chart of the (first) scenario to this file; empty: no chart")
 	markdown := flag.Bool("markdown", false, "print Markdown tables")
@@ -55,7 +56,7 @@ func main() {
 	if !*all {
 		sc := scenario.Lookup(*name)
 		if sc == nil {
-			fmt.Fprintf(os.Stderr, "outage: no scenario %q; try one of burst429, dailyExhausted, storm503, fullOutage, retired404, streamCut, slowBrownout, longThinking, batchFlood\n", *name)
+			fmt.Fprintf(os.Stderr, "outage: no scenario %q; try one of burst429, dailyExhausted, storm503, fullOutage, retired404, streamCut, slowBrownout, longThinking, batchFlood, fleet429, fleetOutage\n", *name)
 			os.Exit(2)
 		}
 		scenarios = []*scenario.Scenario{sc}

@@ -39,6 +39,9 @@ type ArmRun struct {
 	// Total is the fake's count of generate and stream requests over the
 	// cascade's models (geminitest.Server.Total).
 	Total int
+	// Figures are the arm's own counts, by name, when its Caller reports
+	// some (figureReporter; e.g. FigRoundTrips); nil otherwise.
+	Figures map[string]float64
 }
 
 // Call is one call of the workload as an arm's user saw it.
@@ -126,6 +129,9 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 		}
 	}
 	ar.Upstream = rec.entries()
+	if fr, ok := caller.(figureReporter); ok {
+		ar.Figures = fr.figures()
+	}
 	for _, m := range sc.Models {
 		ar.Total += srv.Total(m.Name)
 	}

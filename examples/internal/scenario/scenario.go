@@ -126,8 +126,10 @@ func (sc *Scenario) names() []string {
 
 // All returns the named scenarios, in the order of DESIGN.md §7, then the
 // latency scenarios of issue 10, then batchFlood and capacityDrop (issue 13). Each call returns fresh values.
+// The fleet scenarios of issue 11 (fleet429, fleetOutage) come last.
 func All() []*Scenario {
-	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking(), BatchFlood(), CapacityDrop()}
+	return []*Scenario{Burst429(), DailyExhausted(), Storm503(), FullOutage(), Retired404(), StreamCut(), SlowBrownout(), LongThinking(), BatchFlood(), CapacityDrop(),
+		Fleet429(), FleetOutage()}
 }
 
 // Lookup returns the scenario called name, nil when there is none.

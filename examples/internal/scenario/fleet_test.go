@@ -1,0 +1,102 @@
+package scenario
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// The targets of issue 11 that fleet mode misses today, with their cause
+// (see knownMisses: a run that meets one fails, to take it off).
+func init() {
+	knownMisses["fleetOutage: a fleet sends ≤ 1.5× one process's requests during the outage"] = "the fleet shares a breaker's opening, not the failures that open it: " +
+		"each replica counts its own FailureThreshold (5) consecutive failures, at a 20th of the traffic, so the first breaker opens ~11s into the outage " +
+		"(one process: ~4s) and the fleet sends ~196 requests in the outage's first 15s against one process's 37; once open it sends fewer than one process (35 vs 52)"
+	knownMisses["fleet429: fleet mode makes at most one round trip per call"] = "a replica leases a batch sized to its own last second's calls (1 at 0.19 calls/s), " +
+		"so every call leases alone, and the store's refusal of the primary (its RetryAfter) is not kept: every call that falls back pays a refused lease " +
+		"of the primary then a lease of the secondary (1,650 round trips = 1,125 calls + 525 fallbacks)"
+}
+
+// logReplicas logs, for each replica of arm, the upstream requests its
+// calls sent, their 429s, and the replica's own count of them, with the
+// arm's figures.
+func logReplicas(t *testing.T, res *Result, arm string) {
+	t.Helper()
+	run := res.Arm(arm)
+	sent, got429 := make([]int, fleetReplicas), make([]int, fleetReplicas)
+	for _, u := range run.Upstream {
+		if u.Call < 0 {
+			continue
+		}
+		sent[u.Call%fleetReplicas]++
+		if u.Status == 429 {
+			got429[u.Call%fleetReplicas]++
+		}
+	}
+	var b strings.Builder
+	for i := range fleetReplicas {
+		fmt.Fprintf(&b, " r%d:%d/%d", i, sent[i], got429[i])
+	}
+	t.Logf("%s: requests/429s per replica:%s; figures: round trips %.0f, store failures %.0f, uncoordinated %.0f",
+		arm, b.String(), run.Figures[FigRoundTrips], run.Figures[FigStoreFailures], run.Figures[FigUncoordinated])
+}
+
+// requestsIn returns r's upstream requests sent in [from, to).
+func requestsIn(r *ArmRun, from, to time.Duration) []Upstream {
+	var out []Upstream
+	for _, u := range r.Upstream {
+		if u.At >= from && u.At < to {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func TestFleet429(t *testing.T) {
+	t.Parallel()
+	sc := Fleet429()
+	res, sums := play(t, sc)
+	each, div, fleet, o := sums["project limit each"], sums[fmt.Sprintf("limit ÷ %d", fleetReplicas)], sums["fleet"], sums["oracle"]
+	for _, arm := range []string{"project limit each", "fleet"} {
+		logReplicas(t, res, arm)
+	}
+
+	// The arms are what they claim: replicas on their own overshoot the
+	// project's quota; divided, they stay under it and waste some; the
+	// oracle never exceeds it and uses the primary to the full headroom.
+	assert.Positive(t, each.Got429, "replicas each given the project's limit overshoot it")
+	assert.Zero(t, div.Got429, "replicas given the limit ÷ 20 stay under it")
+	assert.Less(t, div.Measure(sc, "primary use"), 90.0, "dividing the limit wastes quota")
+	assert.Zero(t, o.Got429)
+	assert.Equal(t, 1.0, o.Success)
+	assert.InDelta(t, 100, o.Measure(sc, "primary use"), 1, "the oracle uses the primary up to its quota at headroom")
+
+	use := fleet.Measure(sc, "primary use")
+	check(t, "fleet429: fleet mode gets no server 429", fleet.Got429 == 0, "%d 429s", fleet.Got429)
+	check(t, "fleet429: fleet mode answers every call", fleet.Answered == fleet.Calls, "%s", pct(fleet.Success))
+	check(t, "fleet429: fleet mode uses ≥ 95% of the primary's quota at headroom", use >= 95, "%.1f%%", use)
+	rt := fleet.Measure(sc, "round trips/call")
+	check(t, "fleet429: fleet mode makes at most one round trip per call", rt <= 1, "%.3f round trips per call", rt)
+}
+
+func TestFleetOutage(t *testing.T) {
+	t.Parallel()
+	sc := FleetOutage()
+	res, sums := play(t, sc)
+	alone, fleet, one := fmt.Sprintf("%d alone", fleetReplicas), fmt.Sprintf("%d fleet", fleetReplicas), "one process"
+	for _, arm := range []string{alone, fleet} {
+		logReplicas(t, res, arm)
+	}
+	for _, arm := range []string{one, alone, fleet} {
+		run := res.Arm(arm)
+		t.Logf("%s: %d requests in the outage's first 15s, %d after", arm,
+			len(requestsIn(run, sc.Window[0], sc.Window[0]+15*time.Second)), len(requestsIn(run, sc.Window[0]+15*time.Second, sc.Window[1])))
+	}
+	got, base, solo := sums[fleet].Measure(sc, "outage req"), sums[one].Measure(sc, "outage req"), sums[alone].Measure(sc, "outage req")
+	assert.Greater(t, solo, 3*base, "replicas on their own each learn the outage")
+	check(t, "fleetOutage: a fleet sends ≤ 1.5× one process's requests during the outage", got <= 1.5*base,
+		"%.0f requests, one process %.0f, %d alone %.0f", got, base, fleetReplicas, solo)
+}
