@@ -177,6 +177,72 @@ type modelLease struct {
 	lastUses int       // requests used in the second before it: the next batch
 	alone    *limiter  // limits ÷ replicas while the store is unreachable; nil until first needed
 	aloneFor [numDims]int
+
+	// The fleet's last refusal: no lease is asked for before refusedUntil.
+	refusedUntil time.Time
+	refusedDim   string
+
+	// The generate endpoint's outcomes not yet reported to the fleet, and
+	// the fleet's consecutive failures at the last report.
+	failed        int
+	answered      time.Time
+	fleetFailures int
+}
+
+// refuse records that the fleet grants nothing before until, for dim.
+func (l *modelLease) refuse(until time.Time, dim string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refusedUntil, l.refusedDim = until, dim
+}
+
+// refused returns until when, and for which dimension, the fleet grants
+// nothing, as it said at its last refusal (a time in the past when it may
+// grant).
+func (l *modelLease) refused() (time.Time, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refusedUntil, l.refusedDim
+}
+
+// failure records a counted failure of the model, to report.
+func (l *modelLease) failure() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed++
+}
+
+// answer records an answer of the model at now, to report; the failures
+// not yet reported came before it and are reported no more. It returns
+// whether to report it at once: the fleet counts failures the answer ends.
+func (l *modelLease) answer(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answered = later(l.answered, now)
+	l.failed = 0
+	return l.fleetFailures > 0
+}
+
+// takeReport returns the outcomes to report and clears them.
+func (l *modelLease) takeReport() (failed int, answered time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	failed, answered = l.failed, l.answered
+	l.failed, l.answered = 0, time.Time{}
+	return failed, answered
+}
+
+// reported puts back outcomes a report that did not reach the store
+// carried, and records the fleet's count of failures when it did.
+func (l *modelLease) reported(ok bool, failed int, answered time.Time, fleetFailures int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !ok {
+		l.failed += failed
+		l.answered = later(l.answered, answered)
+		return
+	}
+	l.fleetFailures = fleetFailures
 }
 
 // use takes one request and tokens from the lease at now, if it holds
@@ -298,27 +364,31 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		return stepGo, nil
 	}
 	for {
-		l, ok := c.sync(ctx, m, LeaseRequest{Requests: m.lease.batch(), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD]})
-		if !ok {
-			return call.aloneAdmit(ctx, sl, m, tokens, eff, a)
-		}
 		now := call.now
-		if l.Facts != nil {
-			if next, err := call.unblocked(sl, m); next != stepGo {
-				m.lease.fill(now, l.Requests, l.Requests*tokens)
-				return next, err
+		until, dim := m.lease.refused()
+		if !until.After(now) {
+			l, ok := c.sync(ctx, m, LeaseRequest{Requests: m.lease.batch(), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD]})
+			if !ok {
+				return call.aloneAdmit(ctx, sl, m, tokens, eff, a)
 			}
+			if l.Facts != nil {
+				if next, err := call.unblocked(sl, m); next != stepGo {
+					m.lease.fill(now, l.Requests, l.Requests*tokens)
+					return next, err
+				}
+			}
+			if l.Requests > 0 {
+				m.lease.fill(now, l.Requests-1, (l.Requests-1)*tokens)
+				a.leased, a.leasedTokens = true, tokens
+				return stepGo, nil
+			}
+			until, dim = now.Add(max(l.RetryAfter, time.Millisecond)), l.Dimension
+			m.lease.refuse(until, dim)
 		}
-		if l.Requests > 0 {
-			m.lease.fill(now, l.Requests-1, (l.Requests-1)*tokens)
-			a.leased, a.leasedTokens = true, tokens
-			return stepGo, nil
-		}
-		wait := max(l.RetryAfter, time.Millisecond)
-		until := now.Add(wait)
+		wait := until.Sub(now)
 		next := call.hasNext(m)
 		if next || !until.Before(call.deadline) {
-			err := localLimitError(m.name, &RateLimitError{Dimension: strings.ToUpper(l.Dimension), Until: until, wait: wait, skipped: next}, now)
+			err := localLimitError(m.name, &RateLimitError{Dimension: strings.ToUpper(dim), Until: until, wait: wait, skipped: next}, now)
 			call.skip(m, err, sl.delay)
 			return stepNext, err
 		}
@@ -368,6 +438,7 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 	f := c.fleet
 	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
 	r.Debt, r.Version = m.lease.takeDebt(), f.version.Load()
+	r.Failures, r.Answered = m.lease.takeReport()
 	if r.RPD > 0 {
 		r.DayEnd = pacific.NextMidnight(time.Now())
 	}
@@ -376,6 +447,7 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 		l, err = f.store.Lease(ctx, r)
 		return err
 	})
+	m.lease.reported(ok, r.Failures, r.Answered, l.Failures)
 	if !ok {
 		m.lease.owe(r.Debt)
 		return Lease{}, false
@@ -384,7 +456,33 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 	if l.Facts != nil && f.version.Swap(l.Version) != l.Version {
 		c.apply(ctx, l.Facts)
 	}
+	c.fleetDead(ctx, m, l)
 	return l, true
+}
+
+// fleetDead opens m's generate breaker when the fleet's failures say the
+// model is dead as the breaker's own rule would on one process's: at least
+// FailureThreshold in a row across the fleet, and no replica answered for
+// DeadAfter or no model answered this Client for the outage span. The
+// opening is published as the Client's own. A fleet of replicas each seeing
+// a part of the traffic so opens as soon as one process would.
+func (c *Client) fleetDead(ctx context.Context, m *modelState, l Lease) {
+	s := c.cfg.breaker
+	if l.Failures < s.FailureThreshold {
+		return
+	}
+	now := time.Now()
+	br := m.breakers[endpointGenerate]
+	silent := s.DeadAfter < 0 || l.Answered.IsZero() || now.Sub(l.Answered) >= s.DeadAfter
+	if !silent && !c.answers.silentFor(now, outageAfter) {
+		return
+	}
+	if br.state(now) != StateClosed {
+		return
+	}
+	tr := br.openTill(now, now.Add(br.s.OpenFor))
+	c.stateChanged(ctx, m.name, endpointGenerate, tr)
+	c.publishTransition(ctx, m, endpointGenerate, br, tr)
 }
 
 // apply makes the fleet's facts this Client's: cool-downs, open and closed
@@ -455,6 +553,30 @@ func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoin
 	case StateClosed:
 		c.publish(ctx, Fact{Kind: FactClosed, Model: m.name, Endpoint: e.String(), At: tr.At})
 	}
+}
+
+// reportOutcome counts an outcome of m's generate endpoint for the fleet,
+// and reports it at once when it can change the fleet's verdict: a failure
+// while m's breaker is closed, an answer while the fleet counts failures.
+// Other outcomes ride on the next round trip.
+func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, br *breaker, o outcome, now time.Time) {
+	if c.fleet == nil || e != endpointGenerate {
+		return
+	}
+	switch o {
+	case outcomeSuccess:
+		if !m.lease.answer(now) {
+			return
+		}
+	case outcomeFailure, outcomeOutage:
+		m.lease.failure()
+		if br.state(now) != StateClosed {
+			return
+		}
+	default:
+		return
+	}
+	c.sync(ctx, m, LeaseRequest{})
 }
 
 // fleetProbe asks the fleet for m's probe slot of the call's endpoint, for a

@@ -176,6 +176,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	a.m.count(err, v)
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
 	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
+	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, now)
 }
 
 // abandon settles an admission that a panic left unsettled, saying nothing

@@ -87,7 +87,9 @@ const dayKeep = time.Hour
 
 // memModel is one model's fleet-wide counts.
 type memModel struct {
-	secs   [windowSeconds]memSecond
+	failures int       // consecutive failures across the fleet
+	answered time.Time // the latest answer any replica reported
+	secs     [windowSeconds]memSecond
 	days   map[int64]int       // DayEnd (unix s) → requests in the day ending then
 	probes map[string]memProbe // endpoint → the slot's holder
 }
@@ -147,6 +149,11 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		m = &memModel{days: make(map[int64]int), probes: make(map[string]memProbe)}
 		p.models[r.Model] = m
 	}
+	if r.Answered.After(m.answered) {
+		m.answered, m.failures = r.Answered, 0
+	}
+	m.failures += max(r.Failures, 0)
+	out.Failures, out.Answered = m.failures, m.answered
 	sec := now.Unix()
 	if r.Debt > 0 {
 		m.at(sec).tokens += r.Debt

@@ -67,6 +67,15 @@ type LeaseRequest struct {
 	// Version is the project's version the replica last saw: Lease
 	// returns the facts when the project's differs.
 	Version uint64
+
+	// Failures is how many requests to Model failed on this replica since
+	// its last report (and after Answered, when set), and Answered when
+	// Model last answered it since then (zero: not since). The store keeps
+	// the model's consecutive failures across the fleet: an Answered later
+	// than the latest it has resets the count, then Failures are added.
+	// Both are counted even when nothing is granted.
+	Failures int
+	Answered time.Time
 }
 
 // Lease is Lease's answer.
@@ -82,6 +91,11 @@ type Lease struct {
 	// Facts holds every fact of the project in force when Version differs
 	// from LeaseRequest.Version (possibly none); nil otherwise.
 	Facts []Fact
+	// Failures is Model's consecutive failures across the fleet, this
+	// request's report included, and Answered when Model last answered any
+	// replica (zero: never, or not in the last hour).
+	Failures int
+	Answered time.Time
 }
 
 // FactKind says what a Fact records and how Publish merges it with what the

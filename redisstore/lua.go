@@ -34,13 +34,14 @@ end
 // leaseScript is Store.Lease: one atomic step on Redis's clock.
 //
 // KEYS: 1 version, 2 facts, 3 replicas, 4 the model's window, 5 the
-// model's RPD counter of DayEnd, 6 the model's probe slot of Endpoint.
+// model's RPD counter of DayEnd, 6 the model's probe slot of Endpoint,
+// 7 the model's health (consecutive failures, latest answer).
 // ARGV: 1 replica, 2 replica TTL ms, 3 requests, 4 tokens per request,
 // 5 debt, 6 RPM, 7 TPM, 8 RPD, 9 DayEnd unix ms (0: none), 10 probe ms,
-// 11 the version the replica saw.
+// 11 the version the replica saw, 12 failures, 13 answered unix ms (0: none).
 //
 // Returns {granted, retry after µs, dimension, replicas, version,
-// has facts (0/1), fact JSON...}.
+// has facts (0/1), failures, answered unix ms, fact JSON...}.
 var leaseScript = redis.NewScript(luaFacts + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -66,7 +67,20 @@ local replicas = redis.call('ZCARD', KEYS[3])
 
 -- Facts, when the replica's version is not the project's.
 local version = redis.call('GET', KEYS[1]) or '0'
-local out = {0, 0, '', replicas, version, 0}
+
+-- The model's health: consecutive failures across the fleet, reset by an
+-- answer later than the latest reported.
+local failed, answered_at = tonumber(ARGV[12]), tonumber(ARGV[13])
+local h = redis.call('HMGET', KEYS[7], 'f', 'a')
+local fails, answered = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+if answered_at > answered then answered, fails = answered_at, 0 end
+fails = fails + failed
+if failed > 0 or answered_at > 0 then
+  redis.call('HSET', KEYS[7], 'f', fails, 'a', answered)
+  redis.call('PEXPIRE', KEYS[7], 3600000)
+end
+
+local out = {0, 0, '', replicas, version, 0, fails, answered}
 if version ~= ARGV[11] then
   out[6] = 1
   local all = redis.call('HGETALL', KEYS[2])

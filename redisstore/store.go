@@ -87,6 +87,11 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 		model + "win",
 		model + "rpd:" + strconv.FormatInt(dayEnd/1000, 10),
 		model + "probe:" + r.Endpoint,
+		model + "health",
+	}
+	var answered int64
+	if !r.Answered.IsZero() {
+		answered = r.Answered.UnixMilli()
 	}
 	res, err := leaseScript.Run(ctx, s.rdb, keys,
 		r.Replica,
@@ -98,6 +103,8 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 		dayEnd,
 		ceilMillis(r.Probe),
 		strconv.FormatUint(r.Version, 10),
+		max(r.Failures, 0),
+		answered,
 	).Slice()
 	if err != nil {
 		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
@@ -118,7 +125,7 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	bad := func(what string) (geminiguard.Lease, error) {
 		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
 	}
-	if len(res) < 6 {
+	if len(res) < 8 {
 		return bad("length")
 	}
 	granted, ok1 := res[0].(int64)
@@ -127,7 +134,9 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	replicas, ok4 := res[3].(int64)
 	version, ok5 := res[4].(string)
 	hasFacts, ok6 := res[5].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+	failures, ok7 := res[6].(int64)
+	answered, ok8 := res[7].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 {
 		return bad("types")
 	}
 	v, err := strconv.ParseUint(version, 10, 64)
@@ -140,12 +149,16 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 		Dimension:  dim,
 		Replicas:   int(replicas),
 		Version:    v,
+		Failures:   int(failures),
+	}
+	if answered > 0 {
+		l.Answered = time.UnixMilli(answered)
 	}
 	if hasFacts == 0 {
 		return l, nil
 	}
-	l.Facts = make([]geminiguard.Fact, 0, len(res)-6)
-	for _, raw := range res[6:] {
+	l.Facts = make([]geminiguard.Fact, 0, len(res)-8)
+	for _, raw := range res[8:] {
 		s, ok := raw.(string)
 		if !ok {
 			return bad("fact")

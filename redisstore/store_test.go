@@ -76,7 +76,7 @@ func TestEveryKeyExpires(t *testing.T) {
 	_, err := s.Lease(ctx, geminiguard.LeaseRequest{
 		Project: "p1", Replica: "a", ReplicaTTL: time.Minute, Model: "m",
 		Requests: 1, Tokens: 10, Debt: 5, RPM: 10, TPM: 1000, RPD: 100, DayEnd: now.Add(time.Hour),
-		Probe: time.Second, Endpoint: "generate",
+		Probe: time.Second, Endpoint: "generate", Failures: 1,
 	})
 	require.NoError(t, err)
 	require.NoError(t, s.Publish(ctx, "p1", geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: "m", Until: now.Add(time.Hour)}))
@@ -91,6 +91,7 @@ func TestEveryKeyExpires(t *testing.T) {
 		"geminiguard:{p1}:m:m:win",
 		fmt.Sprint("geminiguard:{p1}:m:m:rpd:", dayEnd),
 		"geminiguard:{p1}:m:m:probe:generate",
+		"geminiguard:{p1}:m:m:health",
 	}, keys)
 	for _, k := range keys {
 		ttl, err := rdb.PTTL(ctx, k).Result()

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
 		{"OpenClosedMerge", openClosedMerge},
 		{"LimitMerge", limitMerge},
 		{"MissingListedMerge", missingListedMerge},
+		{"FailuresAcrossReplicas", failuresAcrossReplicas},
 		{"EndedFactsAbsent", endedFactsAbsent},
 		{"FactsByVersion", factsByVersion},
 		{"AtDefaultsToNow", atDefaultsToNow},
@@ -312,6 +313,37 @@ func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
 	publish(t, s, embed)
 	_, got = current(t, s)
 	assert.Equal(t, shows(closed, embed), got, "endpoints are apart")
+}
+
+func failuresAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	a := geminiguard.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
+	b := a
+	b.Replica = "b"
+
+	l := lease(t, s, a)
+	assert.Zero(t, l.Failures)
+	assert.True(t, l.Answered.IsZero(), "no answer reported yet")
+
+	a.Failures = 2
+	assert.Equal(t, 2, lease(t, s, a).Failures)
+	b.Failures = 3
+	l = lease(t, s, b)
+	assert.Equal(t, 5, l.Failures, "failures add up across replicas")
+
+	a.Failures, a.Answered = 1, now
+	l = lease(t, s, a)
+	assert.Equal(t, 1, l.Failures, "a later answer resets the count, then the failures are added")
+	assert.True(t, now.Equal(l.Answered), "answered %v, want %v", l.Answered, now)
+
+	b.Failures, b.Answered = 2, now.Add(-time.Second)
+	l = lease(t, s, b)
+	assert.Equal(t, 3, l.Failures, "an answer older than the latest resets nothing")
+	assert.True(t, now.Equal(l.Answered))
+
+	other := a
+	other.Model, other.Failures, other.Answered = "other-model", 0, time.Time{}
+	assert.Zero(t, lease(t, s, other).Failures, "models are apart")
 }
 
 func missingListedMerge(t *testing.T, s geminiguard.SharedState) {

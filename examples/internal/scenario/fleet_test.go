@@ -12,12 +12,9 @@ import (
 // The targets of issue 11 that fleet mode misses today, with their cause
 // (see knownMisses: a run that meets one fails, to take it off).
 func init() {
-	knownMisses["fleetOutage: a fleet sends ≤ 1.5× one process's requests during the outage"] = "the fleet shares a breaker's opening, not the failures that open it: " +
-		"each replica counts its own FailureThreshold (5) consecutive failures, at a 20th of the traffic, so the first breaker opens ~11s into the outage " +
-		"(one process: ~4s) and the fleet sends ~196 requests in the outage's first 15s against one process's 37; once open it sends fewer than one process (35 vs 52)"
-	knownMisses["fleet429: fleet mode makes at most one round trip per call"] = "a replica leases a batch sized to its own last second's calls (1 at 0.19 calls/s), " +
-		"so every call leases alone, and the store's refusal of the primary (its RetryAfter) is not kept: every call that falls back pays a refused lease " +
-		"of the primary then a lease of the secondary (1,650 round trips = 1,125 calls + 525 fallbacks)"
+	knownMisses["fleet429: fleet mode makes at most one round trip per call"] = "each replica calls 0.19 times a second, so a lease is one request and every call " +
+		"makes its round trip; a call the saturated primary refuses makes two (the refusal, kept until its RetryAfter, then the secondary's lease): " +
+		"1.09 round trips per call on average, 1 at the median. Below 1 needs leases that outlive a second, which a saturated quota wastes"
 }
 
 // logReplicas logs, for each replica of arm, the upstream requests its
