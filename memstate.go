@@ -90,8 +90,8 @@ type memModel struct {
 	failures int       // consecutive failures across the fleet
 	answered time.Time // the latest answer any replica reported
 	secs     [windowSeconds]memSecond
-	days   map[int64]int       // DayEnd (unix s) → requests in the day ending then
-	probes map[string]memProbe // endpoint → the slot's holder
+	days     map[int64]int       // DayEnd (unix s) → requests in the day ending then
+	probes   map[string]memProbe // endpoint → the slot's holder
 }
 
 // memProbe is a held half-open probe slot.
