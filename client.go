@@ -127,6 +127,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	c.subscribe()
 	return c, nil
 }
 

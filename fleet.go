@@ -33,9 +33,6 @@ import (
 
 // Fleet tunables.
 const (
-	// sharedTimeout bounds every call to the store: a slow store costs a
-	// call at most this, once (the store's breaker then opens).
-	sharedTimeout = 30 * time.Millisecond
 	// leaseFor is how long leased requests stay usable, and how often at
 	// least the Client reads the fleet's facts while calls flow.
 	leaseFor = time.Second
@@ -46,10 +43,15 @@ const (
 	replicaTTL = time.Minute
 )
 
-// storeOpenFor is how long the Client carries on alone after the store
-// failed, before it tries the store again. A variable for tests on a real
-// store, which cannot run in fake time.
-var storeOpenFor = 2 * time.Second
+// Variables for tests on a real store, which cannot run in fake time.
+var (
+	// sharedTimeout bounds every call to the store: a slow store costs a
+	// call at most this, once (the store's breaker then opens).
+	sharedTimeout = 30 * time.Millisecond
+	// storeOpenFor is how long the Client carries on alone after the store
+	// failed, before it tries the store again.
+	storeOpenFor = 2 * time.Second
+)
 
 // fleet is a Client's part in its fleet. Safe for concurrent use.
 type fleet struct {
@@ -65,6 +67,8 @@ type fleet struct {
 	roundTrips    atomic.Int64
 	failures      atomic.Int64
 	uncoordinated atomic.Int64
+
+	unsubscribe func() // ends the store's notifications (Subscriber), once; nil when none
 }
 
 // FleetStats are a Client's figures in fleet mode (WithSharedState); zero
@@ -93,6 +97,25 @@ func newFleet(store SharedState, project string) *fleet {
 		replica: fmt.Sprintf("%016x", rand.Uint64()),
 		health:  newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: storeOpenFor, HalfOpenProbes: 1, DeadAfter: -1}),
 	}
+}
+
+// subscribe asks the store, when it is a Subscriber, to tell c at once when
+// the project's facts change: c then reads them in one round trip, so that
+// no leased request goes to a model another replica found exhausted. Close
+// ends it.
+func (c *Client) subscribe() {
+	if c.fleet == nil {
+		return
+	}
+	s, ok := c.fleet.store.(Subscriber)
+	if !ok {
+		return
+	}
+	m := c.states[0] // any model: a round trip returns the project's facts
+	stop := s.Subscribe(c.fleet.project, func() {
+		c.sync(context.Background(), m, LeaseRequest{})
+	})
+	c.fleet.unsubscribe = sync.OnceFunc(stop)
 }
 
 // projectOf returns the id under which the project an SDK client calls
@@ -167,6 +190,10 @@ func (f *fleet) stats() FleetStats {
 // requests and tokens leased and not yet used, and the limiter it uses
 // alone while the store is unreachable. Safe for concurrent use.
 type modelLease struct {
+	// leasing is held by the call asking the store for a lease, so that
+	// concurrent calls wait for its lease rather than each ask for one
+	// (held at most for the store's timeout).
+	leasing  sync.Mutex
 	mu       sync.Mutex
 	requests int       // leased requests left
 	tokens   int       // leased input tokens left
@@ -246,11 +273,13 @@ func (l *modelLease) reported(ok bool, failed int, answered time.Time, fleetFail
 }
 
 // use takes one request and tokens from the lease at now, if it holds
-// them.
-func (l *modelLease) use(now time.Time, tokens int) bool {
+// them. A call's first try counts it for the batch size (first).
+func (l *modelLease) use(now time.Time, tokens int, first bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.count(now)
+	if first {
+		l.count(now)
+	}
 	if l.requests == 0 || l.tokens < tokens || !now.Before(l.until) {
 		return false
 	}
@@ -280,12 +309,18 @@ func (l *modelLease) batch() int {
 	return min(max(1, l.lastUses, l.uses), maxLeaseBatch)
 }
 
-// fill keeps what a lease granted at now beyond the one request its asker
-// uses at once.
+// fill adds what a lease granted at now beyond the one request its asker
+// uses at once to what the lease holds (leases asked for at once by
+// concurrent calls add up), and keeps it all until leaseFor after now.
 func (l *modelLease) fill(now time.Time, requests, tokens int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.requests, l.tokens, l.until = requests, tokens, now.Add(leaseFor)
+	if !now.Before(l.until) {
+		l.requests, l.tokens = 0, 0 // lapsed
+	}
+	l.requests += requests
+	l.tokens += tokens
+	l.until = now.Add(leaseFor)
 }
 
 // giveBack returns one request and its tokens to the lease: the request was
@@ -359,7 +394,13 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		}
 		return stepGo, nil
 	}
-	if m.lease.use(call.now, tokens) {
+	if m.lease.use(call.now, tokens, true) {
+		a.leased, a.leasedTokens = true, tokens
+		return stepGo, nil
+	}
+	m.lease.leasing.Lock()
+	defer m.lease.leasing.Unlock()
+	if m.lease.use(call.now, tokens, false) { // leased by the call this one waited for
 		a.leased, a.leasedTokens = true, tokens
 		return stepGo, nil
 	}
@@ -557,15 +598,16 @@ func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoin
 
 // reportOutcome counts an outcome of m's generate endpoint for the fleet,
 // and reports it at once when it can change the fleet's verdict: a failure
-// while m's breaker is closed, an answer while the fleet counts failures.
-// Other outcomes ride on the next round trip.
-func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, br *breaker, o outcome, now time.Time) {
+// while m's breaker is closed, an answer while the fleet counts failures or
+// that changed the breaker's state (a probe closed it). Other outcomes ride
+// on the next round trip.
+func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, br *breaker, o outcome, changed bool, now time.Time) {
 	if c.fleet == nil || e != endpointGenerate {
 		return
 	}
 	switch o {
 	case outcomeSuccess:
-		if !m.lease.answer(now) {
+		if !m.lease.answer(now) && !changed {
 			return
 		}
 	case outcomeFailure, outcomeOutage:

@@ -27,6 +27,7 @@ func newFleet(t *testing.T, srv *geminitest.Server, n int, store geminiguard.Sha
 	fleet := make([]*geminiguard.Client, n)
 	for i := range fleet {
 		fleet[i] = newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithStartupCheck(false)}, opts...)...)
+		t.Cleanup(func() { fleet[i].Close() })
 	}
 	return fleet
 }

@@ -26,8 +26,29 @@ const (
 const windowSeconds = 60
 
 type memoryState struct {
-	mu       sync.Mutex // guards projects and all they hold
+	mu       sync.Mutex // guards projects and all they hold, and subs
 	projects map[string]*memProject
+	subs     map[string]map[*func()]struct{} // project → its subscribers' changed funcs
+}
+
+// Subscribe implements Subscriber: changed runs in the goroutine of the
+// Publish that changed the facts, after the store's lock is released.
+func (s *memoryState) Subscribe(project string, changed func()) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = make(map[string]map[*func()]struct{})
+	}
+	if s.subs[project] == nil {
+		s.subs[project] = make(map[*func()]struct{})
+	}
+	key := &changed
+	s.subs[project][key] = struct{}{}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.subs[project], key)
+	}
 }
 
 type memProject struct {
@@ -273,15 +294,32 @@ func (s *memoryState) Publish(ctx context.Context, project string, f Fact) error
 	if f.At.IsZero() {
 		f.At = now
 	}
+	if s.publish(project, f, now) {
+		s.mu.Lock()
+		var notify []func()
+		for fn := range s.subs[project] {
+			notify = append(notify, *fn)
+		}
+		s.mu.Unlock()
+		for _, fn := range notify {
+			fn()
+		}
+	}
+	return nil
+}
+
+// publish merges f into project's facts at now, and reports whether it
+// changed them.
+func (s *memoryState) publish(project string, f Fact, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.project(project)
 	k := keyOf(f)
 	if old, ok := p.facts[k]; ok && now.Before(factEnd(old)) && !replaces(f, old) {
-		return nil
+		return false
 	}
 	if !now.Before(factEnd(f)) {
-		return nil
+		return false
 	}
 	p.facts[k] = f
 	p.version++
@@ -290,5 +328,5 @@ func (s *memoryState) Publish(ctx context.Context, project string, f Fact) error
 			delete(m.probes, f.Endpoint)
 		}
 	}
-	return nil
+	return true
 }

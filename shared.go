@@ -32,6 +32,24 @@ type SharedState interface {
 	Publish(ctx context.Context, project string, f Fact) error
 }
 
+// Subscriber is a SharedState that tells a Client at once that a project's
+// facts changed. Without it a replica hears of another's facts at its next
+// round trip to the store (within a second while calls flow: a replica
+// holding leased requests may send one more to a model another replica
+// found exhausted or dead); with it, a replica reads the facts as soon as
+// they change. WithSharedState uses it when the store has it. redisstore's
+// Store (Redis pub/sub) and NewMemoryState's store are Subscribers.
+type Subscriber interface {
+	// Subscribe calls changed after each Publish, by any replica, that
+	// changed project's facts, until stop is called. Once stop returns, no
+	// call of changed starts (one under way may still end); the store's
+	// goroutines for the subscription have ended. changed may be called
+	// from any goroutine (the publisher's, one of the store's) and may call
+	// the store. A subscription that breaks (the store unreachable) may miss
+	// changes: replicas then hear of them at their next round trip.
+	Subscribe(project string, changed func()) (stop func())
+}
+
 // LeaseRequest is what Lease asks of a project's shared state. Every count
 // is of the project as a whole: the store adds up all replicas' leases.
 type LeaseRequest struct {

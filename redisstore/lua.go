@@ -186,7 +186,8 @@ return out
 //
 // KEYS: 1 version, 2 facts, 3 the probe slot of the fact's model and
 // endpoint. ARGV: 1 the fact's field (what it replaces), 2 its JSON (at 0:
-// now).
+// now), 3 the project's channel, told the new version when the facts
+// changed.
 //
 // Returns 1 when the fact changed the project's facts, 0 otherwise.
 var publishScript = redis.NewScript(luaFacts + `
@@ -221,5 +222,6 @@ redis.call('PEXPIREAT', KEYS[2], expires)
 redis.call('PEXPIREAT', KEYS[1], expires)
 
 if f.k == 2 or f.k == 3 then redis.call('DEL', KEYS[3]) end
+redis.call('PUBLISH', ARGV[3], redis.call('GET', KEYS[1]))
 return 1
 `)

@@ -20,21 +20,71 @@ import (
 // Redis with the same key prefix share everything. Create it with New; the
 // zero value is not usable.
 type Store struct {
-	rdb    redis.UniversalClient
-	prefix string
+	rdb        redis.UniversalClient
+	prefix     string
+	watchesCtx bool // rdb ends a command when its context ends (ContextTimeoutEnabled)
 }
 
-var _ geminiguard.SharedState = (*Store)(nil)
+var (
+	_ geminiguard.SharedState = (*Store)(nil)
+	_ geminiguard.Subscriber  = (*Store)(nil)
+)
 
 // New returns a Store keeping the fleet's state in rdb, which may be a
-// *redis.Client, a *redis.ClusterClient or a failover client. rdb's own
-// timeouts apply beside the context's; the Store never closes rdb.
+// *redis.Client, a *redis.ClusterClient or a failover client. The Store
+// never closes rdb.
+//
+// Give rdb ContextTimeoutEnabled: true (redis.Options): the Client bounds
+// each call to the store by a context deadline of tens of milliseconds, and
+// without that option go-redis does not end a command at its context's
+// deadline but at its ReadTimeout (3s by default), so a paused or
+// partitioned Redis would hold the call. Without it the Store still returns
+// at the deadline, and lets the command finish in the background within
+// rdb's own timeouts, at the cost of a goroutine per call.
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{rdb: rdb, prefix: "geminiguard"}
+	s := &Store{rdb: rdb, prefix: "geminiguard", watchesCtx: watchesCtx(rdb)}
 	for _, o := range opts {
 		o.apply(s)
 	}
 	return s
+}
+
+// watchesCtx reports whether rdb ends a command when its context ends.
+func watchesCtx(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// await returns fn's result, or ctx's error as soon as ctx ends when the
+// client does not watch ctx itself (watches false): fn then finishes in a
+// goroutine of its own, its result dropped.
+func await[T any](ctx context.Context, watches bool, fn func() (T, error)) (T, error) {
+	if watches {
+		return fn()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 // Option configures a Store.
@@ -93,19 +143,21 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 	if !r.Answered.IsZero() {
 		answered = r.Answered.UnixMilli()
 	}
-	res, err := leaseScript.Run(ctx, s.rdb, keys,
-		r.Replica,
-		max(r.ReplicaTTL.Milliseconds(), 0),
-		max(r.Requests, 0),
-		max(r.Tokens, 0),
-		max(r.Debt, 0),
-		max(r.RPM, 0), max(r.TPM, 0), max(r.RPD, 0),
-		dayEnd,
-		ceilMillis(r.Probe),
-		strconv.FormatUint(r.Version, 10),
-		max(r.Failures, 0),
-		answered,
-	).Slice()
+	res, err := await(ctx, s.watchesCtx, func() ([]any, error) {
+		return leaseScript.Run(ctx, s.rdb, keys,
+			r.Replica,
+			max(r.ReplicaTTL.Milliseconds(), 0),
+			max(r.Requests, 0),
+			max(r.Tokens, 0),
+			max(r.Debt, 0),
+			max(r.RPM, 0), max(r.TPM, 0), max(r.RPD, 0),
+			dayEnd,
+			ceilMillis(r.Probe),
+			strconv.FormatUint(r.Version, 10),
+			max(r.Failures, 0),
+			answered,
+		).Slice()
+	})
 	if err != nil {
 		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
 	}
@@ -189,10 +241,34 @@ func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact)
 	}
 	base := s.base(project)
 	keys := []string{base + "version", base + "facts", base + "m:" + f.Model + ":probe:" + f.Endpoint}
-	if err := publishScript.Run(ctx, s.rdb, keys, fieldOf(f), raw).Err(); err != nil {
+	_, err = await(ctx, s.watchesCtx, func() (struct{}, error) {
+		return struct{}{}, publishScript.Run(ctx, s.rdb, keys, fieldOf(f), raw, base+"changed").Err()
+	})
+	if err != nil {
 		return fmt.Errorf("redisstore: publish: %w", err)
 	}
 	return nil
+}
+
+// Subscribe implements geminiguard.Subscriber on Redis pub/sub: Publish
+// tells the channel prefix:{project}:changed, and a goroutine of the
+// subscription reads it and calls changed. go-redis re-subscribes after a
+// lost connection; what was published meanwhile is missed (the Client
+// then reads it at its next round trip). stop closes the subscription and
+// waits for its goroutine.
+func (s *Store) Subscribe(project string, changed func()) (stop func()) {
+	ps := s.rdb.Subscribe(context.Background(), s.base(project)+"changed")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ps.Channel() {
+			changed()
+		}
+	}()
+	return func() {
+		ps.Close()
+		<-done
+	}
 }
 
 // fieldOf returns the facts hash's field of f: what f replaces, one per

@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
 		{"LimitMerge", limitMerge},
 		{"MissingListedMerge", missingListedMerge},
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
+		{"SubscribersHearChanges", subscribersHearChanges},
 		{"EndedFactsAbsent", endedFactsAbsent},
 		{"FactsByVersion", factsByVersion},
 		{"AtDefaultsToNow", atDefaultsToNow},
@@ -313,6 +314,39 @@ func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
 	publish(t, s, embed)
 	_, got = current(t, s)
 	assert.Equal(t, shows(closed, embed), got, "endpoints are apart")
+}
+
+// subscribersHearChanges: a Subscriber's changed runs after a Publish that
+// changed the facts, and not after its stop.
+func subscribersHearChanges(t *testing.T, s geminiguard.SharedState) {
+	sub, ok := s.(geminiguard.Subscriber)
+	if !ok {
+		t.Skip("not a Subscriber")
+	}
+	heard := func() (chan struct{}, func()) {
+		ch := make(chan struct{}, 16)
+		stop := sub.Subscribe(project, func() { ch <- struct{}{} })
+		return ch, stop
+	}
+	wait := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: changed not called within 5s", what)
+		}
+	}
+	first, stopFirst := heard()
+	now := time.Now()
+	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)})
+	wait(first, "a new fact")
+	stopFirst()
+
+	second, stopSecond := heard()
+	defer stopSecond()
+	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(2 * time.Minute)})
+	wait(second, "a later Until")
+	assert.Empty(t, first, "changed called after stop")
 }
 
 func failuresAcrossReplicas(t *testing.T, s geminiguard.SharedState) {

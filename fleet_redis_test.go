@@ -1,0 +1,251 @@
+package geminiguard_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+	"github.com/geminiguard/geminiguard/internal/redisserver"
+	"github.com/geminiguard/geminiguard/redisstore"
+)
+
+// Fleet mode on a real redis-server, which runs in real time: these tests
+// never wait on a timer; each one's figures are counts, not durations.
+
+// redisClient returns a go-redis client of srv as a user would configure
+// one for fleet mode, closed by t's cleanup.
+func redisClient(t *testing.T, srv *redisserver.Server) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// patientStore lengthens the store's timeout for the test: bursts of
+// calls under -race on two cores can take Redis round trips past 30ms,
+// which would (rightly) send the replicas off on their own, and the test is
+// of sharing, not of a slow store.
+func patientStore(t *testing.T) {
+	old := *geminiguard.SharedTimeout
+	*geminiguard.SharedTimeout = time.Second
+	t.Cleanup(func() { *geminiguard.SharedTimeout = old })
+}
+
+// callAll sends calls calls at once, spread over the fleet, and returns
+// how many failed.
+func callAll(t *testing.T, fleet []*geminiguard.Client, calls int) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed := 0
+	for i := range calls {
+		c := fleet[i%len(fleet)]
+		wg.Go(func() {
+			if _, _, err := ask(t.Context(), c, ""); err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// TestRedisFleetSharesTheProjectQuota: 5 replicas, each given the project's
+// RPM (30), get a burst of 60 calls. On their own they send the primary
+// more than its quota and collect server 429s; sharing Redis, they send it
+// the quota at the headroom (24) and get none.
+func TestRedisFleetSharesTheProjectQuota(t *testing.T) {
+	patientStore(t)
+	rdb := redisClient(t, redisserver.Start(t))
+	for _, shared := range []bool{false, true} {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Quota: geminitest.Quota{RPM: 30}},
+			geminitest.Model{Name: flash},
+		)
+		var store geminiguard.SharedState
+		if shared {
+			store = redisstore.New(rdb, redisstore.WithPrefix(t.Name()))
+		}
+		fleet := newFleet(t, srv, 5, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}))
+		failed := callAll(t, fleet, 60)
+		upstream429 := rateLimited(fleet, pro)
+		proAnswers := srv.Hits(pro, geminitest.VerbGenerate) - int(upstream429)
+		t.Logf("shared=%v: %d server 429s, %d failed, the primary answered %d of 60", shared, upstream429, failed, proAnswers)
+		assert.Zero(t, failed)
+		if !shared {
+			assert.Positive(t, upstream429, "replicas on their own overshoot the quota")
+			continue
+		}
+		assert.Zero(t, upstream429)
+		// A replica's lease in a burst may hold a request or two no call
+		// of its own needed by the time it came back.
+		assert.GreaterOrEqual(t, proAnswers, 21, "the primary serves its quota at the headroom")
+		assert.LessOrEqual(t, proAnswers, 24)
+		assert.True(t, fleet[0].Stats().Fleet.Connected)
+	}
+}
+
+// TestRedisFleetDailyQuotaAndOpenBreakerHoldForAll: a daily-quota 429 seen
+// by one replica keeps the model out for all (one request from the fleet),
+// and so does a breaker one replica opened.
+func TestRedisFleetDailyQuotaAndOpenBreakerHoldForAll(t *testing.T) {
+	patientStore(t)
+	rdb := redisClient(t, redisserver.Start(t))
+	srv := geminitest.New(
+		geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.DailyQuota}}},
+		geminitest.Model{Name: flash, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}},
+		geminitest.Model{Name: lite},
+	)
+	fleet := newFleet(t, srv, 5, redisstore.New(rdb, redisstore.WithPrefix(t.Name())),
+		geminiguard.WithCascade(pro, flash, lite),
+		geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 1000}), geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1000}),
+		geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: time.Hour, DeadAfter: -1}),
+		geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
+	for i := range 3 { // replica 0: pro's daily quota, then flash's 3 failures open its breaker
+		_, rec, err := ask(t.Context(), fleet[0], "")
+		require.NoError(t, err, "call %d", i)
+		assert.Equal(t, lite, rec.Model)
+	}
+	require.Equal(t, geminiguard.StateOpen, fleet[0].Stats().Models[1].State)
+	for i, c := range fleet[1:] {
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, lite, rec.Model, "replica %d", i+1)
+		st := c.Stats().Models
+		assert.False(t, st[0].CoolDownUntil.IsZero(), "replica %d cools the primary down", i+1)
+		assert.Equal(t, geminiguard.StateOpen, st[1].State, "replica %d", i+1)
+	}
+	assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbGenerate), "requests to the exhausted primary")
+	assert.Equal(t, 3, srv.Hits(flash, geminitest.VerbGenerate), "requests to the dead secondary")
+}
+
+// TestRedisFleetRidesOutRedisKilledAndRestarted: with Redis killed mid-run
+// every call is still answered, each replica on its share of the limit;
+// once Redis is back, the replicas rejoin and share again.
+func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
+	patientStore(t)
+	defer func(d time.Duration) { *geminiguard.StoreOpenFor = d }(*geminiguard.StoreOpenFor)
+	*geminiguard.StoreOpenFor = 50 * time.Millisecond
+	redisSrv := redisserver.Start(t)
+	rdb := redisClient(t, redisSrv)
+	srv := geminitest.New(
+		geminitest.Model{Name: pro},
+		geminitest.Model{Name: flash},
+	)
+	fleet := newFleet(t, srv, 3, redisstore.New(rdb, redisstore.WithPrefix(t.Name())),
+		geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 300}))
+	for range 2 { // every replica registers, then hears of the others
+		for _, c := range fleet {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, 3, fleet[0].Stats().Fleet.Replicas)
+
+	redisSrv.Kill()
+	require.Zero(t, callAll(t, fleet, 30), "calls fail while Redis is down")
+	var uncoordinated int64
+	for _, c := range fleet {
+		st := c.Stats().Fleet
+		assert.False(t, st.Connected)
+		uncoordinated += st.Uncoordinated
+	}
+	assert.Positive(t, uncoordinated, "requests sent on the replicas' own shares while Redis was down")
+
+	redisSrv.Restart()
+	for _, c := range fleet { // each replica rejoins on a call once its store breaker lets it try
+		deadline := time.Now().Add(10 * time.Second)
+		for !c.Stats().Fleet.Connected && time.Now().Before(deadline) {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		require.True(t, c.Stats().Fleet.Connected, "rejoined")
+	}
+	// go-redis re-subscribes a moment after Redis is back: until every
+	// replica hears a canary fact, what is published may be heard only at
+	// the next round trip.
+	canary := redisstore.New(rdb, redisstore.WithPrefix(t.Name()))
+	require.Eventually(t, func() bool {
+		now := time.Now()
+		_ = canary.Publish(t.Context(), geminiguard.ProjectOf(fleet[0]), geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: "canary", At: now, Until: now.Add(time.Hour)})
+		for _, c := range fleet {
+			if !slices.ContainsFunc(c.Stats().Models, func(m geminiguard.ModelStats) bool { return m.Model == "canary" }) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "every replica hears from Redis again")
+
+	srv.Script(pro, geminitest.Step{Fault: geminitest.DailyQuota})
+	before := srv.Hits(pro, geminitest.VerbGenerate)
+	_, rec, err := ask(t.Context(), fleet[0], "")
+	require.NoError(t, err)
+	assert.Equal(t, flash, rec.Model)
+	// The others hear of it from Redis at once, holding leased requests
+	// or not; over a socket "at once" is not "before the next statement".
+	require.Eventually(t, func() bool {
+		for _, c := range fleet {
+			if c.Stats().Models[0].CoolDownUntil.IsZero() {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "every replica cools the primary down")
+	for _, c := range fleet[1:] {
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+	}
+	assert.Equal(t, before+1, srv.Hits(pro, geminitest.VerbGenerate), "sharing resumed: one request to the exhausted primary")
+}
+
+// TestRedisFleetPausedRedisDelaysOneCall: with Redis paused (CLIENT PAUSE),
+// one call waits for the store's timeout; the calls after it do not ask the
+// store until its breaker lets them try again. So also with a go-redis
+// client left without ContextTimeoutEnabled, which on its own would hold
+// the call for the whole pause.
+func TestRedisFleetPausedRedisDelaysOneCall(t *testing.T) {
+	for _, ctxTimeouts := range []bool{true, false} {
+		t.Run(fmt.Sprint("ContextTimeoutEnabled=", ctxTimeouts), func(t *testing.T) {
+			testPausedRedis(t, ctxTimeouts)
+		})
+	}
+}
+
+func testPausedRedis(t *testing.T, ctxTimeouts bool) {
+	redisSrv := redisserver.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
+	defer rdb.Close()
+	srv := geminitest.New(geminitest.Model{Name: pro})
+	c := newFleet(t, srv, 1, redisstore.New(rdb, redisstore.WithPrefix(t.Name())),
+		geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 1000}))[0]
+	_, _, err := ask(t.Context(), c, "")
+	require.NoError(t, err)
+
+	admin := redis.NewClient(&redis.Options{Addr: redisSrv.Addr()})
+	defer admin.Close()
+	require.NoError(t, admin.Do(context.Background(), "CLIENT", "PAUSE", "2000", "ALL").Err())
+	defer admin.Do(context.Background(), "CLIENT", "UNPAUSE") // the command left in flight then ends
+	before := c.Stats().Fleet
+	var took []time.Duration
+	for range 5 {
+		start := time.Now()
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		took = append(took, time.Since(start).Round(time.Millisecond))
+	}
+	after := c.Stats().Fleet
+	t.Logf("calls with Redis paused took %v", took)
+	assert.Equal(t, before.RoundTrips+1, after.RoundTrips, "one call asked the paused store")
+	assert.Equal(t, before.Failures+1, after.Failures, "and timed out")
+	assert.Equal(t, before.Uncoordinated+5, after.Uncoordinated)
+}
