@@ -16,7 +16,8 @@
 // free loopback port, a temporary directory, no persistence; stopped at
 // exit, Ctrl-C included), and then plays a third part: Redis killed in the
 // middle of the burst and restarted, the calls still answered while the
-// replicas carry on alone, counted as uncoordinated, until they rejoin.
+// replicas carry on alone, counted as uncoordinated, until they rejoin
+// (not with -redis: the program kills only a Redis it started).
 // Without redis-server it says so and shares the state in memory
 // (geminiguard.NewMemoryState). The burst takes a few seconds of real time:
 // Redis's clock is real.
