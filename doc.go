@@ -133,6 +133,17 @@
 // "vertex/"+model on Vertex AI. A project-wide failure of sdk (a refused
 // credential) cools only the entries that use it.
 //
+// # Fleet mode
+//
+// Quotas belong to the Google project, not the process. WithSharedState makes
+// a Client one replica of a fleet sharing a SharedState (package redisstore
+// keeps it on Redis; NewMemoryState in memory): limits are counted across
+// the fleet, a cool-down, an open breaker or a learned limit seen by one
+// replica holds for all, failures are counted across the fleet, and the
+// fleet sends an open model one probe. A store that is down or slow never
+// fails a call: the Client carries on alone on its share of the limits and
+// says so (Stats.Fleet, a log line, the geminiguard.fleet.* metrics).
+//
 // # Testing
 //
 // The package is tested with the real SDK against an in-process fake of the
