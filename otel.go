@@ -177,7 +177,7 @@ func (ins *instruments) init(m metric.Meter) {
 		metric.WithDescription("Requests let through on the replica's share of the limits while the shared state was unreachable."))
 	ins.fleetReplicas, _ = m.Int64ObservableGauge("geminiguard.fleet.replicas", metric.WithUnit("{replica}"),
 		metric.WithDescription("Replicas of the project live at the last lease, this one included."))
-	ins.fleetConnected, _ = m.Int64ObservableGauge("geminiguard.fleet.connected", metric.WithUnit("1"),
+	ins.fleetConnected, _ = m.Int64ObservableGauge("geminiguard.fleet.connected",
 		metric.WithDescription("1 while the shared state answers, 0 while the replica carries on alone."))
 	ins.breakerState, _ = m.Int64ObservableGauge("geminiguard.breaker.state", metric.WithUnit("{state}"),
 		metric.WithDescription("Breaker state by model and endpoint: 0 closed, 1 open, 2 half-open."))

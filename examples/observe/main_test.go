@@ -78,7 +78,7 @@ func TestDashboardQueriesExistingSeries(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &dash))
 	assert.GreaterOrEqual(t, dash.SchemaVersion, 39)
-	require.Len(t, dash.Panels, 8)
+	require.Len(t, dash.Panels, 9)
 
 	metrics, _ := scrape(t)
 	metric := regexp.MustCompile(`\b((?:gen_ai|geminiguard)_[a-z_]+)[{\[]`) // a series selector, not a label
@@ -88,7 +88,7 @@ func TestDashboardQueriesExistingSeries(t *testing.T) {
 			names := metric.FindAllStringSubmatch(tg.Expr, -1)
 			require.NotEmpty(t, names, "panel %q: %s", p.Title, tg.Expr)
 			for _, m := range names {
-				assert.Regexp(t, `(?m)^`+m[1]+`\{`, metrics, "panel %q reads %s", p.Title, m[1])
+				assert.Regexp(t, `(?m)^`+m[1]+`[{ ]`, metrics, "panel %q reads %s", p.Title, m[1])
 			}
 		}
 	}
