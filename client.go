@@ -22,6 +22,7 @@ type modelsAPI interface {
 	GenerateContentStream(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error]
 	List(ctx context.Context, config *genai.ListModelsConfig) (genai.Page[genai.Model], error)
 	CountTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.CountTokensConfig) (*genai.CountTokensResponse, error)
+	ComputeTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.ComputeTokensConfig) (*genai.ComputeTokensResponse, error)
 	EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error)
 }
 
@@ -246,27 +247,63 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 //
 // Errors: those of EmbedContent.
 func (c *Client) CountTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.CountTokensConfig) (*genai.CountTokensResponse, error) {
+	sent := countConfig(config, c.sdkRetries)
+	return tokenCall(ctx, c, "CountTokens", model, contents, func(ctx context.Context, api modelsAPI, wire string) (*genai.CountTokensResponse, error) {
+		return api.CountTokens(ctx, wire, contents, sent)
+	})
+}
+
+// ComputeTokens returns the tokens of contents as model splits them, with
+// their ids, one TokensInfo per content. Only Vertex AI serves it: model
+// must be called through a Vertex AI SDK client (the Client's own, or a
+// WithModelBackend entry's). It goes as CountTokens does: through the
+// breaker of the model's countTokens endpoint (the one CountTokens uses) and
+// classifier-driven retries, not through the limiter, with no cascade and
+// no Fallback. The caller's config is never mutated.
+//
+// Errors: those of CountTokens; on the Gemini API, before anything is
+// sent, an error that Classify reads as ClassBadRequest, saying to count
+// with CountTokens instead.
+func (c *Client) ComputeTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.ComputeTokensConfig) (*genai.ComputeTokensResponse, error) {
+	if model != "" && !c.vertex(c.model(strings.TrimPrefix(model, "models/"))) {
+		return nil, &requestError{where: fmt.Sprintf("ComputeTokens' model %q", model), what: "is called on the Gemini API, which has no computeTokens (Vertex AI only)",
+			fix: "count tokens with CountTokens, or call the model through a Vertex AI SDK client (WithGenAIClient, WithModelBackend)"}
+	}
+	var cfg genai.ComputeTokensConfig
+	if config != nil {
+		cfg = *config
+	}
+	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.sdkRetries)
+	return tokenCall(ctx, c, "ComputeTokens", model, contents, func(ctx context.Context, api modelsAPI, wire string) (*genai.ComputeTokensResponse, error) {
+		return api.ComputeTokens(ctx, wire, contents, &cfg)
+	})
+}
+
+// tokenCall sends one request of model's countTokens endpoint (CountTokens,
+// ComputeTokens, named by method in errors) through its breaker and
+// classifier-driven retries: not the limiter (free of quota), no cascade,
+// no Fallback. send makes the request through api as the model named wire.
+func tokenCall[R any](ctx context.Context, c *Client, method, model string, contents []*genai.Content, send func(ctx context.Context, api modelsAPI, wire string) (R, error)) (R, error) {
+	var zero R
 	if err := checkContents(contents); err != nil {
-		return nil, err
+		return zero, err
 	}
 	if model == "" {
-		return nil, &requestError{where: "CountTokens' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
+		return zero, &requestError{where: method + "' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
 	}
-	cc := newCall[*genai.CountTokensResponse](ctx, c, endpointCount, model, contents)
-	cc.only = true
-	sent := countConfig(config, c.sdkRetries)
-	cc.send = func(ctx context.Context, _ *call[*genai.CountTokensResponse], m *modelState) (*genai.CountTokensResponse, error) {
-		return c.modelsFor(m).CountTokens(ctx, m.wire, contents, sent)
+	tc := newCall[R](ctx, c, endpointCount, model, contents)
+	tc.only = true
+	tc.send = func(ctx context.Context, _ *call[R], m *modelState) (R, error) {
+		return send(ctx, c.modelsFor(m), m.wire)
 	}
-	return cc.run(ctx)
+	return tc.run(ctx)
 }
 
 // GenAI returns the SDK client the Client calls through, for what
-// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings,
-// ComputeTokens, ...). Calls made on it bypass the chain: no limiter,
-// breaker, retry, cascade or Fallback, and Stats does not see them. With
-// WithGenAIClient it is the client given; otherwise the one New built, whose
-// own retry is off. Safe for concurrent use, as the SDK's client is.
+// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings, ...).
+// Calls made on it bypass the chain: no limiter, breaker, retry, cascade or
+// Fallback, and Stats does not see them. With WithGenAIClient it is the
+// client given; otherwise the one New built, whose own retry is off. Safe for concurrent use, as the SDK's client is.
 func (c *Client) GenAI() *genai.Client {
 	return c.sdk()
 }

@@ -19,7 +19,7 @@ import (
 func TestCountTokensGoesThroughRetryAndItsOwnBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
-		tr := &failingCounts{base: srv.Transport(), fail: 1}
+		tr := &failingCounts{base: srv.Transport(), verb: geminitest.VerbCountTokens, fail: 1}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHTTPClient(&http.Client{Transport: tr}),
 			geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1}), geminiguard.WithHeadroom(1))
 		_, _, err := ask(t.Context(), c, "") // the one request a minute RPM allows
@@ -40,6 +40,67 @@ func TestCountTokensGoesThroughRetryAndItsOwnBreaker(t *testing.T) {
 	})
 }
 
+// TestComputeTokensOnVertexGoesThroughRetry: on Vertex AI, ComputeTokens
+// answers each content's tokens after a 503 retried, on the countTokens
+// breaker, as does a WithModelBackend entry on Vertex AI of a Client on the
+// Gemini API.
+func TestComputeTokensOnVertexGoesThroughRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.NewVertex("my-project", "us-central1", geminitest.Model{Name: flash})
+		cfg := srv.ClientConfig()
+		tr := &failingCounts{base: cfg.HTTPClient.Transport, verb: geminitest.VerbComputeTokens, fail: 1}
+		cfg.HTTPClient.Transport = tr
+		sdk, err := genai.NewClient(t.Context(), cfg)
+		require.NoError(t, err)
+		c, err := geminiguard.New(t.Context(), geminiguard.WithGenAIClient(sdk), geminiguard.WithCascade(flash), geminiguard.WithStartupCheck(false))
+		require.NoError(t, err)
+		var rec geminiguard.CallRecord
+
+		resp, err := c.ComputeTokens(geminiguard.WithCallRecord(t.Context(), &rec), flash, genai.Text("How many tokens?"), nil)
+
+		require.NoError(t, err, "a 503, then a retry that answers")
+		require.Len(t, resp.TokensInfo, 1)
+		assert.Equal(t, genai.RoleUser, resp.TokensInfo[0].Role)
+		assert.Len(t, resp.TokensInfo[0].Tokens, 4, "16 characters, in the fake's 4-character tokens")
+		assert.Len(t, resp.TokensInfo[0].TokenIDs, 4)
+		assert.Equal(t, 1, tr.failed, "one failed request")
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbComputeTokens), "then one answered")
+		assert.Equal(t, flash, rec.Model)
+		assert.Len(t, rec.Attempts, 2)
+		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State, "the generation breaker saw nothing")
+
+		gemini := geminitest.New(geminitest.Model{Name: flash})
+		mixed := newClient(t, gemini, nil, geminiguard.WithCascade(flash, vertexFlash),
+			geminiguard.WithModelBackend(vertexFlash, flash, sdk), geminiguard.WithStartupCheck(false))
+		resp, err = mixed.ComputeTokens(t.Context(), vertexFlash, genai.Text("Hi"), nil)
+		require.NoError(t, err, "the entry's requests go to Vertex AI")
+		assert.Equal(t, [][]byte{[]byte("Hi")}, resp.TokensInfo[0].Tokens)
+		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbComputeTokens))
+	})
+}
+
+// TestComputeTokensRefusedOnTheGeminiAPI: the Gemini API has no
+// computeTokens; the call is refused before any request, pointing to
+// CountTokens.
+func TestComputeTokensRefusedOnTheGeminiAPI(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash})
+		tr := &failingCounts{base: srv.Transport(), verb: geminitest.VerbComputeTokens}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHTTPClient(&http.Client{Transport: tr}),
+			geminiguard.WithStartupCheck(false))
+
+		resp, err := c.ComputeTokens(t.Context(), flash, genai.Text("How many tokens?"), nil)
+
+		require.Error(t, err)
+		assert.Nil(t, resp)
+		assert.Equal(t, geminiguard.ClassBadRequest, geminiguard.Classify(err).Class)
+		assert.Contains(t, err.Error(), "Vertex AI only")
+		assert.Contains(t, err.Error(), "CountTokens")
+		assert.Zero(t, tr.seen, "nothing sent")
+		assert.Zero(t, c.Stats().Calls)
+	})
+}
+
 func TestGenAIIsTheClientCalledThrough(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
@@ -53,16 +114,20 @@ func TestGenAIIsTheClientCalledThrough(t *testing.T) {
 	})
 }
 
-// failingCounts answers the first fail countTokens requests with a 503 in
-// the API's body, then passes them to base. Not safe for concurrent use.
+// failingCounts answers the first fail requests of verb with a 503 in the
+// API's body, then passes them to base; it counts every request it sees.
+// Not safe for concurrent use.
 type failingCounts struct {
 	base   http.RoundTripper
+	verb   geminitest.Verb
 	fail   int
 	failed int
+	seen   int
 }
 
 func (f *failingCounts) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, ":countTokens") && f.failed < f.fail {
+	f.seen++
+	if strings.HasSuffix(req.URL.Path, ":"+string(f.verb)) && f.failed < f.fail {
 		f.failed++
 		return &http.Response{StatusCode: 503, Status: "503 Service Unavailable", Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader(`{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`)), Request: req}, nil

@@ -132,6 +132,8 @@
 // against sdk's model list, and its shutdown date looked up as
 // "vertex/"+model on Vertex AI. A project-wide failure of sdk (a refused
 // credential) cools only the entries that use it.
+// Client.ComputeTokens, which only Vertex AI serves, goes through the chain
+// as Client.CountTokens does; on the Gemini API it is refused unsent.
 //
 // # Fleet mode
 //

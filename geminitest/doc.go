@@ -66,8 +66,9 @@
 // # Vertex AI
 //
 // NewVertex(project, location, models...) is a Server on Vertex AI's paths
-// and error bodies; its ClientConfig has the Vertex AI backend and looks up
-// no Google credentials. Test a cascade across the Gemini API and Vertex AI
+// and error bodies, and serves computeTokens, which only Vertex AI has; its
+// ClientConfig has the Vertex AI backend and looks up no Google
+// credentials. Test a cascade across the Gemini API and Vertex AI
 // with two Servers, one of each:
 //
 //	gemini := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash"})

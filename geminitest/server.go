@@ -37,6 +37,11 @@ const (
 	VerbEmbed       Verb = "batchEmbedContents"
 	VerbGet         Verb = "get"
 	VerbList        Verb = "list"
+
+	// VerbComputeTokens is Vertex AI's computeTokens (the tokens
+	// themselves, not their count), served by a Server made by NewVertex
+	// only: the Gemini API has no such method.
+	VerbComputeTokens Verb = "computeTokens"
 )
 
 // Server is an in-process Gemini API. It implements http.Handler for
@@ -223,7 +228,7 @@ func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
 // (paged), GET {model}, POST {model}:generateContent,
 // {model}:streamGenerateContent?alt=sse, {model}:countTokens and
 // {model}:batchEmbedContents; a Server made by NewVertex serves Vertex AI's
-// routes instead (see there). Anything else is a 404.
+// routes instead, computeTokens among them (see there). Anything else is a 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok := s.parseRoute(r)
 	if !ok {
@@ -259,6 +264,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.get(w, rt.model)
 	case rt.verb == VerbCountTokens:
 		countTokens(w, body)
+	case rt.verb == VerbComputeTokens:
+		computeTokens(w, body)
 	case rt.verb == VerbEmbed:
 		s.embed(w, r, rt, req, body)
 	case rt.verb == VerbStream && r.URL.Query().Get("alt") != "sse":

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"google.golang.org/genai"
@@ -46,6 +47,10 @@ type vertexSite struct {
 // in Vertex AI express mode, the API key Key; anything else is answered 401
 // UNAUTHENTICATED. Embedding requests (embedContent, and predict for
 // gemini-embedding-001 and the text-embedding models) count as VerbEmbed.
+// computeTokens, which only Vertex AI serves, counts as VerbComputeTokens:
+// it answers, per content, its role and its tokens as the fake splits them
+// (every 4 characters of text, as the fake's countTokens counts), each with
+// a token id derived from its bytes.
 //
 // A cascade that spans the Gemini API and Vertex AI is tested with two
 // Servers, one of each, so that the same model can fail on one and answer on
@@ -130,7 +135,7 @@ func (s *Server) parseVertexRoute(r *http.Request) (route, bool) {
 		return rt, r.Method == http.MethodGet && !rt.scoped
 	}
 	switch v := Verb(verb); v {
-	case VerbGenerate, VerbStream, VerbCountTokens:
+	case VerbGenerate, VerbStream, VerbCountTokens, VerbComputeTokens:
 		rt.verb = v
 	case verbEmbedVertex, verbPredict:
 		rt.verb, rt.embedAs = VerbEmbed, verb
@@ -322,3 +327,49 @@ func (s *Server) writeVertexFault(w http.ResponseWriter, rt route, f Fault, mode
 	}
 	return true
 }
+
+// computeTokens answers Vertex AI's computeTokens: one tokensInfo per
+// content, in order, with its role, its tokens (base64 in JSON, as bytes
+// are) and their ids (int64 as JSON strings, as Vertex AI sends them), e.g.
+//
+//	{"tokensInfo":[{"tokens":["SGVs","bG8h"],"tokenIds":["90211","1804"],"role":"user"}]}
+//
+// The tokens are the content's text in runs of 4 characters, so that their
+// number is what countTokens answers for the same content.
+func computeTokens(w http.ResponseWriter, body []byte) {
+	var req struct {
+		Contents []*genai.Content `json:"contents"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Contents) == 0 {
+		writeError(w, invalidArgument(invalidArgumentMessage))
+		return
+	}
+	type tokensInfo struct {
+		Tokens   [][]byte `json:"tokens"`
+		TokenIDs []string `json:"tokenIds"`
+		Role     string   `json:"role,omitempty"`
+	}
+	out := struct {
+		TokensInfo []tokensInfo `json:"tokensInfo"`
+	}{TokensInfo: make([]tokensInfo, 0, len(req.Contents))}
+	for _, c := range req.Contents {
+		info := tokensInfo{Tokens: [][]byte{}, TokenIDs: []string{}}
+		if c != nil {
+			info.Role = c.Role
+		}
+		runes := []rune(text(c))
+		for i := 0; i < len(runes); i += 4 {
+			tok := []byte(string(runes[i:min(i+4, len(runes))]))
+			h := fnv.New32a()
+			_, _ = h.Write(tok) // a hash never fails to write
+			info.Tokens = append(info.Tokens, tok)
+			info.TokenIDs = append(info.TokenIDs, strconv.FormatUint(uint64(h.Sum32()%vocabulary), 10))
+		}
+		out.TokensInfo = append(out.TokensInfo, info)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// vocabulary bounds the fake's token ids, as a tokenizer's vocabulary
+// (Gemini's has 256k entries) bounds real ones.
+const vocabulary = 262144

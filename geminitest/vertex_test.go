@@ -1,6 +1,8 @@
 package geminitest_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -156,4 +158,44 @@ func TestVertexOverSockets(t *testing.T) {
 	r, err := newClient(t, cfg).Models.GenerateContent(t.Context(), flash, prompt("hi"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, fake.FullText(flash), r.Text())
+}
+
+// TestVertexComputeTokens: computeTokens answers in Vertex AI's shape (token
+// ids as JSON strings, tokens as base64), which the SDK decodes, one
+// tokensInfo per content with its role; the Gemini API has no such path.
+func TestVertexComputeTokens(t *testing.T) {
+	fake := geminitest.NewVertex(vertexProject, vertexLocation, geminitest.Model{Name: flash})
+	cfg := fake.ClientConfig()
+	var raw string
+	next := cfg.HTTPClient.Transport
+	cfg.HTTPClient.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(r)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			raw, resp.Body = string(b), io.NopCloser(bytes.NewReader(b))
+		}
+		return resp, err
+	})
+	c := newClient(t, cfg)
+	contents := []*genai.Content{genai.NewContentFromText("Hello!", genai.RoleUser), genai.NewContentFromText("Hi there", genai.RoleModel)}
+
+	r, err := c.Models.ComputeTokens(t.Context(), flash, contents, nil)
+
+	require.NoError(t, err)
+	require.Len(t, r.TokensInfo, 2)
+	assert.Equal(t, genai.RoleUser, r.TokensInfo[0].Role)
+	assert.Equal(t, [][]byte{[]byte("Hell"), []byte("o!")}, r.TokensInfo[0].Tokens)
+	assert.Len(t, r.TokensInfo[0].TokenIDs, 2)
+	assert.Equal(t, genai.RoleModel, r.TokensInfo[1].Role)
+	assert.Equal(t, [][]byte{[]byte("Hi t"), []byte("here")}, r.TokensInfo[1].Tokens)
+	assert.Contains(t, raw, `"tokens":["SGVsbA==","byE="],"tokenIds":["`, "base64 tokens, ids as strings")
+	assert.Equal(t, 1, fake.Hits(flash, geminitest.VerbComputeTokens))
+	assert.Zero(t, fake.Hits(flash, geminitest.VerbCountTokens))
+
+	gemini := geminitest.New(geminitest.Model{Name: flash})
+	req := httptest.NewRequest(http.MethodPost, "/v1beta/models/"+flash+":computeTokens", strings.NewReader(`{"contents":[]}`))
+	req.Header.Set("X-Goog-Api-Key", geminitest.Key)
+	w := httptest.NewRecorder()
+	gemini.ServeHTTP(w, req)
+	assert.Equal(t, http.StatusNotFound, w.Code, "the Gemini API serves no computeTokens")
 }

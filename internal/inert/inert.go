@@ -59,6 +59,10 @@ func (a *API) CountTokens(context.Context, string, []*genai.Content, *genai.Coun
 	panic("inert: not used by the benchmarks")
 }
 
+func (a *API) ComputeTokens(context.Context, string, []*genai.Content, *genai.ComputeTokensConfig) (*genai.ComputeTokensResponse, error) {
+	panic("inert: not used by the benchmarks")
+}
+
 func (a *API) EmbedContent(context.Context, string, []*genai.Content, *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
 	panic("inert: not used by the benchmarks")
 }
