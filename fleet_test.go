@@ -338,3 +338,34 @@ func TestOTelFleetFigures(t *testing.T) {
 		assert.Zero(t, connected[0].Value)
 	})
 }
+
+// TestFleetModelListedAgainIsClearedFleetWide: a 404 on one replica keeps
+// the model out for every replica until a CheckCascade lists it again; that
+// listing ends it for the whole fleet, and no replica brings it back from
+// the shared state.
+func TestFleetModelListedAgainIsClearedFleetWide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.NotFound}}},
+			geminitest.Model{Name: flash},
+		)
+		fleet := newFleet(t, srv, 3, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		for i, c := range fleet {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, flash, rec.Model, "replica %d while the primary is missing", i)
+		}
+		require.Equal(t, 1, srv.Hits(pro, geminitest.VerbGenerate), "one 404 for the fleet")
+
+		_, err := fleet[0].CheckCascade(t.Context()) // the fake lists the primary: it is back
+		require.NoError(t, err)
+		for range 2 {
+			for i, c := range fleet {
+				_, rec, err := ask(t.Context(), c, "")
+				require.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "replica %d once the primary is listed again", i)
+			}
+			time.Sleep(2 * time.Second) // past every replica's next read of the fleet's facts
+		}
+	})
+}

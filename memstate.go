@@ -95,7 +95,8 @@ func replaces(f, old Fact) bool {
 	case FactCoolDown:
 		return f.Until.After(old.Until)
 	case FactOpen, FactClosed, FactMissing, FactListed:
-		return f.At.After(old.At)
+		return !f.At.Before(old.At) // at the same At, the later publish
+
 	case FactLimit:
 		return f.Limit < old.Limit
 	}

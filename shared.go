@@ -127,8 +127,8 @@ const (
 	// one; the fact ends at Until.
 	FactCoolDown FactKind = iota + 1
 	// FactOpen says Model's breaker of Endpoint opened at At, until Until.
-	// The latest At of FactOpen and FactClosed wins; a FactOpen ends at
-	// Until.
+	// The latest At of FactOpen and FactClosed wins (at the same At, the
+	// later publish); a FactOpen ends at Until.
 	FactOpen
 	// FactClosed says Model's breaker of Endpoint closed at At (a probe
 	// succeeded). It is kept for a minute, so that replicas hear it.
@@ -140,8 +140,8 @@ const (
 	// FactMissing says Model is not the project's to call since At, for
 	// Reason: retired (a 404), a quota of zero, a model-scoped permission
 	// error. It holds until a replica finds the model listed again
-	// (FactListed). The latest At of FactMissing and FactListed wins; a
-	// FactMissing is kept for a day.
+	// (FactListed). The latest At of FactMissing and FactListed wins (at
+	// the same At, the later publish); a FactMissing is kept for a day.
 	FactMissing
 	// FactListed says a replica's CheckCascade found Model listed at At. It
 	// is kept for a minute, so that replicas hear it.
