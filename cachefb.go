@@ -15,9 +15,12 @@ import (
 
 // AnswerCache stores recent good answers for WithAnswerCache, by a key the
 // Client computes (see WithAnswerCache). It is an
-// interface so that a store shared between processes (Redis, ...) can stand
-// in for the in-memory NewAnswerCache. Its methods must be safe for
-// concurrent use.
+// interface so that a store shared between processes can stand in for the
+// in-memory NewAnswerCache: redisstore.NewAnswerCache keeps it on Redis,
+// for every replica of a service. Its methods must be safe for concurrent
+// use, and must return promptly whatever the store's health (the Client
+// calls Put after each answered call and Get when every model failed):
+// bound each round trip and honour ctx.
 //
 // Put stores resp under key; it must not keep resp nor any value resp points
 // to (the caller owns and may change them): store a copy, e.g. its JSON. Put

@@ -2,6 +2,9 @@ package geminiguard
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -41,8 +44,17 @@ type idempotencyKey struct{}
 // SHA-256 of their JSON): a call with a key stored or in flight for a
 // different request fails, sending nothing, with an error that Classify
 // reads as ClassBadRequest. Keys are kept in memory, per Client, for the
-// 4096 most recently used keys. Streams (GenerateContentStream) ignore the
-// key.
+// 4096 most recently used keys; with WithSharedState on a store that keeps
+// answers (an AnswerStore: redisstore's, NewMemoryState's), a key's answer
+// is also kept there, for the project, so that the key replayed on any
+// replica gets it (sending nothing) and reused for a different request
+// fails on any replica. Only stored answers are shared: a replay on another
+// replica while the first call is still in flight sends its own call. The
+// store costs a call with a key a round trip before it sends (when this
+// Client has no answer for the key) and one after a model answered, each
+// bounded like every call to the store; a store that fails or is slow is
+// skipped, the key then kept by this Client alone. Streams
+// (GenerateContentStream) ignore the key.
 func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, idempotencyKey{}, key)
 }
@@ -99,6 +111,15 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 		}
 	}
 	f, lead := c.shared.keyed.join(key, d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
+		if a, ok := c.loadAnswer(ctx, key); ok {
+			// Another replica's answer (WithSharedState): kept here too.
+			if a.digest != d {
+				return nil, errKeyReused()
+			}
+			answers.Add(key, a)
+			*callRecordFrom(ctx) = CallRecord{Model: a.model, Latency: time.Since(start), CostKnown: true, Replayed: true}
+			return a.resp, nil
+		}
 		var resp *genai.GenerateContentResponse
 		var err error
 		if c.cfg.dedup {
@@ -108,8 +129,9 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 		}
 		if err == nil && !IsFallback(resp) {
 			// Stored before the flight ends: a call after it finds the answer.
-			rec := callRecordFrom(ctx)
-			answers.Add(key, storedAnswer{digest: d, resp: resp, model: rec.Model, expires: time.Now().Add(c.cfg.idempotencyTTL)})
+			a := storedAnswer{digest: d, resp: resp, model: callRecordFrom(ctx).Model, expires: time.Now().Add(c.cfg.idempotencyTTL)}
+			answers.Add(key, a)
+			c.storeAnswer(ctx, key, a)
 		}
 		return resp, err
 	}))
@@ -117,4 +139,73 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 		return nil, errKeyReused()
 	}
 	return await(ctx, start, f, lead, func(rec *CallRecord) { rec.Replayed = true })
+}
+
+// wireAnswer is a storedAnswer as an AnswerStore keeps it.
+type wireAnswer struct {
+	Digest   []byte                         `json:"d"`
+	Model    string                         `json:"m"`
+	Expires  int64                          `json:"x"` // unix milliseconds
+	Response *genai.GenerateContentResponse `json:"r"`
+}
+
+// answerStore returns the fleet's AnswerStore, nil when the Client has no
+// shared state or its state keeps no answers.
+func (c *Client) answerStore() AnswerStore {
+	if c.fleet == nil {
+		return nil
+	}
+	s, _ := c.fleet.store.(AnswerStore)
+	return s
+}
+
+// storeKey returns the key under which an AnswerStore keeps the answer of
+// an idempotency key: a hex SHA-256 of it, so that no caller's key reaches
+// the store.
+func storeKey(key string) string {
+	h := sha256.Sum256([]byte("geminiguard idempotency\x00" + key))
+	return hex.EncodeToString(h[:])
+}
+
+// storeAnswer keeps a in the fleet's AnswerStore, if any; a failure only
+// leaves a with this Client.
+func (c *Client) storeAnswer(ctx context.Context, key string, a storedAnswer) {
+	s := c.answerStore()
+	if s == nil {
+		return
+	}
+	b, err := json.Marshal(wireAnswer{Digest: a.digest[:], Model: a.model, Expires: a.expires.UnixMilli(), Response: a.resp})
+	if err != nil {
+		return
+	}
+	c.fleet.call(ctx, c, func(ctx context.Context) error {
+		return s.StoreAnswer(ctx, c.fleet.project, storeKey(key), b, c.cfg.idempotencyTTL)
+	})
+}
+
+// loadAnswer returns the answer the fleet's AnswerStore keeps for key, if
+// any and not expired; false when there is none, or no store, or the store
+// failed.
+func (c *Client) loadAnswer(ctx context.Context, key string) (storedAnswer, bool) {
+	s := c.answerStore()
+	if s == nil {
+		return storedAnswer{}, false
+	}
+	var b []byte
+	if !c.fleet.call(ctx, c, func(ctx context.Context) (err error) {
+		b, err = s.LoadAnswer(ctx, c.fleet.project, storeKey(key))
+		return err
+	}) || b == nil {
+		return storedAnswer{}, false
+	}
+	var w wireAnswer
+	if json.Unmarshal(b, &w) != nil || len(w.Digest) != len(digest{}) || w.Response == nil {
+		return storedAnswer{}, false
+	}
+	a := storedAnswer{resp: w.Response, model: w.Model, expires: time.UnixMilli(w.Expires)}
+	copy(a.digest[:], w.Digest)
+	if !time.Now().Before(a.expires) {
+		return storedAnswer{}, false
+	}
+	return a, true
 }

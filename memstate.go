@@ -29,6 +29,8 @@ type memoryState struct {
 	mu       sync.Mutex // guards projects and all they hold, and subs
 	projects map[string]*memProject
 	subs     map[string]map[*func()]struct{} // project → its subscribers' changed funcs
+	answers  map[string]memAnswer            // project + "\x00" + key → idempotency answer (AnswerStore)
+	swept    time.Time                       // when expired answers were last dropped
 }
 
 // Subscribe implements Subscriber: changed runs in the goroutine of the
@@ -330,4 +332,53 @@ func (s *memoryState) publish(project string, f Fact, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+var _ AnswerStore = (*memoryState)(nil)
+
+// memAnswer is an answer kept for an idempotency key, until expires.
+type memAnswer struct {
+	answer  []byte
+	expires time.Time
+}
+
+// answerSweep is how often StoreAnswer drops the expired answers.
+const answerSweep = time.Minute
+
+// StoreAnswer implements AnswerStore; it fails only when ctx ended.
+func (s *memoryState) StoreAnswer(ctx context.Context, project, key string, answer []byte, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answers == nil {
+		s.answers = make(map[string]memAnswer)
+	}
+	if now.Sub(s.swept) >= answerSweep {
+		for k, a := range s.answers {
+			if !now.Before(a.expires) {
+				delete(s.answers, k)
+			}
+		}
+		s.swept = now
+	}
+	s.answers[project+"\x00"+key] = memAnswer{answer: answer, expires: now.Add(ttl)}
+	return nil
+}
+
+// LoadAnswer implements AnswerStore; it fails only when ctx ended.
+func (s *memoryState) LoadAnswer(ctx context.Context, project, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.answers[project+"\x00"+key]
+	if !ok || !now.Before(a.expires) {
+		return nil, nil
+	}
+	return a.answer, nil
 }

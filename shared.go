@@ -50,6 +50,33 @@ type Subscriber interface {
 	Subscribe(project string, changed func()) (stop func())
 }
 
+// AnswerStore is a SharedState that also keeps the answers of idempotency
+// keys (WithIdempotencyKey), so that a key replayed on any replica of the
+// fleet gets the answer another replica stored, sending nothing, and a key
+// reused for a different request is refused fleet-wide. WithSharedState
+// uses it when the store has it; without it, a key's answer is kept by the
+// Client that called (calls in flight are joined per Client either way).
+// redisstore's Store and NewMemoryState's store are AnswerStores. It earns
+// its place as an optional interface, like Subscriber, so that a
+// SharedState need not keep answers.
+//
+// The Client encodes an answer itself (the request's digest, the model
+// that answered, the response's JSON): a store keeps the bytes as given.
+// key is a hex SHA-256 of the caller's idempotency key, never the key
+// itself. The Client changes neither the slice it gives StoreAnswer nor the
+// one LoadAnswer returns, so a store may keep and return them. Errors
+// never fail a call: the Client then keeps and looks up the key's answer
+// on its own (see WithSharedState for the deadline and breaker around
+// every call to the store).
+type AnswerStore interface {
+	// StoreAnswer keeps answer under project and key for ttl, replacing
+	// what was there.
+	StoreAnswer(ctx context.Context, project, key string, answer []byte, ttl time.Duration) error
+	// LoadAnswer returns the answer stored under project and key, nil
+	// when there is none or it expired.
+	LoadAnswer(ctx context.Context, project, key string) ([]byte, error)
+}
+
 // LeaseRequest is what Lease asks of a project's shared state. Every count
 // is of the project as a whole: the store adds up all replicas' leases.
 type LeaseRequest struct {

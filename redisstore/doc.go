@@ -1,6 +1,8 @@
 // Package redisstore keeps a fleet's shared state on Redis: a
 // geminiguard.SharedState for Clients of one Google project in many
-// processes, given to each with geminiguard.WithSharedState.
+// processes, given to each with geminiguard.WithSharedState, and an
+// answer cache shared by them (NewAnswerCache, for
+// geminiguard.WithAnswerCache).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	client, err := geminiguard.New(ctx,
@@ -12,7 +14,9 @@
 // Lease and Publish are each one round trip: one EVALSHA of a Lua script
 // (EVAL the first time a server sees it, after a restart or a SCRIPT
 // FLUSH), atomic on the server and timed by the server's clock (TIME), so
-// replicas' clocks never skew the windows or expiries.
+// replicas' clocks never skew the windows or expiries. StoreAnswer and
+// LoadAnswer (idempotency keys fleet-wide: geminiguard.AnswerStore) are
+// one SET PX and one GET.
 //
 // # Keys
 //
@@ -28,6 +32,12 @@
 //	                             the last 60 seconds (RPM and TPM)
 //	prefix:{P}:m:M:rpd:<dayEnd>  counter: requests in the Pacific day ending at dayEnd (unix s)
 //	prefix:{P}:m:M:probe:E       string: the replica holding the half-open probe slot
+//	prefix:{P}:idem:K            string: the answer of an idempotency key (AnswerStore), K a
+//	                             hex SHA-256 of the caller's key, expiring with the key's TTL
+//
+// NewAnswerCache, a geminiguard.AnswerCache on Redis that needs no fleet
+// mode, keeps each answer under prefix:cache:<key> (key: a model family
+// and a SHA-256 of the request), expiring with the cache's TTL.
 //
 // Every key expires: the window 61 s after its last write (older seconds
 // are pruned on each Lease), the day counter an hour after the day ends,
