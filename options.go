@@ -249,7 +249,10 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // learned limit seen by one replica hold for all of them. Give every
 // replica the same Limits (the project's, not a share of them), the same
 // key or Vertex AI project, and a SharedState of the same store: package
-// redisstore keeps it on Redis; NewMemoryState in this process.
+// redisstore keeps it on Redis; NewMemoryState in this process. A store that
+// is also a Subscriber tells replicas of new facts at once, and one that is
+// an AnswerStore keeps idempotent answers for the fleet (WithIdempotencyKey);
+// both of those are.
 //
 // Cost: a replica leases requests of each limited model in batches sized
 // to its recent traffic, so a call makes at most one round trip to the
