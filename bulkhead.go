@@ -233,12 +233,14 @@ func (b *bulkhead) enter(ctx context.Context) error {
 }
 
 // leave gives the slot back; an adaptive bulkhead learns how long the call
-// held it. The zero slot (no bulkhead) does nothing.
-func (s bulkheadSlot) leave() {
+// held it and whether it ended on a sign of overload (*err, the call's
+// error, read now: deferred, leave sees the call's end; nil when a panic
+// ended it). The zero slot (no bulkhead) does nothing.
+func (s bulkheadSlot) leave(err *error) {
 	switch {
 	case s.b == nil:
 	case s.b.adaptive:
-		s.b.release(time.Since(s.start)) // the second clock reading
+		s.b.release(time.Since(s.start), overloaded(*err)) // the second clock reading
 	default:
 		<-s.b.slots
 	}

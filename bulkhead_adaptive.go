@@ -95,8 +95,18 @@ func newAdaptiveLimit(algo Limit, ceiling int) adaptiveLimit {
 func (a *adaptiveLimit) current() int { return int(a.limit) }
 
 // update learns from one call that held its slot for rtt and ended with
-// inFlight calls holding slots, itself included.
-func (a *adaptiveLimit) update(rtt time.Duration, inFlight int) {
+// inFlight calls holding slots, itself included; dropped when it ended on a
+// sign of overload (see overloaded). AIMD backs off on a dropped call as on
+// a slow one (Netflix's AIMDLimit does on didDrop); the gradient reads
+// latency alone, as Gradient2Limit does. A dropped call's latency (a 503
+// comes fast) does not teach the no-load latency.
+func (a *adaptiveLimit) update(rtt time.Duration, inFlight int, dropped bool) {
+	if dropped {
+		if a.algo == LimitAIMD {
+			a.limit = min(max(float64(int(a.limit*aimdBackoff)), 1), a.ceiling)
+		}
+		return
+	}
 	r := max(float64(rtt), 1)
 	if a.samples < baseWarmup {
 		a.samples++
@@ -134,10 +144,10 @@ func (a *adaptiveLimit) update(rtt time.Duration, inFlight int) {
 // when the limit falls and handing them to the queue, longest waiting first,
 // when it rises. Nothing here blocks: it receives only slots it knows are
 // held and sends only where there is room.
-func (b *bulkhead) release(rtt time.Duration) {
+func (b *bulkhead) release(rtt time.Duration, dropped bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.lim.update(rtt, len(b.slots)-b.reserved)
+	b.lim.update(rtt, len(b.slots)-b.reserved, dropped)
 	want := cap(b.slots) - b.lim.current()
 	if b.reserved < want {
 		b.reserved++ // the call's own slot
@@ -156,4 +166,19 @@ func (b *bulkhead) release(rtt time.Duration) {
 		}
 	}
 	b.limit.Store(int64(b.lim.current()))
+}
+
+// overloaded reports whether a call that ended with err met a sign that the
+// models behind the bulkhead are overloaded: answers of 503, 5xx or 429, or
+// attempts that timed out. A refused request, a blocked prompt or the
+// caller giving up says nothing of their load.
+func overloaded(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch Classify(err).Class {
+	case ClassOverloaded, ClassServerError, ClassRateLimit, ClassTimeout:
+		return true
+	}
+	return false
 }

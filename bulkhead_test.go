@@ -320,3 +320,33 @@ func TestBulkheadAdaptiveLimitFollowsLatency(t *testing.T) {
 		assert.Equal(t, int(c.Stats().Calls), srv.Hits(flash, geminitest.VerbGenerate), "one request a call: none cut, none retried")
 	})
 }
+
+// TestBulkheadAIMDBacksOffOnFastOverloadAnswers: a model that answers 503
+// at once is overloaded, not fast: an AIMD bulkhead's limit falls on those
+// answers instead of rising to its ceiling, and so fewer calls at a time
+// reach the struggling model.
+func TestBulkheadAIMDBacksOffOnFastOverloadAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 1 << 20}), // the breaker stays out of it
+			geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 16, MaxQueue: 64, QueueTimeout: 5 * time.Minute, Limit: geminiguard.LimitAIMD}))
+		limit := func() int { return c.Stats().Bulkheads[0].Limit }
+		ask16 := func(rounds int) {
+			for range rounds {
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() { _, _ = timedAsk(feature("batch"), c) })
+				}
+				wg.Wait()
+			}
+		}
+		ask16(4)
+		require.Equal(t, 16, limit(), "1s answers: the limit rises to its ceiling")
+
+		srv.SetModel(geminitest.Model{Name: flash, Latency: 50 * time.Millisecond,
+			Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}})
+		ask16(2)
+		assert.LessOrEqual(t, limit(), 2, "fast 503s: the limit falls as on slow answers (16 × 0.9 per call)")
+	})
+}

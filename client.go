@@ -199,11 +199,12 @@ func (c *Client) generate(ctx context.Context, model string, contents []*genai.C
 	if err != nil {
 		return nil, err
 	}
-	defer bh.leave()
+	defer bh.leave(&err)
 	call := c.newGenerateCall(ctx, model, contents, config)
 	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
-	resp, err := call.observed(ctx)
+	var resp *genai.GenerateContentResponse
+	resp, err = call.observed(ctx)
 	if err == nil && c.cfg.answers != nil {
 		c.cacheAnswer(ctx, model, contents, config, resp)
 	}
@@ -228,14 +229,16 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 	if err != nil {
 		return nil, err
 	}
-	defer bh.leave()
+	defer bh.leave(&err)
 	ec := newCall[*genai.EmbedContentResponse](ctx, c, endpointEmbed, model, contents)
 	ec.only = true
 	sent := embedConfig(config, c.sdkRetries)
 	ec.send = func(ctx context.Context, _ *call[*genai.EmbedContentResponse], m *modelState) (*genai.EmbedContentResponse, error) {
 		return c.modelsFor(m).EmbedContent(ctx, m.wire, contents, sent)
 	}
-	return ec.observed(ctx)
+	var resp *genai.EmbedContentResponse
+	resp, err = ec.observed(ctx)
+	return resp, err
 }
 
 // CountTokens counts the tokens of contents as model would, through the

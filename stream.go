@@ -51,8 +51,8 @@ func (c *Client) GenerateContentStream(ctx context.Context, model string, conten
 			yield(nil, err)
 			return
 		}
-		defer bh.leave()
 		s := streamRun{c: c, ctx: ctx, model: model, contents: contents, config: config, start: time.Now(), rec: callRecordFrom(ctx)}
+		defer bh.leave(&s.err)
 		s.run(yield)
 	}
 }
@@ -74,8 +74,9 @@ type streamRun struct {
 	partial  strings.Builder // text yielded so far
 	yielded  int             // chunks yielded so far
 	fallback bool
-	resumes  int  // cuts healed by a resume
-	finished bool // counted in the statistics
+	resumes  int   // cuts healed by a resume
+	finished bool  // counted in the statistics
+	err      error // how the stream ended, once it has; nil: answered (or not ended)
 
 	spent spend // tokens and cost of the upstream streams
 }
@@ -88,7 +89,7 @@ func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) 
 	ended := false
 	defer endUnended(span, &ended)
 	err := s.stream(yield)
-	s.finished = true
+	s.finished, s.err = true, err
 	latency := time.Since(s.start)
 	c.tel.endStream(s, span, err, latency)
 	ended = true
