@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -13,8 +14,10 @@ import (
 // Budgets: what the Client's priced responses cost (cost.go, bill) is added
 // up per Pacific day and per Pacific month, the calendar of the Gemini API's
 // daily quotas. Near a budget the cascade steers to cheaper models; at it,
-// no request is sent until the window ends. The spend is this Client's,
-// within this process: fleet-wide budgets need the fleet's shared state.
+// no request is sent until the window ends. The spend is this Client's; in
+// fleet mode (WithSharedState) it is the project's: each round trip to the
+// shared state reports what this Client spent since the last and brings
+// back the fleet's total (fleet.go).
 
 // Budget is a spend limit of the Client, in Micros, per day and per month
 // on the Pacific calendar (days start at midnight America/Los_Angeles, like
@@ -41,8 +44,10 @@ const defaultSteerAt = 0.8
 // day or month ends. Only responses with a known price count: a model
 // without a price spends nothing. countTokens is free and never refused.
 // The spend is counted when a response arrives, so calls in flight may end
-// above the budget. New rejects a negative limit, a Budget without any
-// limit, and a SteerAt outside [0, 1]. Default: no budget.
+// above the budget. With WithSharedState the budget is the project's: every
+// replica's spend counts, each replica's reaching the others within about
+// a second. New rejects a negative limit, a Budget without any limit, and
+// a SteerAt outside [0, 1]. Default: no budget.
 func WithBudget(b Budget) Option {
 	return optionFunc(func(cfg *config) {
 		var errs []error
@@ -66,7 +71,9 @@ func WithBudget(b Budget) Option {
 	})
 }
 
-// BudgetStats is the Client's spend against its Budget.
+// BudgetStats is the Client's spend against its Budget: in fleet mode
+// (WithSharedState), the project's as this Client last heard it plus its
+// own since.
 type BudgetStats struct {
 	Budget                            // the limits, SteerAt defaulted; zero without WithBudget
 	SpentToday, SpentThisMonth Micros // in the current Pacific day and month
@@ -77,9 +84,17 @@ type BudgetStats struct {
 // refuses nothing.
 type spendBudget struct {
 	b                Budget
+	shared           bool   // fleet mode: the spend that counts is the project's; set by New
+	onSpend          func() // fleet mode: called, outside the lock, after spend was added; set by New
 	mu               sync.Mutex
-	day, month       Micros    // spent in the current windows
+	day, month       Micros    // spent in the current windows, by this Client
 	dayEnd, monthEnd time.Time // when the current windows end; zero: none started
+
+	// Fleet mode: the project's spend in the windows ending fleetDayEnd and
+	// fleetMonthEnd at the last report, and this Client's since.
+	fleetDay, fleetMonth       Micros
+	fleetDayEnd, fleetMonthEnd time.Time
+	unreported                 Micros
 }
 
 // newSpendBudget returns the tracker of b, nil for none.
@@ -107,10 +122,61 @@ func (s *spendBudget) add(at time.Time, cost Micros) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.roll(at)
 	s.day += cost
 	s.month += cost
+	if s.shared {
+		s.unreported += cost
+	}
+	s.mu.Unlock()
+	if s.onSpend != nil {
+		s.onSpend()
+	}
+}
+
+// spent returns the spend that counts in the current windows: this
+// Client's, or in fleet mode the project's as last reported plus this
+// Client's since, whichever is more (the shared state may have lost what
+// it knew). Called with s.mu held, after roll.
+func (s *spendBudget) spent() (day, month Micros) {
+	day, month = s.day, s.month
+	if s.fleetDayEnd.Equal(s.dayEnd) {
+		day = max(day, s.fleetDay+s.unreported)
+	}
+	if s.fleetMonthEnd.Equal(s.monthEnd) {
+		month = max(month, s.fleetMonth+s.unreported)
+	}
+	return day, month
+}
+
+// report returns, for a round trip to the shared state at now, what this
+// Client spent since the last report and the windows it counts in, and
+// clears it; reported then says how the round trip went. Nil-safe.
+func (s *spendBudget) report(now time.Time) (spent Micros, dayEnd, monthEnd time.Time) {
+	if s == nil {
+		return 0, time.Time{}, time.Time{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	spent, s.unreported = s.unreported, 0
+	return spent, s.dayEnd, s.monthEnd
+}
+
+// reported keeps the project's spend a round trip brought back (ok), or
+// puts back what it failed to report. Nil-safe.
+func (s *spendBudget) reported(ok bool, r LeaseRequest, l Lease) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		s.unreported += r.Spent
+		return
+	}
+	s.fleetDay, s.fleetDayEnd = l.DaySpent, r.SpendDay
+	s.fleetMonth, s.fleetMonthEnd = l.MonthSpent, r.SpendMonth
 }
 
 // check returns a *budgetError when a budget is spent at now, and whether
@@ -122,11 +188,12 @@ func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.roll(now)
+	day, month := s.spent()
 	for _, w := range [...]struct {
 		name         string
 		spent, limit Micros
 		end          time.Time
-	}{{"month", s.month, s.b.PerMonth, s.monthEnd}, {"day", s.day, s.b.PerDay, s.dayEnd}} {
+	}{{"month", month, s.b.PerMonth, s.monthEnd}, {"day", day, s.b.PerDay, s.dayEnd}} {
 		switch {
 		case w.limit == 0:
 		case w.spent >= w.limit:
@@ -148,7 +215,8 @@ func (s *spendBudget) stats(now time.Time) BudgetStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.roll(now)
-	return BudgetStats{Budget: s.b, SpentToday: s.day, SpentThisMonth: s.month}
+	day, month := s.spent()
+	return BudgetStats{Budget: s.b, SpentToday: day, SpentThisMonth: month}
 }
 
 // budgetError says why a call sent nothing: a budget is spent until Until.
@@ -182,9 +250,12 @@ func (e *steeredError) Error() string {
 // spent (no model may be sent anything), or stepNext when the spend nears
 // a budget and a later model of the call's order is cheaper and can take
 // the request. countTokens is free: never refused.
-func (call *call[R]) overBudget(m *modelState) (step, error) {
+func (call *call[R]) overBudget(ctx context.Context, m *modelState) (step, error) {
 	if !call.endpoint.metered() {
 		return stepGo, nil
+	}
+	if c := call.c; c.spending != nil && c.fleet != nil && c.fleet.due(call.now) {
+		c.sync(ctx, m, LeaseRequest{}) // the project's spend, as of now
 	}
 	exhausted, steer := call.c.spending.check(call.now)
 	if exhausted != nil {

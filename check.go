@@ -292,15 +292,15 @@ func (c *Client) runRecheck(ctx context.Context) {
 // Close stops the Client's background work and waits for it to end: the
 // cascade re-check New starts when its own check could not list the models
 // (see New), the breaker state gauge registered with the meter (see
-// WithMeterProvider), and the shared state's notifications (WithSharedState
-// with a store that is a Subscriber, as redisstore's is). The Client keeps working: calls made during or after
+// WithMeterProvider), and fleet mode's (WithSharedState): the shared
+// state's notifications and a pending report of the spend. The Client keeps working: calls made during or after
 // Close are served as before, and CheckCascade can still be called. Close is
 // idempotent and safe for concurrent use, also with calls in flight; it
 // returns nil (the error is io.Closer's).
 func (c *Client) Close() error {
 	c.tel.stop()
-	if c.fleet != nil && c.fleet.unsubscribe != nil {
-		c.fleet.unsubscribe()
+	if c.fleet != nil {
+		c.fleet.close()
 	}
 	if c.recheck.stop != nil {
 		c.recheck.stop()

@@ -105,6 +105,9 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		spending:   newSpendBudget(cfg.budget),
 	}
 	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig()))
+	if c.fleet != nil && c.spending != nil {
+		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
+	}
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
 	}

@@ -69,6 +69,45 @@ type fleet struct {
 	uncoordinated atomic.Int64
 
 	unsubscribe func() // ends the store's notifications (Subscriber), once; nil when none
+
+	// A report of this Client's spend (WithBudget) due within leaseFor, so
+	// that a replica that spends and goes quiet still tells the fleet.
+	reportMu    sync.Mutex
+	reportTimer *time.Timer // nil: none pending
+	closed      bool        // Close ran: no more reports
+}
+
+// reportSpendSoon makes sure this Client's spend reaches the fleet within
+// leaseFor: one round trip then, unless one is pending already; any round
+// trip before it reports the spend too.
+func (c *Client) reportSpendSoon() {
+	f := c.fleet
+	f.reportMu.Lock()
+	defer f.reportMu.Unlock()
+	if f.reportTimer != nil || f.closed {
+		return
+	}
+	f.reportTimer = time.AfterFunc(leaseFor, func() {
+		f.reportMu.Lock()
+		f.reportTimer = nil
+		f.reportMu.Unlock()
+		c.sync(context.Background(), c.states[0], LeaseRequest{})
+	})
+}
+
+// close stops the fleet's background work: notifications and a pending
+// report.
+func (f *fleet) close() {
+	if f.unsubscribe != nil {
+		f.unsubscribe()
+	}
+	f.reportMu.Lock()
+	defer f.reportMu.Unlock()
+	f.closed = true
+	if f.reportTimer != nil {
+		f.reportTimer.Stop()
+		f.reportTimer = nil
+	}
 }
 
 // FleetStats are a Client's figures in fleet mode (WithSharedState); zero
@@ -170,6 +209,12 @@ func (c *Client) fleetChanged(ctx context.Context, tr *transition, err error) {
 		c.log(ctx, slog.LevelInfo, "geminiguard: shared state reachable again; limits are the fleet's",
 			slog.Int64("uncoordinated", c.fleet.uncoordinated.Load()))
 	}
+}
+
+// due reports whether the last round trip that answered is leaseFor or
+// more before now: the facts (and the project's spend) are to be read again.
+func (f *fleet) due(now time.Time) bool {
+	return time.Duration(now.UnixNano()-f.synced.Load()) >= leaseFor
 }
 
 // stats returns the fleet's figures.
@@ -387,7 +432,7 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 	c, f := call.c, call.c.fleet
 	eff := m.lim.limits()
 	if eff == ([numDims]int{}) {
-		if time.Duration(call.now.UnixNano()-f.synced.Load()) >= leaseFor {
+		if f.due(call.now) {
 			if l, _ := c.sync(ctx, m, LeaseRequest{}); l.Facts != nil { // facts and heartbeat; nothing to lease
 				return call.unblocked(sl, m)
 			}
@@ -480,6 +525,7 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
 	r.Debt, r.Version = m.lease.takeDebt(), f.version.Load()
 	r.Failures, r.Answered = m.lease.takeReport()
+	r.Spent, r.SpendDay, r.SpendMonth = c.spending.report(time.Now())
 	if r.RPD > 0 {
 		r.DayEnd = pacific.NextMidnight(time.Now())
 	}
@@ -489,6 +535,7 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 		return err
 	})
 	m.lease.reported(ok, r.Failures, r.Answered, l.Failures)
+	c.spending.reported(ok, r, l)
 	if !ok {
 		m.lease.owe(r.Debt)
 		return Lease{}, false

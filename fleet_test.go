@@ -369,3 +369,26 @@ func TestFleetModelListedAgainIsClearedFleetWide(t *testing.T) {
 		}
 	})
 }
+
+// TestFleetSharesTheBudget: with a shared state, WithBudget is the
+// project's: two replicas with a daily budget of 10,000 micro-dollars spend
+// it together (5 calls of 2,000), not 10,000 each.
+func TestFleetSharesTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := geminiguard.NewMemoryState()
+		a, srv := budgetClient(t, geminiguard.Budget{PerDay: 10_000, SteerAt: 1}, geminiguard.WithSharedState(store), geminiguard.WithStartupCheck(false))
+		b := newClient(t, srv, nil, geminiguard.WithCascade(dearModel, cheapModel),
+			geminiguard.WithPrices(dearModel, geminiguard.Price{Input: 1 * geminiguard.Dollar, Output: 10 * geminiguard.Dollar}),
+			geminiguard.WithPrices(cheapModel, geminiguard.Price{Input: 0.50 * geminiguard.Dollar, Output: 5 * geminiguard.Dollar}),
+			geminiguard.WithBudget(geminiguard.Budget{PerDay: 10_000, SteerAt: 1}),
+			geminiguard.WithSharedState(store), geminiguard.WithStartupCheck(false))
+		spendCalls(t, a, 3)
+		time.Sleep(1500 * time.Millisecond) // past a's report of its spend, due within a second
+		spendCalls(t, b, 2)
+		time.Sleep(1500 * time.Millisecond)
+		requireRefused(t, b, srv)
+		requireRefused(t, a, srv)
+		assert.Equal(t, 5, srv.Hits(dearModel, geminitest.VerbGenerate), "the fleet spent its one budget")
+		assert.Equal(t, geminiguard.Micros(10_000), a.Stats().Budget.SpentToday, "the project's spend")
+	})
+}

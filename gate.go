@@ -62,7 +62,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		}
 		return stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
 	}
-	if next, err := call.overBudget(m); next != stepGo {
+	if next, err := call.overBudget(ctx, m); next != stepGo {
 		call.skip(m, err, sl.delay)
 		return next, err
 	}

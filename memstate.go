@@ -54,10 +54,11 @@ func (s *memoryState) Subscribe(project string, changed func()) (stop func()) {
 }
 
 type memProject struct {
-	version  uint64
-	facts    map[factKey]Fact
-	replicas map[string]time.Time // replica → live until
-	models   map[string]*memModel
+	daySpend, monthSpend map[int64]Micros // by the window's end, unix seconds
+	version              uint64
+	facts                map[factKey]Fact
+	replicas             map[string]time.Time // replica → live until
+	models               map[string]*memModel
 }
 
 // factKey is what a fact replaces: one per kind group, model and endpoint
@@ -178,6 +179,8 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	}
 	m.failures += max(r.Failures, 0)
 	out.Failures, out.Answered = m.failures, m.answered
+	out.DaySpent = p.spend(&p.daySpend, r.SpendDay, r.Spent, now)
+	out.MonthSpent = p.spend(&p.monthSpend, r.SpendMonth, r.Spent, now)
 	sec := now.Unix()
 	if r.Debt > 0 {
 		m.at(sec).tokens += r.Debt
@@ -226,6 +229,25 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	}
 	out.Requests = n
 	return out, nil
+}
+
+// spend adds spent to the window of windows ending at end, and returns the
+// window's spend; nothing for a zero end. Windows ended over an hour ago
+// are dropped.
+func (p *memProject) spend(windows *map[int64]Micros, end time.Time, spent Micros, now time.Time) Micros {
+	if end.IsZero() {
+		return 0
+	}
+	if *windows == nil {
+		*windows = make(map[int64]Micros)
+	}
+	for e := range *windows {
+		if time.Unix(e, 0).Add(time.Hour).Before(now) {
+			delete(*windows, e)
+		}
+	}
+	(*windows)[end.Unix()] += max(spent, 0)
+	return (*windows)[end.Unix()]
 }
 
 // at returns the window's bucket of second sec, emptied if it held an older

@@ -121,6 +121,16 @@ type LeaseRequest struct {
 	// Both are counted even when nothing is granted.
 	Failures int
 	Answered time.Time
+
+	// Spent is what this replica's priced responses cost since its last
+	// report (WithBudget), spent in the Pacific day ending SpendDay and the
+	// Pacific month ending SpendMonth: the store adds it to the project's
+	// spend of that day and that month, and Lease.DaySpent and MonthSpent
+	// return them. A zero SpendDay or SpendMonth reads and counts nothing
+	// for that window.
+	Spent      Micros
+	SpendDay   time.Time
+	SpendMonth time.Time
 }
 
 // Lease is Lease's answer.
@@ -141,6 +151,10 @@ type Lease struct {
 	// replica (zero: never, or not in the last hour).
 	Failures int
 	Answered time.Time
+	// DaySpent and MonthSpent are the project's spend in the windows
+	// LeaseRequest.SpendDay and SpendMonth name, this report included; 0
+	// for a window not named.
+	DaySpent, MonthSpent Micros
 }
 
 // FactKind says what a Fact records and how Publish merges it with what the

@@ -35,13 +35,16 @@ end
 //
 // KEYS: 1 version, 2 facts, 3 replicas, 4 the model's window, 5 the
 // model's RPD counter of DayEnd, 6 the model's probe slot of Endpoint,
-// 7 the model's health (consecutive failures, latest answer).
+// 7 the model's health (consecutive failures, latest answer), 8 and 9 the
+// project's spend in SpendDay and SpendMonth.
 // ARGV: 1 replica, 2 replica TTL ms, 3 requests, 4 tokens per request,
 // 5 debt, 6 RPM, 7 TPM, 8 RPD, 9 DayEnd unix ms (0: none), 10 probe ms,
-// 11 the version the replica saw, 12 failures, 13 answered unix ms (0: none).
+// 11 the version the replica saw, 12 failures, 13 answered unix ms (0: none),
+// 14 spent (Micros), 15 SpendDay and 16 SpendMonth unix ms (0: none).
 //
 // Returns {granted, retry after µs, dimension, replicas, version,
-// has facts (0/1), failures, answered unix ms, fact JSON...}.
+// has facts (0/1), failures, answered unix ms, day spent, month spent,
+// fact JSON...}.
 var leaseScript = redis.NewScript(luaFacts + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -80,7 +83,20 @@ if failed > 0 or answered_at > 0 then
   redis.call('PEXPIRE', KEYS[7], 3600000)
 end
 
-local out = {0, 0, '', replicas, version, 0, fails, answered}
+-- The project's spend in the day and the month the replica names.
+local spent = tonumber(ARGV[14])
+local function spend(key, end_ms)
+  if end_ms == 0 then return 0 end
+  if spent > 0 then
+    redis.call('INCRBY', key, spent)
+    redis.call('PEXPIREAT', key, end_ms + 3600000)
+  end
+  return tonumber(redis.call('GET', key) or '0')
+end
+local day_spent = spend(KEYS[8], tonumber(ARGV[15]))
+local month_spent = spend(KEYS[9], tonumber(ARGV[16]))
+
+local out = {0, 0, '', replicas, version, 0, fails, answered, day_spent, month_spent}
 if version ~= ARGV[11] then
   out[6] = 1
   local all = redis.call('HGETALL', KEYS[2])

@@ -126,10 +126,7 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 	}
 	base := s.base(r.Project)
 	model := base + "m:" + r.Model + ":"
-	var dayEnd int64
-	if !r.DayEnd.IsZero() {
-		dayEnd = r.DayEnd.UnixMilli()
-	}
+	dayEnd := unixMilli(r.DayEnd)
 	keys := []string{
 		base + "version",
 		base + "facts",
@@ -138,10 +135,8 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 		model + "rpd:" + strconv.FormatInt(dayEnd/1000, 10),
 		model + "probe:" + r.Endpoint,
 		model + "health",
-	}
-	var answered int64
-	if !r.Answered.IsZero() {
-		answered = r.Answered.UnixMilli()
+		base + "spend:d:" + strconv.FormatInt(unixMilli(r.SpendDay)/1000, 10),
+		base + "spend:m:" + strconv.FormatInt(unixMilli(r.SpendMonth)/1000, 10),
 	}
 	res, err := await(ctx, s.watchesCtx, func() ([]any, error) {
 		return leaseScript.Run(ctx, s.rdb, keys,
@@ -155,13 +150,24 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 			ceilMillis(r.Probe),
 			strconv.FormatUint(r.Version, 10),
 			max(r.Failures, 0),
-			answered,
+			unixMilli(r.Answered),
+			max(int64(r.Spent), 0),
+			unixMilli(r.SpendDay),
+			unixMilli(r.SpendMonth),
 		).Slice()
 	})
 	if err != nil {
 		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
 	}
 	return parseLease(res)
+}
+
+// unixMilli returns t in unix milliseconds, 0 for the zero time.
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // ceilMillis returns d in whole milliseconds, rounded up; 0 for d ≤ 0.
@@ -177,7 +183,7 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	bad := func(what string) (geminiguard.Lease, error) {
 		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
 	}
-	if len(res) < 8 {
+	if len(res) < 10 {
 		return bad("length")
 	}
 	granted, ok1 := res[0].(int64)
@@ -188,7 +194,9 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	hasFacts, ok6 := res[5].(int64)
 	failures, ok7 := res[6].(int64)
 	answered, ok8 := res[7].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 {
+	daySpent, ok9 := res[8].(int64)
+	monthSpent, ok10 := res[9].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 || !ok10 {
 		return bad("types")
 	}
 	v, err := strconv.ParseUint(version, 10, 64)
@@ -202,6 +210,8 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 		Replicas:   int(replicas),
 		Version:    v,
 		Failures:   int(failures),
+		DaySpent:   geminiguard.Micros(daySpent),
+		MonthSpent: geminiguard.Micros(monthSpent),
 	}
 	if answered > 0 {
 		l.Answered = time.UnixMilli(answered)
@@ -209,8 +219,8 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	if hasFacts == 0 {
 		return l, nil
 	}
-	l.Facts = make([]geminiguard.Fact, 0, len(res)-8)
-	for _, raw := range res[8:] {
+	l.Facts = make([]geminiguard.Fact, 0, len(res)-10)
+	for _, raw := range res[10:] {
 		s, ok := raw.(string)
 		if !ok {
 			return bad("fact")

@@ -77,6 +77,7 @@ func TestEveryKeyExpires(t *testing.T) {
 		Project: "p1", Replica: "a", ReplicaTTL: time.Minute, Model: "m",
 		Requests: 1, Tokens: 10, Debt: 5, RPM: 10, TPM: 1000, RPD: 100, DayEnd: now.Add(time.Hour),
 		Probe: time.Second, Endpoint: "generate", Failures: 1,
+		Spent: 5, SpendDay: now.Add(time.Hour), SpendMonth: now.Add(time.Hour - time.Minute),
 	})
 	require.NoError(t, err)
 	require.NoError(t, s.Publish(ctx, "p1", geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: "m", Until: now.Add(time.Hour)}))
@@ -92,6 +93,8 @@ func TestEveryKeyExpires(t *testing.T) {
 		fmt.Sprint("geminiguard:{p1}:m:m:rpd:", dayEnd),
 		"geminiguard:{p1}:m:m:probe:generate",
 		"geminiguard:{p1}:m:m:health",
+		fmt.Sprint("geminiguard:{p1}:spend:d:", dayEnd),
+		fmt.Sprint("geminiguard:{p1}:spend:m:", now.Add(time.Hour-time.Minute).Unix()),
 	}, keys)
 	for _, k := range keys {
 		ttl, err := rdb.PTTL(ctx, k).Result()

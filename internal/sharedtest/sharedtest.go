@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
 		{"LimitMerge", limitMerge},
 		{"MissingListedMerge", missingListedMerge},
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
+		{"SpendAcrossReplicas", spendAcrossReplicas},
 		{"SubscribersHearChanges", subscribersHearChanges},
 		{"EndedFactsAbsent", endedFactsAbsent},
 		{"FactsByVersion", factsByVersion},
@@ -347,6 +348,33 @@ func subscribersHearChanges(t *testing.T, s geminiguard.SharedState) {
 	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(2 * time.Minute)})
 	wait(second, "a later Until")
 	assert.Empty(t, first, "changed called after stop")
+}
+
+func spendAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
+	now := time.Now().Truncate(time.Second)
+	day, month := now.Add(time.Hour), now.Add(48*time.Hour)
+	a := geminiguard.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model, SpendDay: day, SpendMonth: month}
+	b := a
+	b.Replica, b.Model = "b", "other-model"
+
+	a.Spent = 300
+	l := lease(t, s, a)
+	assert.Equal(t, geminiguard.Micros(300), l.DaySpent)
+	assert.Equal(t, geminiguard.Micros(300), l.MonthSpent)
+	b.Spent = 200
+	l = lease(t, s, b)
+	assert.Equal(t, geminiguard.Micros(500), l.DaySpent, "the project's spend, whatever the model")
+	assert.Equal(t, geminiguard.Micros(500), l.MonthSpent)
+
+	a.Spent, a.SpendDay = 50, day.Add(24*time.Hour)
+	l = lease(t, s, a)
+	assert.Equal(t, geminiguard.Micros(50), l.DaySpent, "a new day starts from nothing")
+	assert.Equal(t, geminiguard.Micros(550), l.MonthSpent, "the month goes on")
+
+	a.Spent, a.SpendDay, a.SpendMonth = 0, time.Time{}, time.Time{}
+	l = lease(t, s, a)
+	assert.Zero(t, l.DaySpent, "no window named: nothing read")
+	assert.Zero(t, l.MonthSpent)
 }
 
 func failuresAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
