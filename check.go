@@ -185,8 +185,9 @@ const listPageSize = 1000
 
 // listModels pages through api's model list with fresh List calls: the
 // SDK's Page.Next re-sends the first page token when one was given. Names
-// are without "models/" (Gemini API) or "publishers/google/models/" (Vertex
-// AI).
+// are the part after the last "models/": without "models/" (Gemini API),
+// "publishers/google/models/" or a full
+// "projects/…/locations/…/publishers/google/models/" (Vertex AI).
 func (c *Client) listModels(ctx context.Context, api modelsAPI) (map[string]*genai.Model, error) {
 	out := make(map[string]*genai.Model)
 	token := ""
@@ -196,7 +197,11 @@ func (c *Client) listModels(ctx context.Context, api modelsAPI) (map[string]*gen
 			return nil, err
 		}
 		for _, m := range page.Items {
-			out[strings.TrimPrefix(strings.TrimPrefix(m.Name, "models/"), "publishers/google/models/")] = m
+			name := m.Name
+			if i := strings.LastIndex(name, "models/"); i >= 0 {
+				name = name[i+len("models/"):]
+			}
+			out[name] = m
 		}
 		if page.NextPageToken == "" || page.NextPageToken == token {
 			return out, nil
