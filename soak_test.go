@@ -90,7 +90,8 @@ func soakConfigs() []soakConfig {
 }
 
 // soakStore is a shared state that fails one call in seven, so that the
-// soak's Client keeps switching between the fleet's limits and its own.
+// soak's Client keeps switching between the fleet's limits and its own; it
+// notifies changes as the memory store does.
 type soakStore struct {
 	geminiguard.SharedState
 	calls atomic.Int64
@@ -103,6 +104,11 @@ func (s *soakStore) Lease(ctx context.Context, r geminiguard.LeaseRequest) (gemi
 		return geminiguard.Lease{}, errSoakStore
 	}
 	return s.SharedState.Lease(ctx, r)
+}
+
+// Subscribe passes the memory store's notifications on.
+func (s *soakStore) Subscribe(project string, changed func()) (stop func()) {
+	return s.SharedState.(geminiguard.Subscriber).Subscribe(project, changed)
 }
 
 func (s *soakStore) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
