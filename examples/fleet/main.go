@@ -48,6 +48,7 @@ import (
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/geminitest"
+	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/redisstore"
 )
 
@@ -82,20 +83,23 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 	d := defaultBurst
 	d.replicas = n
 	redis.SetLogger(quiet{}) // go-redis logs the dials refused while Redis is killed; the table counts them
-	var srv *redisServer
+	var srv *redisserver.Process
 	shared := func() geminiguard.SharedState { return geminiguard.NewMemoryState() }
 	where := "in memory (geminiguard.NewMemoryState)"
 	if addr == "" {
-		var err error
-		srv, err = startRedis(ctx)
+		var (
+			stop func()
+			err  error
+		)
+		srv, stop, err = startRedis(ctx)
 		switch {
 		case errors.Is(err, exec.ErrNotFound):
 			fmt.Fprintln(out, "redis-server not found on PATH (apt-get install -y redis-server, or -redis host:port): sharing the state in memory with geminiguard.NewMemoryState() instead")
 		case err != nil:
 			return err
 		default:
-			defer srv.stop()
-			addr = srv.addr()
+			defer stop()
+			addr = srv.Addr()
 		}
 	}
 	if addr != "" {
@@ -123,7 +127,7 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 	for _, a := range []struct {
 		name   string
 		shared geminiguard.SharedState
-		outage *redisServer
+		outage *redisserver.Process
 	}{
 		{"alone", nil, nil},
 		{"fleet", shared(), nil},
@@ -186,7 +190,7 @@ type result struct {
 // and the replicas' breakers on Redis (open for 2s after a failure) have
 // let them try Redis again, each replica sends one more call, which
 // rejoins the fleet.
-func (b burst) play(ctx context.Context, name string, shared geminiguard.SharedState, outage *redisServer) (result, error) {
+func (b burst) play(ctx context.Context, name string, shared geminiguard.SharedState, outage *redisserver.Process) (result, error) {
 	srv := geminitest.New(
 		geminitest.Model{Name: primary, Latency: 80 * time.Millisecond, Quota: geminitest.Quota{RPM: b.rpm}},
 		geminitest.Model{Name: secondary, Latency: 40 * time.Millisecond},
@@ -244,9 +248,9 @@ send:
 		if outage != nil {
 			switch sent {
 			case b.calls / 8:
-				outage.kill()
+				outage.Kill()
 			case b.calls / 4:
-				if err := outage.restart(ctx); err != nil {
+				if err := outage.Restart(ctx); err != nil {
 					return result{}, err
 				}
 				restarted = time.Now()

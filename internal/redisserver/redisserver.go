@@ -1,16 +1,17 @@
-// Package redisserver starts a real redis-server for tests (DESIGN.md §8):
-// on a free loopback port, in a temporary directory, with persistence off
+// Package redisserver starts a real redis-server (DESIGN.md §8): on a free
+// loopback port, in a directory of the caller's, with persistence off
 // (--save "" --appendonly no). Stop, Kill and Restart (on the same port)
-// let outage tests take Redis away and bring it back.
+// let outage tests and demos take Redis away and bring it back.
 //
-// Without the redis-server binary on PATH, Start skips the test with a
-// message naming `apt-get install -y redis-server`; with
-// GEMINIGUARD_REQUIRE_REDIS=1 in the environment (as .ci/run sets it) it
-// fails the test instead.
+// Launch is for programs (examples/fleet). Start is for tests: without the
+// redis-server binary on PATH it skips the test with a message naming
+// `apt-get install -y redis-server`; with GEMINIGUARD_REQUIRE_REDIS=1 in the
+// environment (as .ci/run sets it) it fails the test instead.
 package redisserver
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -30,10 +31,9 @@ const RequireEnv = "GEMINIGUARD_REQUIRE_REDIS"
 // and how long Stop waits for it to exit before killing it.
 const startTimeout = 10 * time.Second
 
-// Server is a redis-server process owned by one test. Its methods are safe
-// for concurrent use; it is stopped by the test's cleanup.
-type Server struct {
-	t    testing.TB
+// Process is a redis-server this process started. Its methods are safe for
+// concurrent use. Stop it when done: it outlives its starter otherwise.
+type Process struct {
 	bin  string
 	dir  string
 	port int
@@ -44,70 +44,58 @@ type Server struct {
 	exited chan struct{} // closed when cmd has exited; nil when none runs
 }
 
-// Start starts a redis-server for t on a free loopback port and stops it in
-// t's cleanup; args are more redis-server arguments (for instance
-// "--cluster-enabled", "yes"). It skips t when the binary is missing (fails
-// it when GEMINIGUARD_REQUIRE_REDIS=1) and fails t when the server does not
-// start.
-func Start(t testing.TB, args ...string) *Server {
-	t.Helper()
+// Launch starts a redis-server on a free loopback port, keeping its files in
+// dir; args are more redis-server arguments (for instance
+// "--cluster-enabled", "yes"). It returns once the server accepts
+// connections, or an error: one matching exec.ErrNotFound when the binary
+// is not on PATH, ctx's when it ends first.
+func Launch(ctx context.Context, dir string, args ...string) (*Process, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("redis-server not found (%v) and %s=1: apt-get install -y redis-server", err, RequireEnv)
-		}
-		t.Skipf("redis-server not found: apt-get install -y redis-server to run this test (%s=1 makes this a failure)", RequireEnv)
+		return nil, err
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
-	t.Cleanup(s.Stop)
+	p := &Process{bin: bin, dir: dir, args: args}
 	// A free port may be taken between finding it and redis-server binding
 	// it; try a few.
-	for try := 0; ; try++ {
-		s.port, err = freePort()
-		if err == nil {
-			err = s.start()
-		}
-		if err == nil {
-			return s
-		}
-		if try == 2 {
-			t.Fatalf("redisserver: %v", err)
+	for range 3 {
+		if p.port, err = freePort(); err == nil {
+			if err = p.start(ctx); err == nil {
+				return p, nil
+			}
 		}
 	}
+	return nil, err
 }
 
 // Addr returns the server's host:port.
-func (s *Server) Addr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+func (p *Process) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
 }
 
 // Stop shuts the server down (SIGTERM, then SIGKILL if it lingers) and
 // waits for it to exit. Stopping a stopped server does nothing.
-func (s *Server) Stop() {
-	s.end(syscall.SIGTERM)
+func (p *Process) Stop() {
+	p.end(syscall.SIGTERM)
 }
 
 // Kill kills the server at once (SIGKILL), as a crash would, and waits for
 // it to exit.
-func (s *Server) Kill() {
-	s.end(syscall.SIGKILL)
+func (p *Process) Kill() {
+	p.end(syscall.SIGKILL)
 }
 
 // Restart starts the server again on the same port after Stop or Kill; it
 // stops a running one first. The data is gone: persistence is off.
-func (s *Server) Restart() {
-	s.t.Helper()
-	s.Stop()
-	if err := s.start(); err != nil {
-		s.t.Fatalf("redisserver: restart: %v", err)
-	}
+func (p *Process) Restart(ctx context.Context) error {
+	p.Stop()
+	return p.start(ctx)
 }
 
-func (s *Server) end(sig syscall.Signal) {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd, s.exited = nil, nil
-	s.mu.Unlock()
+func (p *Process) end(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.cmd, p.exited = nil, nil
+	p.mu.Unlock()
 	if cmd == nil {
 		return
 	}
@@ -120,19 +108,19 @@ func (s *Server) end(sig syscall.Signal) {
 	}
 }
 
-// start runs redis-server on s.port and waits until it accepts connections.
-func (s *Server) start() error {
+// start runs redis-server on p.port and waits until it accepts connections.
+func (p *Process) start(ctx context.Context) error {
 	out := &readyWriter{ready: make(chan struct{})}
-	cmd := exec.Command(s.bin, append([]string{
-		"--port", strconv.Itoa(s.port),
+	cmd := exec.Command(p.bin, append([]string{
+		"--port", strconv.Itoa(p.port),
 		"--bind", "127.0.0.1",
-		"--dir", s.dir,
+		"--dir", p.dir,
 		"--save", "",
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--loglevel", "notice",
 		"--logfile", "",
-	}, s.args...)...)
+	}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -142,19 +130,61 @@ func (s *Server) start() error {
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	fail := func(err error) error {
+		_ = cmd.Process.Kill()
+		<-exited
+		return err
+	}
 	select {
 	case <-out.ready:
 	case <-exited:
-		return fmt.Errorf("redis-server on port %d exited at start: %s", s.port, out.tail())
+		return fmt.Errorf("redis-server on port %d exited at start: %s", p.port, out.tail())
+	case <-ctx.Done():
+		return fail(ctx.Err())
 	case <-time.After(startTimeout):
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("redis-server on port %d not ready after %v: %s", s.port, startTimeout, out.tail())
+		return fail(fmt.Errorf("redis-server on port %d not ready after %v: %s", p.port, startTimeout, out.tail()))
 	}
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
 	return nil
+}
+
+// Server is a redis-server owned by one test: a Process stopped by the
+// test's cleanup, whose Restart fails the test when the server does not
+// come back.
+type Server struct {
+	*Process
+	t testing.TB
+}
+
+// Start starts a redis-server for t on a free loopback port, in t's
+// temporary directory, and stops it in t's cleanup; args are as Launch's.
+// It skips t when the binary is missing (fails it when
+// GEMINIGUARD_REQUIRE_REDIS=1) and fails t when the server does not start.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("redis-server not found (%v) and %s=1: apt-get install -y redis-server", err, RequireEnv)
+		}
+		t.Skipf("redis-server not found: apt-get install -y redis-server to run this test (%s=1 makes this a failure)", RequireEnv)
+	}
+	p, err := Launch(context.Background(), t.TempDir(), args...)
+	if err != nil {
+		t.Fatalf("redisserver: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return &Server{Process: p, t: t}
+}
+
+// Restart starts the server again on the same port (see Process.Restart),
+// failing the test when it does not start.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.Process.Restart(context.Background()); err != nil {
+		s.t.Fatalf("redisserver: restart: %v", err)
+	}
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
