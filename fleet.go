@@ -60,7 +60,7 @@ type fleet struct {
 	replica string
 	health  *breaker // the store's: open while it fails; the Client then carries on alone
 
-	version  atomic.Uint64 // the project's version last seen
+	version  atomic.Uint64 // the project's version whose facts are applied
 	synced   atomic.Int64  // unix nanoseconds of the last round trip that answered
 	replicas atomic.Int64  // live replicas at the last lease, this one included; 0 before the first
 
@@ -239,6 +239,7 @@ type modelLease struct {
 	// concurrent calls wait for its lease rather than each ask for one
 	// (held at most for the store's timeout).
 	leasing  sync.Mutex
+	waiting  atomic.Int32 // calls waiting for leasing: the demand a lease is for, now
 	mu       sync.Mutex
 	requests int       // leased requests left
 	tokens   int       // leased input tokens left
@@ -345,13 +346,26 @@ func (l *modelLease) count(now time.Time) {
 	l.uses++
 }
 
-// batch returns how many requests to lease: about what a second uses (the
-// last one, or this one so far when more), at least one, at most
-// maxLeaseBatch.
-func (l *modelLease) batch() int {
+// batch returns how many requests to lease, for its asker: about what a
+// second uses (the last one, this one so far, or the calls waiting for
+// this lease, whichever is most), at most maxLeaseBatch, and at most a
+// quarter of this replica's share of each limit eff (over replicas, with
+// tokens per request): what a lease holds beyond the calls that take it is
+// spent in the project's window for nothing, which a quota the fleet
+// nearly fills cannot spare. At least one.
+func (l *modelLease) batch(eff [numDims]int, tokens, replicas int) int {
+	waiting := int(l.waiting.Load())
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return min(max(1, l.lastUses, l.uses), maxLeaseBatch)
+	b := min(max(1+waiting, l.lastUses, l.uses), maxLeaseBatch)
+	l.mu.Unlock()
+	share := func(limit, per int) int { return limit / (4 * max(replicas, 1) * max(per, 1)) }
+	if eff[dimRPM] > 0 {
+		b = min(b, share(eff[dimRPM], 1))
+	}
+	if eff[dimTPM] > 0 {
+		b = min(b, share(eff[dimTPM], tokens))
+	}
+	return max(b, 1)
 }
 
 // fill adds what a lease granted at now beyond the one request its asker
@@ -443,7 +457,9 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		a.leased, a.leasedTokens = true, tokens
 		return stepGo, nil
 	}
+	m.lease.waiting.Add(1)
 	m.lease.leasing.Lock()
+	m.lease.waiting.Add(-1)
 	defer m.lease.leasing.Unlock()
 	if m.lease.use(call.now, tokens, false) { // leased by the call this one waited for
 		a.leased, a.leasedTokens = true, tokens
@@ -453,7 +469,7 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		now := call.now
 		until, dim := m.lease.refused()
 		if !until.After(now) {
-			l, ok := c.sync(ctx, m, LeaseRequest{Requests: m.lease.batch(), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD]})
+			l, ok := c.sync(ctx, m, LeaseRequest{Requests: m.lease.batch(eff, tokens, int(f.replicas.Load())), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD]})
 			if !ok {
 				return call.aloneAdmit(ctx, sl, m, tokens, eff, a)
 			}
@@ -541,8 +557,15 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 		return Lease{}, false
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
-	if l.Facts != nil && f.version.Swap(l.Version) != l.Version {
+	if l.Facts != nil {
+		// Applied, then the version stored: a concurrent round trip (a
+		// notification's, another call's) asks with the old version until
+		// the facts are applied, so it gets them and applies them itself
+		// rather than go on before they are. Applying facts twice changes
+		// nothing. No lock: apply reports to hooks, which may call the
+		// Client.
 		c.apply(ctx, l.Facts)
+		f.version.Store(l.Version)
 	}
 	c.fleetDead(ctx, m, l)
 	return l, true
