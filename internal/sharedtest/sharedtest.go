@@ -284,30 +284,47 @@ func coolDownMerge(t *testing.T, s geminiguard.SharedState) {
 	assert.Equal(t, shows(later, whole), got, "the project's cool-down is apart from the model's")
 }
 
+// latestAtWins checks the rule two kinds share (FactOpen and FactClosed,
+// FactMissing and FactListed): first, published at now, stays against a
+// second published with an earlier At, and is replaced by one with a later
+// At, which it returns.
+func latestAtWins(t *testing.T, s geminiguard.SharedState, first, second geminiguard.Fact, now time.Time) geminiguard.Fact {
+	t.Helper()
+	publish(t, s, first)
+	v1, got := current(t, s)
+	assert.Equal(t, shows(first), got)
+
+	stale := second
+	stale.At = now.Add(-time.Second)
+	publish(t, s, stale)
+	v2, got := current(t, s)
+	assert.Equal(t, v1, v2, "an older %s changes nothing", kindNames[second.Kind])
+	assert.Equal(t, shows(first), got)
+
+	later := second
+	later.At = now.Add(time.Second)
+	publish(t, s, later)
+	v3, got := current(t, s)
+	assert.NotEqual(t, v2, v3)
+	assert.Equal(t, shows(later), got, "a later %s replaces the %s", kindNames[second.Kind], kindNames[first.Kind])
+	return later
+}
+
+// kindNames names the kinds latestAtWins checks, for its messages.
+var kindNames = map[geminiguard.FactKind]string{
+	geminiguard.FactOpen: "FactOpen", geminiguard.FactClosed: "FactClosed",
+	geminiguard.FactMissing: "FactMissing", geminiguard.FactListed: "FactListed",
+}
+
 func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
 	open := geminiguard.Fact{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)}
-	publish(t, s, open)
-	v1, got := current(t, s)
-	assert.Equal(t, shows(open), got)
-
-	stale := geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate", At: now.Add(-time.Second)}
-	publish(t, s, stale)
-	v2, got := current(t, s)
-	assert.Equal(t, v1, v2, "an older FactClosed changes nothing")
-	assert.Equal(t, shows(open), got)
-
-	closed := stale
-	closed.At = now.Add(time.Second)
-	publish(t, s, closed)
-	v3, got := current(t, s)
-	assert.NotEqual(t, v2, v3)
-	assert.Equal(t, shows(closed), got, "a later FactClosed replaces the FactOpen")
+	closed := latestAtWins(t, s, open, geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate"}, now)
 
 	reopen := open
 	reopen.At = now.Add(500 * time.Millisecond)
 	publish(t, s, reopen)
-	_, got = current(t, s)
+	_, got := current(t, s)
 	assert.Equal(t, shows(closed), got, "a FactOpen older than the FactClosed changes nothing")
 
 	embed := open
@@ -411,27 +428,12 @@ func failuresAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
 func missingListedMerge(t *testing.T, s geminiguard.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
 	missing := geminiguard.Fact{Kind: geminiguard.FactMissing, Model: model, At: now, Reason: geminiguard.Class(5)}
-	publish(t, s, missing)
-	v1, got := current(t, s)
-	assert.Equal(t, shows(missing), got)
-
-	stale := geminiguard.Fact{Kind: geminiguard.FactListed, Model: model, At: now.Add(-time.Second)}
-	publish(t, s, stale)
-	v2, got := current(t, s)
-	assert.Equal(t, v1, v2, "an older FactListed changes nothing")
-	assert.Equal(t, shows(missing), got)
-
-	listed := stale
-	listed.At = now.Add(time.Second)
-	publish(t, s, listed)
-	v3, got := current(t, s)
-	assert.NotEqual(t, v2, v3)
-	assert.Equal(t, shows(listed), got, "a later FactListed replaces the FactMissing")
+	latestAtWins(t, s, missing, geminiguard.Fact{Kind: geminiguard.FactListed, Model: model}, now)
 
 	again := missing
 	again.At = now.Add(2 * time.Second)
 	publish(t, s, again)
-	_, got = current(t, s)
+	_, got := current(t, s)
 	assert.Equal(t, shows(again), got, "a later FactMissing replaces the FactListed")
 
 	cool := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)}
