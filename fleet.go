@@ -296,26 +296,28 @@ func (l *modelLease) answer(now time.Time) bool {
 	return l.fleetFailures > 0
 }
 
-// takeReport returns the outcomes to report and clears them.
-func (l *modelLease) takeReport() (failed int, answered time.Time) {
+// report fills r with what the model has to tell the fleet (its token
+// debt, outcomes) and clears it; reported then says how the round trip went.
+func (l *modelLease) report(r *LeaseRequest) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	failed, answered = l.failed, l.answered
-	l.failed, l.answered = 0, time.Time{}
-	return failed, answered
+	r.Debt, r.Failures, r.Answered = l.debt, l.failed, l.answered
+	l.debt, l.failed, l.answered = 0, 0, time.Time{}
 }
 
-// reported puts back outcomes a report that did not reach the store
-// carried, and records the fleet's count of failures when it did.
-func (l *modelLease) reported(ok bool, failed int, answered time.Time, fleetFailures int) {
+// reported puts back what r reported when it did not reach the store (ok
+// false), and records the fleet's count of failures l brought back when it
+// did.
+func (l *modelLease) reported(ok bool, r LeaseRequest, fl Lease) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !ok {
-		l.failed += failed
-		l.answered = later(l.answered, answered)
+		l.debt += r.Debt
+		l.failed += r.Failures
+		l.answered = later(l.answered, r.Answered)
 		return
 	}
-	l.fleetFailures = fleetFailures
+	l.fleetFailures = fl.Failures
 }
 
 // use takes one request and tokens from the lease at now, if it holds
@@ -400,15 +402,6 @@ func (l *modelLease) owe(extra int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.debt += extra
-}
-
-// takeDebt returns the debt and clears it.
-func (l *modelLease) takeDebt() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	d := l.debt
-	l.debt = 0
-	return d
 }
 
 // aloneLimiter returns the limiter of the model while the store is
@@ -539,21 +532,21 @@ func (call *call[R]) aloneAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease, bool) {
 	f := c.fleet
 	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
-	r.Debt, r.Version = m.lease.takeDebt(), f.version.Load()
-	r.Failures, r.Answered = m.lease.takeReport()
-	r.Spent, r.SpendDay, r.SpendMonth = c.spending.report(time.Now())
+	r.Version = f.version.Load()
+	m.lease.report(&r)
+	now := time.Now()
+	r.Spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
 	if r.RPD > 0 {
-		r.DayEnd = pacific.NextMidnight(time.Now())
+		r.DayEnd = pacific.NextMidnight(now)
 	}
 	var l Lease
 	ok := f.call(ctx, c, func(ctx context.Context) (err error) {
 		l, err = f.store.Lease(ctx, r)
 		return err
 	})
-	m.lease.reported(ok, r.Failures, r.Answered, l.Failures)
+	m.lease.reported(ok, r, l)
 	c.spending.reported(ok, r, l)
 	if !ok {
-		m.lease.owe(r.Debt)
 		return Lease{}, false
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
