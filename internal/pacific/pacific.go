@@ -1,58 +1,68 @@
 // Package pacific computes the daily quota reset of the Gemini API: midnight
-// America/Los_Angeles. The US daylight-saving rule is built in (since 2007:
-// second Sunday of March to first Sunday of November, at 02:00 local), so the
-// answer does not depend on the machine's tzdata.
+// America/Los_Angeles.
+//
+// The zone is loaded once with time.LoadLocation, so the machine's tzdata
+// (which follows the law when it changes) decides. Where the machine has no
+// tzdata (a scratch container that does not import time/tzdata) the US rule
+// in force since 2007 is used instead: second Sunday of March to first
+// Sunday of November, at 02:00 local. Source says which is in use.
 package pacific
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 const (
 	pst = -8 * time.Hour
 	pdt = -7 * time.Hour
 )
 
+// zone is America/Los_Angeles from the machine's tzdata, nil when the
+// machine has none.
+var zone = sync.OnceValue(func() *time.Location {
+	loc, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		return nil
+	}
+	return loc
+})
+
+// Source says where the zone's rules come from: "tzdata" (the machine's or
+// an embedded time/tzdata) or "built-in US rule (no tzdata on this machine)".
+func Source() string {
+	if zone() != nil {
+		return "tzdata"
+	}
+	return "built-in US rule (no tzdata on this machine)"
+}
+
 // Offset returns the UTC offset of America/Los_Angeles at t.
 func Offset(t time.Time) time.Duration {
-	u := t.UTC()
-	y := u.Year()
-	// DST starts 02:00 PST (10:00 UTC) on the second Sunday of March and ends
-	// 02:00 PDT (09:00 UTC) on the first Sunday of November.
-	start := nthSunday(y, time.March, 2).Add(10 * time.Hour)
-	end := nthSunday(y, time.November, 1).Add(9 * time.Hour)
-	if !u.Before(start) && u.Before(end) {
-		return pdt
+	if loc := zone(); loc != nil {
+		_, off := t.In(loc).Zone()
+		return time.Duration(off) * time.Second
 	}
-	return pst
+	return ruleOffset(t)
 }
 
 // NextMidnight returns the first midnight America/Los_Angeles strictly after t.
 func NextMidnight(t time.Time) time.Time {
-	off := Offset(t)
-	local := t.UTC().Add(off)
-	y, m, d := local.Date()
-	next := time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC) // local midnight, written in UTC digits
-	// The offset at the next midnight can differ from now (the DST switch
-	// happens at 02:00, so the midnight itself has the pre-switch offset of
-	// that day, which is the offset one hour before it).
-	utc := next.Add(-off)
-	if o := Offset(utc.Add(-time.Hour)); o != off {
-		utc = next.Add(-o)
+	if loc := zone(); loc != nil {
+		l := t.In(loc)
+		return time.Date(l.Year(), l.Month(), l.Day()+1, 0, 0, 0, 0, loc).UTC()
 	}
-	return utc
+	return ruleNextMidnight(t)
 }
 
 // NextMonth returns the first midnight America/Los_Angeles of a month (the
 // 1st) strictly after t.
 func NextMonth(t time.Time) time.Time {
-	local := t.UTC().Add(Offset(t))
-	y, m, _ := local.Date()
-	next := time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC) // local midnight, written in UTC digits
-	// No DST switch happens at midnight: the instant is next−PDT when that
-	// instant is in daylight time, else next−PST.
-	if utc := next.Add(-pdt); Offset(utc) == pdt {
-		return utc
+	if loc := zone(); loc != nil {
+		l := t.In(loc)
+		return time.Date(l.Year(), l.Month()+1, 1, 0, 0, 0, 0, loc).UTC()
 	}
-	return next.Add(-pst)
+	return ruleNextMonth(t)
 }
 
 // Day returns the Pacific calendar day of t as a comparable value.
@@ -60,11 +70,4 @@ func Day(t time.Time) time.Time {
 	local := t.UTC().Add(Offset(t))
 	y, m, d := local.Date()
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-}
-
-// nthSunday returns 00:00 UTC of the n-th Sunday of month m in year y.
-func nthSunday(y int, m time.Month, n int) time.Time {
-	first := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
-	delta := (7 - int(first.Weekday())) % 7
-	return first.AddDate(0, 0, delta+7*(n-1))
 }
