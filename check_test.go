@@ -127,7 +127,7 @@ func TestStartupRecheckBacksOffAndStops(t *testing.T) {
 			defer c.Close()
 			start := time.Now()
 			for i, at := range []time.Duration{1, 3, 7, 15, 31, 63, 123, 183, 243, 303} { // seconds since New
-				time.Sleep(start.Add(at*time.Second - time.Nanosecond).Sub(time.Now()))
+				time.Sleep(time.Until(start.Add(at*time.Second - time.Nanosecond)))
 				synctest.Wait()
 				require.Equal(t, i+1, lists(srv), "before re-check %d", i+1)
 				time.Sleep(time.Nanosecond)

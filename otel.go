@@ -63,17 +63,17 @@ type telemetry struct {
 
 // instruments are the Client's metric instruments.
 type instruments struct {
-	duration, tokens                         metric.Float64Histogram
-	attempts, retries, skips, coolDowns      metric.Int64Counter
-	fallbacks, limiterWaits, cost            metric.Int64Counter
-	limiterWaited                            metric.Float64Counter
-	breakerState                             metric.Int64ObservableGauge
-	bulkheadInFlight, bulkheadQueued         metric.Int64ObservableGauge
-	bulkheadAdmitted, bulkheadRejected       metric.Int64ObservableCounter
-	fleetRoundTrips, fleetFailures           metric.Int64ObservableCounter
-	fleetUncoordinated                       metric.Int64ObservableCounter
-	fleetReplicas, fleetConnected            metric.Int64ObservableGauge
-	tokenInput, tokenOutput, errAttr, okAttr attribute.KeyValue
+	duration, tokens                    metric.Float64Histogram
+	attempts, retries, skips, coolDowns metric.Int64Counter
+	fallbacks, limiterWaits, cost       metric.Int64Counter
+	limiterWaited                       metric.Float64Counter
+	breakerState                        metric.Int64ObservableGauge
+	bulkheadInFlight, bulkheadQueued    metric.Int64ObservableGauge
+	bulkheadAdmitted, bulkheadRejected  metric.Int64ObservableCounter
+	fleetRoundTrips, fleetFailures      metric.Int64ObservableCounter
+	fleetUncoordinated                  metric.Int64ObservableCounter
+	fleetReplicas, fleetConnected       metric.Int64ObservableGauge
+	tokenInput, tokenOutput             attribute.KeyValue
 }
 
 // modelTel is what a model's spans and metrics start from, built once.

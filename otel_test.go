@@ -60,7 +60,7 @@ func (tel *telemetry) metrics(t *testing.T) map[string]metricdata.Metrics {
 func attrs(set attribute.Set) []string {
 	var out []string
 	for _, kv := range set.ToSlice() {
-		out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+		out = append(out, string(kv.Key)+"="+kv.Value.String())
 	}
 	return out
 }
@@ -126,7 +126,7 @@ func counts(t *testing.T, ms map[string]metricdata.Metrics, name, unit string, k
 		var k []string
 		for _, key := range keys {
 			v, _ := p.Attributes.Value(key)
-			k = append(k, v.Emit())
+			k = append(k, v.String())
 		}
 		out[strings.Join(k, "/")] += p.Value
 	}
@@ -163,7 +163,7 @@ func TestOTelCascadePrimary503SecondaryAnswers(t *testing.T) {
 		tokens := map[string]float64{}
 		for _, p := range histogram(t, ms, "gen_ai.client.token.usage", "{token}") {
 			v, _ := p.Attributes.Value("gen_ai.token.type")
-			tokens[v.Emit()] += p.Sum
+			tokens[v.String()] += p.Sum
 		}
 		require.Positive(t, rec.Tokens.Input)
 		assert.Equal(t, map[string]float64{"input": float64(rec.Tokens.Input), "output": float64(rec.Tokens.Output + rec.Tokens.Thinking)}, tokens)
@@ -188,7 +188,7 @@ func TestOTelCascadePrimary503SecondaryAnswers(t *testing.T) {
 			set := attribute.NewSet(e.Attributes...)
 			m, _ := set.Value("gen_ai.request.model")
 			cl, _ := set.Value("geminiguard.class")
-			events = append(events, e.Name+":"+m.Emit()+":"+cl.Emit())
+			events = append(events, e.Name+":"+m.String()+":"+cl.String())
 		}
 		assert.Equal(t, []string{"geminiguard.attempt:" + pro + ":" + geminiguard.ClassOverloaded.String(), "geminiguard.attempt:" + flash + ":none"}, events)
 		requireNoSecrets(t, tel, ms, resp.Text())
@@ -219,7 +219,7 @@ func TestOTelStream(t *testing.T) {
 		tokens := map[string]float64{}
 		for _, p := range histogram(t, ms, "gen_ai.client.token.usage", "{token}") {
 			v, _ := p.Attributes.Value("gen_ai.token.type")
-			tokens[v.Emit()] += p.Sum
+			tokens[v.String()] += p.Sum
 		}
 		require.Positive(t, rec.Tokens.Output)
 		assert.Equal(t, map[string]float64{"input": float64(rec.Tokens.Input), "output": float64(rec.Tokens.Output + rec.Tokens.Thinking)}, tokens)

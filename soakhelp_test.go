@@ -64,12 +64,6 @@ func (t *soakTally) add(invariant, format string, args ...any) {
 	}
 }
 
-func (t *soakTally) count(invariant string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.counts[invariant]
-}
-
 // line returns the invariants as "name=n" pairs, in order.
 func (t *soakTally) line() string {
 	t.mu.Lock()

@@ -245,7 +245,7 @@ func TestOTelProviderPerBackend(t *testing.T) {
 	for _, p := range histogram(t, tel.metrics(t), "gen_ai.client.operation.duration", "s") {
 		model, _ := p.Attributes.Value("gen_ai.request.model")
 		provider, _ := p.Attributes.Value("gen_ai.provider.name")
-		providers[model.Emit()] = provider.Emit()
+		providers[model.String()] = provider.String()
 	}
 	assert.Equal(t, map[string]string{flash: "gcp.gemini", vertexFlash: "gcp.vertex_ai"}, providers)
 }
