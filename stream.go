@@ -6,6 +6,7 @@ import (
 	"errors"
 	"iter"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genai"
@@ -341,16 +342,24 @@ type streamSession struct {
 
 // next returns the next chunk, (nil, nil) at a clean end, or the error that
 // ended the stream: errStalled (wrapped as an attempt timeout) when nothing
-// came within wait.
+// came within wait. A chunk and the watchdog that race are settled once:
+// either the chunk came first and the watchdog does nothing (the stream
+// lives on), or the watchdog cut the stream first and the chunk is dropped
+// as stalled, never returned from a stream that can no longer be read.
 func (ss *streamSession) next(wait time.Duration) (*genai.GenerateContentResponse, error) {
-	wd := time.AfterFunc(wait, func() { ss.cancel(errStalled) })
+	var settled atomic.Bool // the chunk or the watchdog, whichever came first
+	wd := time.AfterFunc(wait, func() {
+		if settled.CompareAndSwap(false, true) {
+			ss.cancel(errStalled)
+		}
+	})
 	resp, err, ok := ss.next2()
 	wd.Stop()
 	switch {
+	case !settled.CompareAndSwap(false, true):
+		return nil, &attemptTimeoutError{err: errStalled}
 	case !ok:
 		return nil, nil
-	case err != nil && context.Cause(ss.ctx) == errStalled:
-		return nil, &attemptTimeoutError{err: errStalled}
 	}
 	return resp, err
 }
