@@ -294,8 +294,9 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
-// left in call.stream.session. A first chunk that ends the answer is judged
-// as a unary answer is: a quiet failure is the attempt's error.
+// left in call.stream.session. A first chunk that ends the answer, or has no
+// candidate to begin one, is judged as a unary answer is: a quiet failure is
+// the attempt's error, and nothing of it reaches the caller.
 func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	c := call.c
 	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
@@ -320,7 +321,8 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 		return nil, &StreamError{Model: m.name, Err: errNoFinishReason}
 	}
 	finish := finishReasonOf(first)
-	if finish != "" && finish != genai.FinishReasonContinuation {
+	noCandidate := len(first.Candidates) == 0 || first.Candidates[0] == nil
+	if finish != "" && finish != genai.FinishReasonContinuation || noCandidate {
 		if rerr := answerError(m.name, first, call.stream.continues && endMarker(first)); rerr != nil {
 			return nil, rerr
 		}

@@ -1,6 +1,8 @@
 package geminiguard_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,6 +62,60 @@ func TestStreamChunkRacingTheWatchdogIsNeverCut(t *testing.T) {
 				}
 				assert.Zero(t, cutByRacer, "streams cut by the timer their last chunk raced, of %d", runs)
 				t.Logf("%d of %d streams whole (in fake time the watchdog mostly wins a tie)", whole, runs)
+			})
+		})
+	}
+}
+
+// TestStreamFirstEventWithoutCandidates answers a stream's first event with
+// no candidates (usage only): the stream is judged as a unary answer is, so
+// no empty chunk reaches the caller's loop and the next model answers, with
+// the same upstream requests as GenerateContent makes on the same script,
+// with or without resume; a Chat records the turn in its curated history.
+func TestStreamFirstEventWithoutCandidates(t *testing.T) {
+	models := func() *geminitest.Server {
+		return geminitest.New(
+			geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.NoCandidates}}},
+			geminitest.Model{Name: lite},
+		)
+	}
+	var unary map[string]int
+	synctest.Test(t, func(t *testing.T) {
+		srv := models()
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithStartupCheck(false))
+		resp, err := c.GenerateContent(t.Context(), "", genai.Text("Tell me a story"), nil)
+		require.NoError(t, err)
+		require.Equal(t, srv.FullText(lite), resp.Text())
+		unary = map[string]int{flash: srv.Total(flash), lite: srv.Total(lite)}
+	})
+	for _, resume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := models()
+				c := newClient(t, srv, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithStartupCheck(false),
+					geminiguard.WithStreamResume(resume))
+				var text strings.Builder
+				var rec geminiguard.CallRecord
+				for resp, err := range c.GenerateContentStream(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Tell me a story"), nil) {
+					require.NoError(t, err)
+					require.NotEmpty(t, resp.Candidates, "no chunk without candidates reaches the caller")
+					text.WriteString(resp.Text())
+				}
+				assert.Equal(t, srv.FullText(lite), text.String(), "the next model answered")
+				assert.Equal(t, lite, rec.Model)
+				assert.Zero(t, rec.Resumes, "nothing was shown before the secondary answered: no resume")
+				assert.Equal(t, unary, map[string]int{flash: srv.Total(flash), lite: srv.Total(lite)}, "the upstream requests of the unary path")
+
+				srv.Script(flash, geminitest.Step{Fault: geminitest.NoCandidates})
+				chat, err := c.Chats().Create(t.Context(), "", nil, nil)
+				require.NoError(t, err)
+				for resp, err := range chat.SendMessageStream(t.Context(), genai.Part{Text: "Tell me a story"}) {
+					require.NoError(t, err)
+					require.NotEmpty(t, resp.Candidates)
+				}
+				want := []string{"user: Tell me a story", "model: " + srv.FullText(lite)}
+				assert.Equal(t, want, turns(chat.History(true)), "the curated history holds the turn")
+				assert.Equal(t, want, turns(chat.History(false)))
 			})
 		})
 	}
