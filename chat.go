@@ -67,9 +67,11 @@ func (ch *Chats) Create(_ context.Context, model string, config *genai.GenerateC
 //     empty part) adds the exchange to the comprehensive history only;
 //   - the Fallback's answer (IsFallback) is no model's: it is added to the
 //     comprehensive history only, so the models never read it as their own;
-//   - an error adds nothing, as in genai, except a *ResponseError (a blocked
-//     or empty answer, which genai returns without error): its exchange is
-//     added to the comprehensive history only;
+//   - an error adds nothing, as in genai, except one that holds a model's
+//     blocked or empty answer (a *ResponseError, which genai returns without
+//     error), alone or in the *CascadeError of the models tried after it:
+//     the exchange with the first such answer is added to the comprehensive
+//     history only;
 //   - a streamed answer is recorded once it has ended well, as one model turn
 //     holding the parts of its chunks in order (genai keeps one model
 //     content per chunk; the API reads both alike); a resumed stream's turn
@@ -200,17 +202,17 @@ func userTurn(parts []genai.Part) *genai.Content {
 	return &genai.Content{Role: genai.RoleUser, Parts: p}
 }
 
-// refusedAnswer returns the response of the blocked or empty answer that
-// ended a call (a *ResponseError, which genai returns as an answer), nil for
-// any other error: a *CascadeError or *StreamError that holds one ended
-// without an answer, and genai records nothing for those.
+// refusedAnswer returns the response of the first blocked or empty answer
+// among the attempts of a call that failed (a *ResponseError, which genai
+// returns as an answer, alone or in a *CascadeError), nil for any other
+// error and for one that holds a *StreamError: a cut stream, for which
+// genai records nothing.
 func refusedAnswer(err error) *genai.GenerateContentResponse {
 	var (
 		rerr *ResponseError
-		cerr *CascadeError
 		serr *StreamError
 	)
-	if errors.As(err, &cerr) || errors.As(err, &serr) || !errors.As(err, &rerr) {
+	if errors.As(err, &serr) || !errors.As(err, &rerr) {
 		return nil
 	}
 	return rerr.Response

@@ -34,6 +34,21 @@ func turns(history []*genai.Content) []string {
 	return out
 }
 
+// exchanges returns history as turn strings, a run of model turns joined
+// into one: genai keeps one model content per streamed chunk, a Chat one per
+// answer (the API reads both alike).
+func exchanges(history []*genai.Content) []string {
+	var out []string
+	for i, c := range history {
+		if i > 0 && c.Role == genai.RoleModel && history[i-1].Role == genai.RoleModel {
+			out[len(out)-1] += strings.TrimPrefix(turn(c), c.Role+": ")
+			continue
+		}
+		out = append(out, turn(c))
+	}
+	return out
+}
+
 // say sends text on chat and returns the answer's text.
 func say(t *testing.T, chat *geminiguard.Chat, text string) (string, error) {
 	t.Helper()
@@ -241,4 +256,59 @@ func ExampleChats_Create() {
 	// model: Two.
 	// user: Times two?
 	// model: Four.
+}
+
+// TestChatHistoryMatchesGenAIsChat runs genai's own Chat and this one on the
+// same scripted exchanges of the chat's model, side by side (a streamed
+// answer compared as one model turn): genai's talks
+// to the model alone; this one's cascade goes on to a secondary that is
+// always overloaded, so an exchange the model fails ends in an error, an
+// empty answer in a *CascadeError. Both histories, and the requests the
+// model gets, are genai's, unary and streamed.
+func TestChatHistoryMatchesGenAIsChat(t *testing.T) {
+	steps := []geminitest.Step{{}, {Fault: geminitest.StopNoParts}, {Fault: geminitest.Overloaded},
+		{Fault: geminitest.FinishSafety}, {Fault: geminitest.NoCandidates}, {Fault: geminitest.MaxTokensEmpty}, {}}
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				theirs := geminitest.New(geminitest.Model{Name: flash, Script: steps})
+				sdk, err := genai.NewClient(t.Context(), theirs.ClientConfig())
+				require.NoError(t, err)
+				genaiChat, err := sdk.Chats.Create(t.Context(), flash, nil, nil)
+				require.NoError(t, err)
+
+				ours := geminitest.New(geminitest.Model{Name: flash, Script: steps},
+					geminitest.Model{Name: lite, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}})
+				c := newClient(t, ours, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithStartupCheck(false),
+					geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
+				chat, err := c.Chats().Create(t.Context(), "", nil, nil)
+				require.NoError(t, err)
+
+				for i := range steps {
+					msg := genai.Part{Text: fmt.Sprintf("Message %d", i)}
+					if stream {
+						for _, err := range genaiChat.SendMessageStream(t.Context(), msg) {
+							if err != nil {
+								break
+							}
+						}
+						for _, err := range chat.SendMessageStream(t.Context(), msg) {
+							if err != nil {
+								break
+							}
+						}
+					} else {
+						_, _ = genaiChat.SendMessage(t.Context(), msg)
+						_, _ = chat.SendMessage(t.Context(), msg)
+					}
+					require.Equal(t, exchanges(genaiChat.History(false)), exchanges(chat.History(false)), "the comprehensive history after message %d (%v)", i, steps[i].Fault)
+					require.Equal(t, exchanges(genaiChat.History(true)), exchanges(chat.History(true)), "the curated history after message %d (%v)", i, steps[i].Fault)
+				}
+				require.Len(t, ours.Requests(flash), len(steps))
+				for i, req := range theirs.Requests(flash) {
+					assert.Equal(t, exchanges(req.Contents), exchanges(ours.Requests(flash)[i].Contents), "request %d to the chat's model", i)
+				}
+			})
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"iter"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genai"
@@ -293,8 +294,9 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
-// left in call.stream.session. A first chunk that ends the answer is judged
-// as a unary answer is: a quiet failure is the attempt's error.
+// left in call.stream.session. A first chunk that ends the answer, or has no
+// candidate to begin one, is judged as a unary answer is: a quiet failure is
+// the attempt's error, and nothing of it reaches the caller.
 func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	c := call.c
 	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
@@ -319,7 +321,8 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 		return nil, &StreamError{Model: m.name, Err: errNoFinishReason}
 	}
 	finish := finishReasonOf(first)
-	if finish != "" && finish != genai.FinishReasonContinuation {
+	noCandidate := len(first.Candidates) == 0 || first.Candidates[0] == nil
+	if finish != "" && finish != genai.FinishReasonContinuation || noCandidate {
 		if rerr := answerError(m.name, first, call.stream.continues && endMarker(first)); rerr != nil {
 			return nil, rerr
 		}
@@ -341,16 +344,24 @@ type streamSession struct {
 
 // next returns the next chunk, (nil, nil) at a clean end, or the error that
 // ended the stream: errStalled (wrapped as an attempt timeout) when nothing
-// came within wait.
+// came within wait. A chunk and the watchdog that race are settled once:
+// either the chunk came first and the watchdog does nothing (the stream
+// lives on), or the watchdog cut the stream first and the chunk is dropped
+// as stalled, never returned from a stream that can no longer be read.
 func (ss *streamSession) next(wait time.Duration) (*genai.GenerateContentResponse, error) {
-	wd := time.AfterFunc(wait, func() { ss.cancel(errStalled) })
+	var settled atomic.Bool // the chunk or the watchdog, whichever came first
+	wd := time.AfterFunc(wait, func() {
+		if settled.CompareAndSwap(false, true) {
+			ss.cancel(errStalled)
+		}
+	})
 	resp, err, ok := ss.next2()
 	wd.Stop()
 	switch {
+	case !settled.CompareAndSwap(false, true):
+		return nil, &attemptTimeoutError{err: errStalled}
 	case !ok:
 		return nil, nil
-	case err != nil && context.Cause(ss.ctx) == errStalled:
-		return nil, &attemptTimeoutError{err: errStalled}
 	}
 	return resp, err
 }
