@@ -220,7 +220,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	}
 	if l := call.c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
-			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()))
+			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()), slog.String("rule", v.Rule))
 	}
 	return resp, v, elapsed, err
 }

@@ -284,7 +284,7 @@ func (c *Client) cooledDown(ctx context.Context, ev CoolDownEvent) {
 func (c *Client) retrying(ctx context.Context, ev RetryEvent) {
 	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: retrying", slog.String("model", ev.Model), slog.Int("attempt", ev.Attempt),
-			slog.String("class", ev.Verdict.Class.String()), slog.Duration("delay", ev.Delay))
+			slog.String("class", ev.Verdict.Class.String()), slog.String("rule", ev.Verdict.Rule), slog.Duration("delay", ev.Delay))
 	}
 	c.tel.count(ctx, func(ins *instruments) metric.Int64Counter { return ins.retries }, ev.Model, ev.Verdict.Class)
 	if h := c.cfg.hooks.OnRetry; h != nil {
