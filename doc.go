@@ -36,7 +36,9 @@
 // ErrCircuitOpen, ErrAllModelsFailed, ErrBlocked, ErrEmptyResponse,
 // ErrStreamInterrupted, ErrBulkheadFull, ErrBudgetExhausted) with errors.Is,
 // and carry details in *CascadeError, *ModelError, *ResponseError,
-// *StreamError and *CoolingError. Classify reads any error into a Verdict.
+// *StreamError and *CoolingError. Classify reads any error into a Verdict,
+// which names the rule that decided it (Verdict.Rule, e.g. quota_per_day,
+// unsupported_feature); the Debug log lines of attempts and retries show it.
 // A call the Fallback answered returns err == nil: IsFallback tells.
 //
 // # Testing
