@@ -174,10 +174,14 @@ func (c Cell) primaryLatency() time.Duration {
 	return time.Duration(float64(c.Secondary) * c.Ratio).Round(10 * time.Millisecond)
 }
 
-// String names c by its parameters, seed first.
+// String names c by its seed and its parameters.
 func (c Cell) String() string {
+	return fmt.Sprintf("cell %d: %s", c.Seed, c.params())
+}
+
+// params describes c's parameters in one line.
+func (c Cell) params() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "cell %d: ", c.Seed)
 	switch {
 	case c.Thinking:
 		fmt.Fprintf(&b, "long thinking %v on both", c.Secondary)
@@ -222,8 +226,8 @@ func FamilyArms() []Arm {
 // secondary gemini-2.5-flash at c's latencies, c's workload and script.
 func (c Cell) Scenario() *Scenario {
 	sc := &Scenario{
-		Name:    fmt.Sprintf("cell%d", c.Seed),
-		Summary: c.String(),
+		Name:    fmt.Sprintf("cell %d", c.Seed),
+		Summary: c.params(),
 		Anchor:  "issue 19: a user's brownout is a draw from a distribution, not one script",
 		Models: []Model{
 			{Name: flash, Latency: c.primaryLatency()},

@@ -129,7 +129,7 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 		for k := range callers {
 			wg.Go(func() {
 				for i := k; i < len(ar.Calls); i += callers {
-					if i >= callers {
+					if i >= callers && sc.Workload.Think > 0 {
 						time.Sleep(sc.Workload.Think)
 					}
 					do(i)
