@@ -528,7 +528,7 @@ func TestRateLimitErrorIs(t *testing.T) {
 
 // Defect 15: the failure of a model refused by its limiter says when the
 // model takes the request, in its Verdict and in the *RateLimitError.
-func TestLocalLimitErrorDefect15(t *testing.T) {
+func TestLocalLimitErrorIsNotAContextError(t *testing.T) {
 	l := newLimiter(Limits{RPM: 1}, 1)
 	_, _, err := l.reserve(limStart, 0, time.Time{})
 	require.NoError(t, err)
@@ -639,7 +639,7 @@ func TestLimiterLearnLowerKeepsTheWindow(t *testing.T) {
 // Defect 8: a cancelled grant gives back its tokens, its RPM slot and its
 // place in line; a grant cancelled behind later ones gives back what it can
 // without letting any window hold more than the limits.
-func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
+func TestLimiterCancelGivesBackTime(t *testing.T) {
 	type step struct {
 		at        time.Duration // since limStart
 		tokens    int
@@ -860,7 +860,7 @@ func TestLimiterRPMWindowPerSecond(t *testing.T) {
 }
 
 // Defect 5: limits of any size work in fixed memory; learned ones are capped.
-func TestLimiterHugeLimitsDefect5(t *testing.T) {
+func TestLimiterHugeLimits(t *testing.T) {
 	for _, headroom := range []float64{0.8, 1} {
 		l := newLimiter(Limits{RPM: math.MaxInt, TPM: math.MaxInt, RPD: math.MaxInt}, headroom)
 		sends := reserveAll(t, l, limStart, 1000, 1_000_000)
