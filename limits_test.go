@@ -27,7 +27,7 @@ func allocated(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// Defect 5: a quotaValue the server states is learned within a bound: a huge
+// A quotaValue the server states is learned within a bound: a huge
 // one neither panics nor allocates in proportion to it.
 func TestHugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
 	for _, fault := range []geminitest.Fault{geminitest.RateLimitMinute, geminitest.RateLimitTokens} {
@@ -57,7 +57,7 @@ func TestHugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
 	}
 }
 
-// Defect 5: any configured limit works, math.MaxInt included.
+// Any configured limit works, math.MaxInt included.
 func TestMaxIntLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
@@ -81,7 +81,7 @@ func prompt(tokens int) []*genai.Content {
 	return genai.Text(strings.Repeat("abcd", tokens))
 }
 
-// Defect 8: a request whose limiter wait is cancelled gives its tokens and
+// A request whose limiter wait is cancelled gives its tokens and
 // its place in line back: the next small request does not wait for it.
 func TestCancelledWaitGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestCancelledWaitGivesBackTokens(t *testing.T) {
 	})
 }
 
-// Defect 8: when every caller queued behind a TPM limit gives up at once,
+// When every caller queued behind a TPM limit gives up at once,
 // whatever the order their waits end in, the limiter is as they found it.
 func TestEveryCancelledWaitGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestEveryCancelledWaitGivesBackTokens(t *testing.T) {
 	})
 }
 
-// Defect 8: a model skipped because its limiter would make the call wait
+// A model skipped because its limiter would make the call wait
 // gives its tokens back: the next small request is answered by it at once.
 func TestSkippedModelGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -167,7 +167,7 @@ func TestSkippedModelGivesBackTokens(t *testing.T) {
 	})
 }
 
-// Defect 15: a call refused by a local limit never matches a context error,
+// A call refused by a local limit never matches a context error,
 // and says when the model can take it.
 func TestLocalRefusalIsNotAContextError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
