@@ -189,8 +189,11 @@ func (s *clientStats) window() []time.Duration {
 
 // Stats returns a snapshot of the Client's counters. Safe for concurrent use;
 // it copies and sorts the latency window, so call it for dashboards, not per
-// request.
+// request. Zero on a Client not made by New.
 func (c *Client) Stats() Stats {
+	if !c.made() {
+		return Stats{}
+	}
 	now := time.Now()
 	st := Stats{Calls: c.stats.calls.Load(), Successes: c.stats.successes.Load(), Fallbacks: c.stats.fallbacks.Load()}
 	if st.Calls > 0 {
