@@ -284,6 +284,7 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 }
 
 // CountTokens counts the tokens of contents as model would, through the
+// call's bulkhead (WithBulkheadName) as GenerateContent goes, the
 // breaker of the model's countTokens endpoint (separate from its generation
 // and embedding breakers) and classifier-driven retries; not through the
 // limiter, as countTokens is free of quota. There is no cascade and no
@@ -305,7 +306,7 @@ func (c *Client) CountTokens(ctx context.Context, model string, contents []*gena
 // their ids, one TokensInfo per content. Only Vertex AI serves it: model
 // must be called through a Vertex AI SDK client (the Client's own, or a
 // WithModelBackend entry's). It goes as CountTokens does: through the
-// breaker of the model's countTokens endpoint (the one CountTokens uses) and
+// call's bulkhead, the breaker of the model's countTokens endpoint (the one CountTokens uses) and
 // classifier-driven retries, not through the limiter, with no cascade and
 // no Fallback. The caller's config is never mutated.
 //
@@ -331,17 +332,22 @@ func (c *Client) ComputeTokens(ctx context.Context, model string, contents []*ge
 }
 
 // tokenCall sends one request of model's countTokens endpoint (CountTokens,
-// ComputeTokens, named by method in errors) through its breaker and
-// classifier-driven retries: not the limiter (free of quota), no cascade,
-// no Fallback. send makes the request through api as the model named wire.
-func tokenCall[R any](ctx context.Context, c *Client, method, model string, contents []*genai.Content, send func(ctx context.Context, api modelsAPI, wire string) (R, error)) (R, error) {
-	var zero R
+// ComputeTokens, named by method in errors) through the call's bulkhead,
+// the endpoint's breaker and classifier-driven retries: not the limiter
+// (free of quota), no cascade, no Fallback. send makes the request through
+// api as the model named wire.
+func tokenCall[R any](ctx context.Context, c *Client, method, model string, contents []*genai.Content, send func(ctx context.Context, api modelsAPI, wire string) (R, error)) (resp R, err error) {
 	if err := checkContents(contents); err != nil {
-		return zero, err
+		return resp, err
 	}
 	if model == "" {
-		return zero, &requestError{where: method + "' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
+		return resp, &requestError{where: method + "' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
 	}
+	bh, err := c.enterBulkhead(ctx)
+	if err != nil {
+		return resp, err
+	}
+	defer bh.leave(&err)
 	tc := newCall[R](ctx, c, endpointCount, model, contents)
 	tc.only = true
 	tc.send = func(ctx context.Context, _ *call[R], m *modelState) (R, error) {
