@@ -125,7 +125,7 @@ type ModelStats struct {
 	Successes      int64           // requests answered
 	Failures       map[Class]int64 // failed requests by class
 	Retries        int64           // retries of this model
-	Skipped        int64           // times the model was skipped (open, cooling, out of tokens)
+	Skipped        int64           // times the model was skipped (open, cooling, out of tokens, the call ended before its request left): CallRecord's skipped attempts
 	CoolDownUntil  time.Time       // zero when not cooling down
 	CoolDownReason Class
 	TokensUsed     int64 // input tokens granted by the limiter (0 without a token limit); Tokens counts what the API reported
