@@ -26,6 +26,7 @@ func TestCancelledWaitRecordsNoUnsentAttempt(t *testing.T) {
 		models   []geminitest.Model
 		opts     []geminiguard.Option
 		warmUp   bool          // one call first, which spends the RPM limit
+		replica  bool          // the warm-up call on another Client made with the same options (with a shared state: another replica)
 		cancelAt time.Duration // from the call's start; 0: halfway through the wait OnRetry announces
 		requests int           // of the cancelled call
 		waited   time.Duration // the cancelled entry's Delay
@@ -41,6 +42,10 @@ func TestCancelledWaitRecordsNoUnsentAttempt(t *testing.T) {
 		{name: "token wait", models: []geminitest.Model{{Name: flash, Latency: 100 * time.Millisecond}},
 			opts:   []geminiguard.Option{geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1}), geminiguard.WithHeadroom(1)},
 			warmUp: true, cancelAt: tokenWaitCancel, requests: 0, waited: tokenWaitCancel},
+		{name: "fleet lease wait", models: []geminitest.Model{{Name: flash, Latency: 100 * time.Millisecond}},
+			opts: []geminiguard.Option{geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1}), geminiguard.WithHeadroom(1),
+				geminiguard.WithSharedState(geminiguard.NewMemoryState())},
+			warmUp: true, replica: true, cancelAt: tokenWaitCancel, requests: 0, waited: tokenWaitCancel},
 	} {
 		t.Run(row.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -58,9 +63,16 @@ func TestCancelledWaitRecordsNoUnsentAttempt(t *testing.T) {
 						time.AfterFunc(ev.Delay/2, cancel)
 					}
 				}}
-				c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithCascade(cascade...), geminiguard.WithHooks(hooks)}, row.opts...)...)
+				opts := append([]geminiguard.Option{geminiguard.WithCascade(cascade...), geminiguard.WithHooks(hooks)}, row.opts...)
+				c := newClient(t, srv, nil, opts...)
+				defer c.Close()
 				if row.warmUp {
-					_, _, err := ask(t.Context(), c, "")
+					warm := c
+					if row.replica {
+						warm = newClient(t, srv, nil, opts...)
+						defer warm.Close()
+					}
+					_, _, err := ask(t.Context(), warm, "")
 					require.NoError(t, err)
 				}
 				requests, hits := statsRequests(c), fakeHits(srv, cascade)
