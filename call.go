@@ -263,6 +263,18 @@ func (call *call[R]) skip(m *modelState, err error, delay time.Duration) {
 	m.counters.skipped.Add(1)
 }
 
+// unsent records the end of a call before its request to m left: the
+// caller's context (err) ended the wait for it after waited, or its
+// deadline had passed. The request was never sent: the record says skipped,
+// with the time actually waited. It returns the error recorded.
+func (call *call[R]) unsent(m *modelState, err error, waited time.Duration) error {
+	if _, ok := err.(*ModelError); !ok {
+		err = &ModelError{Model: m.name, Verdict: Classify(err), Err: err}
+	}
+	call.skip(m, err, waited)
+	return err
+}
+
 // fail records a failed attempt and returns its error.
 func (call *call[R]) fail(model string, err error, delay, elapsed time.Duration) error {
 	if _, ok := err.(*ModelError); !ok {

@@ -38,7 +38,8 @@ const stepGo step = -1
 // admit decides whether the call may send its next request to sl's model
 // now. It fills a (which must be zero) and returns stepGo; or, having
 // recorded why, and leaving a holding nothing, stepNext
-// when the model cannot take the request for this call (cooling down, open,
+// when the model cannot take the request for this call (its WithModelConfig
+// adjustment makes it malformed (adjustFlaw), cooling down, open,
 // throttled for its recent failures while another model can answer (see
 // route.go), out of tokens before the deadline, or out of tokens now while
 // another model can answer), or stepStop with the error that ends the call (its
@@ -53,14 +54,18 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	now := call.now
 	if !now.Before(call.deadline) {
 		if err := ctx.Err(); err != nil {
-			return stepStop, call.fail(m.name, err, sl.delay, 0)
+			return stepStop, call.unsent(m, err, sl.delay)
 		}
 		if d, ok := ctx.Deadline(); ok && !d.After(call.deadline) {
 			// The caller's deadline, reached before its context says so
 			// (its timer is about to fire): the caller's error, not ours.
-			return stepStop, call.fail(m.name, context.DeadlineExceeded, sl.delay, 0)
+			return stepStop, call.unsent(m, context.DeadlineExceeded, sl.delay)
 		}
-		return stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
+		return stepStop, call.unsent(m, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay)
+	}
+	if err := call.adjustFlaw(m); err != nil {
+		call.skip(m, err, sl.delay)
+		return stepNext, err
 	}
 	if next, err := call.overBudget(ctx, m); next != stepGo {
 		call.skip(m, err, sl.delay)
@@ -132,7 +137,7 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 		if err := call.sleep(ctx, wait); err != nil {
 			g.cancel()
 			*g = grant{}
-			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+			return stepStop, call.unsent(m, err, sl.delay+call.now.Sub(now))
 		}
 		sl.delay += wait
 		call.c.tel.limiterWaited(ctx, m, wait)

@@ -125,7 +125,7 @@ type ModelStats struct {
 	Successes      int64           // requests answered
 	Failures       map[Class]int64 // failed requests by class
 	Retries        int64           // retries of this model
-	Skipped        int64           // times the model was skipped (open, cooling, out of tokens)
+	Skipped        int64           // times the model was skipped (open, cooling, out of tokens, the call ended before its request left): CallRecord's skipped attempts
 	CoolDownUntil  time.Time       // zero when not cooling down
 	CoolDownReason Class
 	TokensUsed     int64 // input tokens granted by the limiter (0 without a token limit); Tokens counts what the API reported
@@ -189,8 +189,11 @@ func (s *clientStats) window() []time.Duration {
 
 // Stats returns a snapshot of the Client's counters. Safe for concurrent use;
 // it copies and sorts the latency window, so call it for dashboards, not per
-// request.
+// request. Zero on a Client not made by New.
 func (c *Client) Stats() Stats {
+	if !c.made() {
+		return Stats{}
+	}
 	now := time.Now()
 	st := Stats{Calls: c.stats.calls.Load(), Successes: c.stats.successes.Load(), Fallbacks: c.stats.fallbacks.Load()}
 	if st.Calls > 0 {

@@ -184,8 +184,14 @@ func WithCascade(models ...string) Option {
 // fields and replace pointers, maps and slices, but do not write through
 // them, as they are the caller's. The caller's config is never modified;
 // the SDK's own retry and automatic continuation stay off whatever adjust
-// sets. adjust must be safe for concurrent use; it is called on the call's
-// goroutine. The last WithModelConfig for a model wins; a nil adjust
+// sets. The adjusted config is checked as the caller's is (numbers JSON
+// cannot encode, nil elements): a malformed one is that model's failure,
+// not the call's: nothing is sent to the model, the call records it as
+// skipped with an error that names the override and the field (Classify:
+// ClassBadRequest, ScopeModel) and goes on to the next model. adjust must
+// be safe for concurrent use and give the same config for the same input:
+// it is called on the call's goroutine, once to check the config and once
+// to send it. The last WithModelConfig for a model wins; a nil adjust
 // removes it. Default: every model gets the call's config as it is.
 func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)) Option {
 	return optionFunc(func(cfg *config) {
