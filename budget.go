@@ -228,8 +228,12 @@ type budgetError struct {
 }
 
 func (e *budgetError) Error() string {
-	return fmt.Sprintf("geminiguard: budget exhausted: %s spent of the %sly budget %s, until %s (WithBudget)",
-		e.Spent, e.Window, e.Limit, e.Until.UTC().Format(time.RFC3339))
+	budget := "monthly"
+	if e.Window == "day" {
+		budget = "daily"
+	}
+	return fmt.Sprintf("geminiguard: budget exhausted: %s spent of the %s budget %s, until %s (WithBudget)",
+		e.Spent, budget, e.Limit, e.Until.UTC().Format(time.RFC3339))
 }
 
 // Is reports ErrBudgetExhausted.

@@ -80,6 +80,7 @@ func TestBudgetDayRefusesUntilPacificMidnight(t *testing.T) {
 		_, _, err := ask(t.Context(), c, "")
 		// The fake clock starts at 2000-01-01 00:00 UTC, 16:00 PST.
 		assert.ErrorContains(t, err, "until 2000-01-01T08:00:00Z")
+		assert.ErrorContains(t, err, "of the daily budget", "the window is named in English")
 		st := c.Stats().Budget
 		assert.Equal(t, geminiguard.Micros(10_000), st.SpentToday)
 		assert.Equal(t, geminiguard.Micros(10_000), st.PerDay)
@@ -143,6 +144,7 @@ func TestBudgetMonthRefusesUntilTheFirst(t *testing.T) {
 		requireRefused(t, c, srv)
 		_, _, err := ask(t.Context(), c, "")
 		assert.ErrorContains(t, err, "until 2000-02-01T08:00:00Z")
+		assert.ErrorContains(t, err, "of the monthly budget")
 
 		time.Sleep(time.Until(time.Date(2000, time.January, 31, 12, 0, 0, 0, pst))) // a new day, the same month
 		requireRefused(t, c, srv)
