@@ -59,6 +59,26 @@ type flight struct {
 	panicked any // what the call panicked with; nil when it returned
 }
 
+// flightKey names a flight: the bulkhead of the call that started it
+// (Client.flightKey) and what the calls share (the request digest, or the
+// idempotency key). A flight belongs to its bulkhead: a call of another
+// bulkhead never joins it, so that it never waits in, nor is refused by, a
+// bulkhead not its own.
+type flightKey struct {
+	bulkhead, key string
+}
+
+// flightKey returns the flight key of the call of ctx sharing key: its
+// bulkhead is the name its context carries (WithBulkheadName), else
+// "default" when the Client has that bulkhead, else "" (none).
+func (c *Client) flightKey(ctx context.Context, key string) flightKey {
+	name, named := ctx.Value(bulkheadKey{}).(string)
+	if !named && c.bulkheads[defaultBulkhead] != nil {
+		name = defaultBulkhead
+	}
+	return flightKey{bulkhead: name, key: key}
+}
+
 // flights are the calls in flight, by key. Safe for concurrent use; the zero
 // value is empty.
 //
@@ -69,15 +89,15 @@ type flight struct {
 // Fallback's) must reach the callers waiting for it, where DoChan's
 // goroutine re-panics and ends the process.
 type flights struct {
-	mu sync.Mutex
-	m  map[string]*flight
+	mu sync.Mutex // guards m
+	m  map[flightKey]*flight
 }
 
 // join returns the flight of key, or starts one that runs run on a goroutine
 // of its own; lead is true when it started it. Once run returns (or panics),
 // the flight leaves fs and its done closes: calls that join later start a
 // new one.
-func (fs *flights) join(key string, d digest, run func(*flight)) (f *flight, lead bool) {
+func (fs *flights) join(key flightKey, d digest, run func(*flight)) (f *flight, lead bool) {
 	fs.mu.Lock()
 	if f = fs.m[key]; f != nil {
 		fs.mu.Unlock()
@@ -85,7 +105,7 @@ func (fs *flights) join(key string, d digest, run func(*flight)) (f *flight, lea
 	}
 	f = &flight{digest: d, done: make(chan struct{})}
 	if fs.m == nil {
-		fs.m = make(map[string]*flight)
+		fs.m = make(map[flightKey]*flight)
 	}
 	fs.m[key] = f
 	fs.mu.Unlock()
@@ -120,7 +140,7 @@ func (c *Client) generateShared(ctx context.Context, model string, contents []*g
 // generateDeduplicated joins the call in flight for the same request, or
 // starts it.
 func (c *Client) generateDeduplicated(ctx context.Context, start time.Time, d digest, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	f, lead := c.shared.inflight.join(string(d[:]), d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
+	f, lead := c.shared.inflight.join(c.flightKey(ctx, string(d[:])), d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
 		return c.generate(ctx, model, contents, config)
 	}))
 	return await(ctx, start, f, lead, func(rec *CallRecord) { rec.Deduplicated = true })

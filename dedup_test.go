@@ -338,3 +338,50 @@ func TestDedupPanicReachesTheCaller(t *testing.T) {
 		require.NoError(t, err, "the next call starts a new shared call")
 	})
 }
+
+// TestSharedCallsStayInTheirBulkhead: a call of one bulkhead never joins an
+// identical call (WithDedup) or a call with the same idempotency key that
+// waits in another bulkhead's full queue: it goes through its own bulkhead,
+// which has room, and is answered; the queued call alone meets its
+// bulkhead's refusal.
+func TestSharedCallsStayInTheirBulkhead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []geminiguard.Option
+		ctx  func(context.Context) context.Context
+	}{
+		{"dedup", []geminiguard.Option{geminiguard.WithDedup(true)}, func(ctx context.Context) context.Context { return ctx }},
+		{"idempotency key", nil, func(ctx context.Context) context.Context { return keyed(ctx, "order-42") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+				c := newClient(t, srv, nil, append(tc.opts, geminiguard.WithCascade(flash),
+					geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Second}),
+					geminiguard.WithBulkhead("chat", geminiguard.Bulkhead{MaxConcurrent: 1}))...)
+
+				var wg sync.WaitGroup
+				wg.Go(func() { // holds batch's one slot
+					_, _, _, err := askWith(feature("batch"), c, "Summarise the logs", nil)
+					assert.NoError(t, err)
+				})
+				synctest.Wait()
+				wg.Go(func() { // waits in batch's queue, then is refused
+					_, _, _, err := askWith(tc.ctx(feature("batch")), c, "Say hi", nil)
+					assert.ErrorIs(t, err, geminiguard.ErrBulkheadFull)
+				})
+				synctest.Wait()
+
+				text, rec, took, err := askWith(tc.ctx(feature("chat")), c, "Say hi", nil)
+				require.NoError(t, err, "chat's bulkhead has room: batch's full queue is not chat's")
+				assert.Equal(t, srv.FullText(flash), text)
+				assert.Equal(t, flash, rec.Model)
+				assert.False(t, rec.Deduplicated)
+				assert.False(t, rec.Replayed)
+				assert.Equal(t, answerTime, took)
+				wg.Wait()
+				assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "batch's first call and chat's")
+			})
+		})
+	}
+}

@@ -24,7 +24,9 @@ type idempotencyKey struct{}
 // with it, answer at most once per key: a call with a key whose call
 // already succeeded (within WithIdempotencyTTL) gets that call's answer
 // again without sending anything, and one whose call is still in flight
-// waits for it. So a caller that retries after its own timeout, or after
+// in the same bulkhead (WithBulkheadName) waits for it; a call of another
+// bulkhead sends its own, so that no feature waits in, or is refused by,
+// another's bulkhead. So a caller that retries after its own timeout, or after
 // losing the answer, does not pay twice. key "" means no key.
 //
 // Such an answer (a replay) is a copy of the stored response's top-level
@@ -110,7 +112,7 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 			return copyResponse(a.resp), nil
 		}
 	}
-	f, lead := c.shared.keyed.join(key, d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
+	f, lead := c.shared.keyed.join(c.flightKey(ctx, key), d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
 		if a, ok := c.loadAnswer(ctx, key); ok {
 			// Another replica's answer (WithSharedState): kept here too.
 			if a.digest != d {

@@ -281,8 +281,10 @@ func WithSharedState(s SharedState) Option {
 
 // WithDedup makes identical GenerateContent calls in flight at once share
 // one call: a call whose model, contents and config (compared by a SHA-256
-// of their JSON) are those of a call in flight sends nothing and gets that
-// call's answer or error. Default: off.
+// of their JSON) are those of a call in flight of the same bulkhead
+// (WithBulkheadName) sends nothing and gets that call's answer or error.
+// Calls of different bulkheads never share one: a feature's full bulkhead
+// never queues nor refuses another feature's call. Default: off.
 //
 // Each caller gets a copy of the response's top-level struct, so setting
 // its fields does not change another caller's answer; the values it points
