@@ -385,3 +385,56 @@ func TestSharedCallsStayInTheirBulkhead(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedCallShortDeadlineGetsTheFallback: in an outage a call with a
+// 300 ms deadline gets the Fallback at once alone (its first backoff, 1 s,
+// would overrun its deadline); with an idempotency key
+// or under WithDedup it gets the same, at once, though the shared call it
+// started goes on backing off for its longer deadline.
+func TestSharedCallShortDeadlineGetsTheFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		dedup bool
+		ctx   func(context.Context) context.Context
+	}{
+		{"alone", false, func(ctx context.Context) context.Context { return ctx }},
+		{"dedup", true, func(ctx context.Context) context.Context { return ctx }},
+		{"idempotency key", false, func(ctx context.Context) context.Context { return keyed(ctx, "order-42") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(always(flash, geminitest.Step{Fault: geminitest.Overloaded}))
+				c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(tc.dedup),
+					geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: time.Second, Jitter: geminiguard.JitterNone}),
+					geminiguard.WithFallback(geminiguard.TextFallback("busy")))
+				ctx, cancel := context.WithTimeout(tc.ctx(t.Context()), 300*time.Millisecond)
+				defer cancel()
+				var rec geminiguard.CallRecord
+				start := time.Now()
+				resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil)
+				require.NoError(t, err)
+				assert.True(t, geminiguard.IsFallback(resp))
+				assert.Equal(t, "busy", resp.Text())
+				assert.True(t, rec.Fallback)
+				assert.Zero(t, time.Since(start), "at once, as alone")
+			})
+		})
+	}
+}
+
+// TestDedupSharedCallStopsWhenNoCallerWaits: a shared call whose every
+// caller left stops sending; one with an idempotency key runs to its end,
+// so that a retry of the key finds its answer.
+func TestDedupSharedCallStopsWhenNoCallerWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(always(flash, geminitest.Step{Fault: geminitest.Overloaded, Latency: time.Second}))
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		_, _, took, err := askWith(ctx, c, "Say hi", nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 500*time.Millisecond, took)
+		time.Sleep(time.Minute)
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "no retry for a caller that left")
+	})
+}
