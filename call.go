@@ -354,6 +354,7 @@ func (call *call[R]) recordUnfinished() {
 // sleep waits d or until ctx is done, whichever is first, and then reads
 // the clock into call.now.
 func (call *call[R]) sleep(ctx context.Context, d time.Duration) error {
+	sharedSleep(ctx, call.now.Add(d), call.attempts) // a shared call's waiters whose deadline comes first give up (dedup.go)
 	err := sleep(ctx, d)
 	call.now = time.Now()
 	return err

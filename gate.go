@@ -26,6 +26,7 @@ type admission struct {
 	permit       permit
 	endpoint     endpoint
 	opened       *transition     // the change allow made (open → half-open), reported once the request goes
+	hold         budgetHold      // the request's estimated cost, counted against the budget until abandon
 	sent         bool            // the request left: its grant is spent whatever comes back
 	settled      bool            // the permit was handed back
 	ctx          context.Context // the call's, for the reports of settle
@@ -107,6 +108,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		return stepNext, err
 	}
 	a.m, a.br, a.permit, a.endpoint, a.opened, a.ctx = m, br, p, call.endpoint, tr, ctx
+	a.hold = call.holdBudget(m)
 	return stepGo, nil
 }
 
@@ -187,8 +189,10 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 // abandon settles an admission that a panic left unsettled, saying nothing
 // about the model: its permit (a probe's slot included) is freed, and a
 // grant whose request never left is given back. Deferred wherever an
-// admission is held; it does nothing once settle ran.
+// admission is held, it also releases the budget hold, after the response
+// was billed; it does nothing else once settle ran.
 func (a *admission) abandon() {
+	a.hold.release()
 	if a.settled || a.br == nil {
 		return
 	}

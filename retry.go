@@ -73,7 +73,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	switch {
 	case err == nil && call.stream != nil:
 		call.stream.held = *a // its outcome is known when the stream ends
-		a.settled = true
+		a.settled, a.hold = true, budgetHold{}
 	default:
 		c.settle(a, end, err, v)
 	}
