@@ -207,7 +207,7 @@ func TestBudgetCountsCallsInFlight(t *testing.T) {
 			wg.Go(func() {
 				for {
 					var rec geminiguard.CallRecord
-					_, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", prompt, nil)
+					_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", prompt, nil)
 					if err != nil {
 						assert.ErrorIs(t, err, geminiguard.ErrBudgetExhausted)
 						return

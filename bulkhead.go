@@ -14,7 +14,7 @@ import (
 // Bulkhead limits how many calls of one feature run at once, so that a
 // feature that floods the Client (a batch job) cannot take every slot of
 // the limiter, the breakers and the network from another (an interactive
-// page). Calls choose their bulkhead with WithBulkheadName; see WithBulkhead.
+// page). Calls choose their bulkhead with InBulkhead; see WithBulkhead.
 //
 // A call that finds every slot taken waits in the bulkhead's queue, in
 // arrival order, until a slot frees; a call that finds the queue full too
@@ -41,7 +41,7 @@ type Bulkhead struct {
 	// counts for it as a fast call. Default: LimitFixed, the best of the
 	// three whenever MaxConcurrent is sized for the model (BENCHMARKS.md,
 	// "Adaptive bulkhead limits").
-	Limit Limit
+	Limit BulkheadLimit
 	// MaxQueue is how many calls may wait for a slot. 0: none, a call that
 	// finds every slot taken is refused at once.
 	MaxQueue int
@@ -77,7 +77,7 @@ func (b Bulkhead) validate(name string) error {
 const defaultBulkhead = "default"
 
 // WithBulkhead adds a bulkhead named name (see Bulkhead). Calls whose context
-// carries the name (WithBulkheadName) go through it; calls that name no
+// carries the name (InBulkhead) go through it; calls that name no
 // bulkhead go through the one named "default" if there is one, and through
 // none otherwise. A name given twice keeps the last Bulkhead. New reports an
 // empty name and invalid fields. Default: no bulkheads.
@@ -94,12 +94,12 @@ func WithBulkhead(name string, b Bulkhead) Option {
 
 type bulkheadKey struct{}
 
-// WithBulkheadName returns a context that makes the Client method called
+// InBulkhead returns a context that makes the Client method called
 // with it go through the bulkhead named name (WithBulkhead). A name the
 // Client has no bulkhead for fails the call before anything is sent, with an
 // error that Classify reads as ClassBadRequest: a misspelt name never
 // silently escapes its limit.
-func WithBulkheadName(ctx context.Context, name string) context.Context {
+func InBulkhead(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, bulkheadKey{}, name)
 }
 
@@ -189,7 +189,7 @@ func (c *Client) enterBulkhead(ctx context.Context) (bulkheadSlot, error) {
 		if !named {
 			return bulkheadSlot{}, nil
 		}
-		return bulkheadSlot{}, &requestError{where: fmt.Sprintf("the bulkhead %q of WithBulkheadName", name), what: "is not configured", fix: fmt.Sprintf("add WithBulkhead(%q, ...) to New, or fix the name", name)}
+		return bulkheadSlot{}, &requestError{where: fmt.Sprintf("the bulkhead %q of InBulkhead", name), what: "is not configured", fix: fmt.Sprintf("add WithBulkhead(%q, ...) to New, or fix the name", name)}
 	}
 	if err := b.enter(ctx); err != nil {
 		return bulkheadSlot{}, err

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Limit is how a Bulkhead sets the number of its calls that run at once
+// BulkheadLimit is how a Bulkhead sets the number of its calls that run at once
 // (Bulkhead.Limit). The zero value is LimitFixed.
 //
 // It is one exported type with three values, not a policy interface: the
@@ -13,7 +13,7 @@ import (
 // fixed limit (BENCHMARKS.md, "Adaptive bulkhead limits"), their parameters are
 // the published defaults, and a caller chooses among them without tuning
 // anything but the ceiling.
-type Limit int
+type BulkheadLimit int
 
 const (
 	// LimitFixed runs MaxConcurrent calls at once, always. It is the
@@ -22,7 +22,7 @@ const (
 	// the other features' latency lowest (about half the adaptive limits'
 	// p95), the same on every run; the adaptive limits win only against a
 	// fixed limit set too high.
-	LimitFixed Limit = iota
+	LimitFixed BulkheadLimit = iota
 	// LimitAIMD is an additive-increase, multiplicative-decrease limit, as
 	// Netflix concurrency-limits' AIMDLimit: each call that returns within
 	// twice the bulkhead's no-load latency (a slow average of its calls'
@@ -45,8 +45,8 @@ const (
 	LimitGradient
 )
 
-// String returns the Limit's name: "fixed", "aimd" or "gradient".
-func (l Limit) String() string {
+// String returns the BulkheadLimit's name: "fixed", "aimd" or "gradient".
+func (l BulkheadLimit) String() string {
 	switch l {
 	case LimitFixed:
 		return "fixed"
@@ -55,7 +55,7 @@ func (l Limit) String() string {
 	case LimitGradient:
 		return "gradient"
 	}
-	return fmt.Sprintf("Limit(%d)", int(l))
+	return fmt.Sprintf("BulkheadLimit(%d)", int(l))
 }
 
 // The adaptive limits' parameters: Netflix concurrency-limits' defaults
@@ -79,7 +79,7 @@ const (
 // safe for concurrent use (the bulkhead's mu guards it) and reads no
 // clock. Its zero value is not valid: see newAdaptiveLimit.
 type adaptiveLimit struct {
-	algo    Limit
+	algo    BulkheadLimit
 	ceiling float64
 	limit   float64 // now; within [1, ceiling]
 	base    float64 // the no-load latency, in nanoseconds: a slow moving average
@@ -87,7 +87,7 @@ type adaptiveLimit struct {
 }
 
 // newAdaptiveLimit returns the algo limit under ceiling (≥ 1).
-func newAdaptiveLimit(algo Limit, ceiling int) adaptiveLimit {
+func newAdaptiveLimit(algo BulkheadLimit, ceiling int) adaptiveLimit {
 	return adaptiveLimit{algo: algo, ceiling: float64(ceiling), limit: float64(min(ceiling, adaptiveStart))}
 }
 

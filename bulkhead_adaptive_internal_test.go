@@ -79,7 +79,7 @@ func TestAdaptiveBaseDecays(t *testing.T) {
 }
 
 func TestLimitString(t *testing.T) {
-	for l, want := range map[Limit]string{LimitFixed: "fixed", LimitAIMD: "aimd", LimitGradient: "gradient", Limit(9): "Limit(9)"} {
+	for l, want := range map[BulkheadLimit]string{LimitFixed: "fixed", LimitAIMD: "aimd", LimitGradient: "gradient", BulkheadLimit(9): "BulkheadLimit(9)"} {
 		assert.Equal(t, want, l.String())
 	}
 }
@@ -113,7 +113,7 @@ func TestAdaptiveBulkheadSlots(t *testing.T) {
 
 // Concurrent releases keep the slots consistent with the limit.
 func TestAdaptiveBulkheadConcurrent(t *testing.T) {
-	for _, algo := range []Limit{LimitAIMD, LimitGradient} {
+	for _, algo := range []BulkheadLimit{LimitAIMD, LimitGradient} {
 		t.Run(fmt.Sprint(algo), func(t *testing.T) {
 			b := newBulkhead("batch", Bulkhead{MaxConcurrent: 16, Limit: algo}, time.Second)
 			var wg sync.WaitGroup

@@ -21,7 +21,7 @@ const answerTime = 10 * time.Second
 
 // feature returns a context naming the bulkhead name.
 func feature(name string) context.Context {
-	return geminiguard.WithBulkheadName(context.Background(), name)
+	return geminiguard.InBulkhead(context.Background(), name)
 }
 
 // timedAsk sends one prompt with ctx and returns the error and how long the
@@ -203,14 +203,14 @@ func TestBulkheadNames(t *testing.T) {
 func TestWithBulkheadValidation(t *testing.T) {
 	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithStartupCheck(false),
 		geminiguard.WithBulkhead("", geminiguard.Bulkhead{MaxConcurrent: 1}),
-		geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxQueue: -1, QueueTimeout: -time.Second, Limit: geminiguard.Limit(7)}))
+		geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxQueue: -1, QueueTimeout: -time.Second, Limit: geminiguard.BulkheadLimit(7)}))
 	require.Error(t, err)
 	for _, want := range []string{
 		"WithBulkhead: the name is empty",
 		`WithBulkhead("batch"): MaxConcurrent (0) must be positive`,
 		`WithBulkhead("batch"): MaxQueue (-1) is negative`,
 		`WithBulkhead("batch"): QueueTimeout (-1s) is negative`,
-		`WithBulkhead("batch"): Limit (Limit(7)) is not one of LimitFixed, LimitAIMD, LimitGradient`,
+		`WithBulkhead("batch"): Limit (BulkheadLimit(7)) is not one of LimitFixed, LimitAIMD, LimitGradient`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

@@ -23,7 +23,7 @@ func down(srv *geminitest.Server, model string) {
 // send sends text and returns the answer, the call record and the error.
 func send(ctx context.Context, c *geminiguard.Client, text string) (*genai.GenerateContentResponse, geminiguard.CallRecord, error) {
 	var rec geminiguard.CallRecord
-	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text(text), nil)
+	resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text(text), nil)
 	return resp, rec, err
 }
 

@@ -82,7 +82,7 @@ func TestCancelledWaitRecordsNoUnsentAttempt(t *testing.T) {
 
 				start := time.Now()
 				var rec geminiguard.CallRecord
-				_, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil)
+				_, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text("Say hi"), nil)
 
 				require.ErrorIs(t, err, context.Canceled)
 				sent := 0

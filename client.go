@@ -55,7 +55,7 @@ type Client struct {
 	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
-	shared         sharing                   // calls in flight and answers shared (WithDedup, WithIdempotencyKey)
+	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
 	fleet          *fleet                    // WithSharedState's; nil: the Client is on its own
 }
@@ -208,12 +208,12 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // (ErrAllModelsFailed, unwrapping to every attempt's error) when every model
 // failed or was skipped and no Fallback answered; the context's error when
 // the caller cancelled. An error matching ErrBulkheadFull when the call's
-// bulkhead (WithBulkheadName) refused it, before anything was sent; such a
+// bulkhead (InBulkhead) refused it, before anything was sent; such a
 // refusal is counted in its bulkhead's Stats only. Classify(err) gives the
-// verdict of the failure that decided the outcome; WithCallRecord gives the
+// verdict of the failure that decided the outcome; RecordCall gives the
 // attempts. IsFallback(resp) tells the Fallback's answer (or the answer
 // cache's, WithAnswerCache) from a model's.
-// Under WithDedup, or with WithIdempotencyKey, the answer (or error) may be
+// Under WithDedup, or with Idempotent, the answer (or error) may be
 // another call's; see there. An idempotency key reused for a different
 // request fails the call with an error that Classify reads as
 // ClassBadRequest. A nil ctx, or a Client not made by New, is refused
@@ -284,7 +284,7 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 }
 
 // CountTokens counts the tokens of contents as model would, through the
-// call's bulkhead (WithBulkheadName) as GenerateContent goes, the
+// call's bulkhead (InBulkhead) as GenerateContent goes, the
 // breaker of the model's countTokens endpoint (separate from its generation
 // and embedding breakers) and classifier-driven retries; not through the
 // limiter, as countTokens is free of quota. There is no cascade and no

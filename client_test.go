@@ -318,7 +318,7 @@ func TestPausedAnswerIsCompletedThroughTheChain(t *testing.T) {
 		cfg := &genai.GenerateContentConfig{AutomaticContinuation: genai.Ptr(true)} // asks for the SDK's own hops
 
 		var rec geminiguard.CallRecord
-		resp, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Tell me a story"), cfg)
+		resp, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("Tell me a story"), cfg)
 
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(pro), resp.Text(), "the paused answer is completed, not returned short")

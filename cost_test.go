@@ -86,7 +86,7 @@ func TestStreamCostIsItsLastChunks(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash25))
 		var rec geminiguard.CallRecord
 		chunks := 0
-		for _, err := range c.GenerateContentStream(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Tell me a story"), nil) {
+		for _, err := range c.GenerateContentStream(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("Tell me a story"), nil) {
 			require.NoError(t, err)
 			chunks++
 		}

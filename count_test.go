@@ -56,7 +56,7 @@ func TestComputeTokensOnVertexGoesThroughRetry(t *testing.T) {
 		require.NoError(t, err)
 		var rec geminiguard.CallRecord
 
-		resp, err := c.ComputeTokens(geminiguard.WithCallRecord(t.Context(), &rec), flash, genai.Text("How many tokens?"), nil)
+		resp, err := c.ComputeTokens(geminiguard.RecordCall(t.Context(), &rec), flash, genai.Text("How many tokens?"), nil)
 
 		require.NoError(t, err, "a 503, then a retry that answers")
 		require.Len(t, resp.TokensInfo, 1)

@@ -88,7 +88,7 @@ type flightKey struct {
 }
 
 // flightKey returns the flight key of the call of ctx sharing key: its
-// bulkhead is the name its context carries (WithBulkheadName), else
+// bulkhead is the name its context carries (InBulkhead), else
 // "default" when the Client has that bulkhead, else "" (none).
 func (c *Client) flightKey(ctx context.Context, key string) flightKey {
 	name, named := ctx.Value(bulkheadKey{}).(string)
@@ -160,7 +160,7 @@ func (c *Client) join(ctx context.Context, fs *flights, key flightKey, d digest,
 		f.mu.Unlock()
 		// The flight keeps its own CallRecord, never the caller's: the
 		// caller may leave before the call ends.
-		f.resp, f.err = send(context.WithValue(WithCallRecord(ctx, &f.rec), flightCtx{}, flightOf{fs, key, f}), f)
+		f.resp, f.err = send(context.WithValue(RecordCall(ctx, &f.rec), flightCtx{}, flightOf{fs, key, f}), f)
 	}()
 	return f, true
 }
@@ -243,7 +243,7 @@ func newWaiter(ctx context.Context) *waiter {
 }
 
 // generateShared answers a GenerateContent call that may share its answer:
-// one with an idempotency key (WithIdempotencyKey), or any call under
+// one with an idempotency key (Idempotent), or any call under
 // WithDedup. A request without a digest is sent on its own.
 func (c *Client) generateShared(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	start := time.Now()

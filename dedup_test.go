@@ -20,7 +20,7 @@ import (
 func askWith(ctx context.Context, c *geminiguard.Client, prompt string, config *genai.GenerateContentConfig) (string, geminiguard.CallRecord, time.Duration, error) {
 	var rec geminiguard.CallRecord
 	start := time.Now()
-	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text(prompt), config)
+	resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text(prompt), config)
 	took := time.Since(start)
 	if err != nil {
 		return "", rec, took, err
@@ -40,7 +40,7 @@ func TestDedupFiftyIdenticalCallsSendOneRequest(t *testing.T) {
 		for i := range callers {
 			wg.Go(func() {
 				var err error
-				resps[i], err = c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &recs[i]), "", genai.Text("Say hi"), nil)
+				resps[i], err = c.GenerateContent(geminiguard.RecordCall(t.Context(), &recs[i]), "", genai.Text("Say hi"), nil)
 				assert.NoError(t, err)
 			})
 		}
@@ -185,7 +185,7 @@ func TestDedupSharesTheError(t *testing.T) {
 
 // keyed returns a context carrying the idempotency key.
 func keyed(ctx context.Context, key string) context.Context {
-	return geminiguard.WithIdempotencyKey(ctx, key)
+	return geminiguard.Idempotent(ctx, key)
 }
 
 func TestIdempotencyReplayedKeySendsNothing(t *testing.T) {
@@ -235,7 +235,7 @@ func TestIdempotencyKeyReusedForADifferentRequestFails(t *testing.T) {
 		})
 		synctest.Wait()
 		_, _, took, err := askWith(keyed(t.Context(), "k"), c, "Say bye", nil)
-		require.ErrorContains(t, err, "geminiguard: the idempotency key (WithIdempotencyKey) was reused for a different request")
+		require.ErrorContains(t, err, "geminiguard: the idempotency key (Idempotent) was reused for a different request")
 		assert.Zero(t, took, "a key in flight for another request fails at once")
 		wg.Wait()
 
@@ -411,7 +411,7 @@ func TestSharedCallShortDeadlineGetsTheFallback(t *testing.T) {
 				defer cancel()
 				var rec geminiguard.CallRecord
 				start := time.Now()
-				resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil)
+				resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text("Say hi"), nil)
 				require.NoError(t, err)
 				assert.True(t, geminiguard.IsFallback(resp))
 				assert.Equal(t, "busy", resp.Text())

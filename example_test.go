@@ -29,7 +29,7 @@ func ExampleClient_GenerateContent() {
 	}
 	for range 4 {
 		var rec geminiguard.CallRecord
-		_, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil)
+		_, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text("Say hi"), nil)
 		first := rec.Attempts[0]
 		fmt.Printf("%s answered; %s first: %s\n", rec.Model, first.Model, geminiguard.Classify(first.Err).Class)
 		if err != nil {
@@ -64,7 +64,7 @@ func ExampleClassify() {
 
 // A caller that retries a call with the same idempotency key gets the first
 // call's answer again, and Gemini is not asked (nor paid) twice.
-func ExampleWithIdempotencyKey() {
+func ExampleIdempotent() {
 	fake := geminitest.New(geminitest.Model{Name: "gemini-2.5-flash", Text: "Your order ships Monday."})
 	ctx := context.Background()
 	c, err := geminiguard.New(ctx,
@@ -76,7 +76,7 @@ func ExampleWithIdempotencyKey() {
 	}
 	for range 2 {
 		var rec geminiguard.CallRecord
-		call := geminiguard.WithCallRecord(geminiguard.WithIdempotencyKey(ctx, "order-42/summary"), &rec)
+		call := geminiguard.RecordCall(geminiguard.Idempotent(ctx, "order-42/summary"), &rec)
 		resp, err := c.GenerateContent(call, "", genai.Text("When does order 42 ship?"), nil)
 		if err != nil {
 			fmt.Println(err)

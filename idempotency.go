@@ -20,11 +20,11 @@ const defaultIdempotencyTTL = 10 * time.Minute
 
 type idempotencyKey struct{}
 
-// WithIdempotencyKey returns a context that makes GenerateContent, called
+// Idempotent returns a context that makes GenerateContent, called
 // with it, answer at most once per key: a call with a key whose call
 // already succeeded (within WithIdempotencyTTL) gets that call's answer
 // again without sending anything, and one whose call is still in flight
-// in the same bulkhead (WithBulkheadName) waits for it; a call of another
+// in the same bulkhead (InBulkhead) waits for it; a call of another
 // bulkhead sends its own, so that no feature waits in, or is refused by,
 // another's bulkhead. So a caller that retries after its own timeout, or after
 // losing the answer, does not pay twice. key "" means no key.
@@ -61,7 +61,7 @@ type idempotencyKey struct{}
 // bounded like every call to the store; a store that fails or is slow is
 // skipped, the key then kept by this Client alone. Streams
 // (GenerateContentStream) ignore the key.
-func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+func Idempotent(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, idempotencyKey{}, key)
 }
 
@@ -82,7 +82,7 @@ type storedAnswer struct {
 // different request.
 func errKeyReused() error {
 	return &requestError{
-		where: "the idempotency key (WithIdempotencyKey)",
+		where: "the idempotency key (Idempotent)",
 		what:  "was reused for a different request (model, contents or config)",
 		fix:   "give each distinct request its own key, and reuse a key only to retry the same request",
 	}

@@ -97,7 +97,7 @@ func TestLongerRequestsAreLearnedApart(t *testing.T) {
 
 		var rec geminiguard.CallRecord
 		start := time.Now()
-		_, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Write a long story"), long)
+		_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("Write a long story"), long)
 
 		require.NoError(t, err)
 		assert.Equal(t, pro, rec.Model, "a long request is not cut by what short ones take")
@@ -116,7 +116,7 @@ func TestStalledStreamIsAbandonedAtTheLearnedFirstChunkDeadline(t *testing.T) {
 
 		var rec geminiguard.CallRecord
 		start := time.Now()
-		text, _, err := streamed(geminiguard.WithCallRecord(t.Context(), &rec), c, "") // pro's 21st request stalls 25s
+		text, _, err := streamed(geminiguard.RecordCall(t.Context(), &rec), c, "") // pro's 21st request stalls 25s
 
 		require.NoError(t, err)
 		assert.Equal(t, srv.FullText(flash), text)

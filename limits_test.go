@@ -153,7 +153,7 @@ func TestSkippedModelGivesBackTokens(t *testing.T) {
 		_, err := c.GenerateContent(t.Context(), "", prompt(9_000), nil)
 		require.NoError(t, err)
 		var rec geminiguard.CallRecord
-		_, err = c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", prompt(9_000), nil)
+		_, err = c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", prompt(9_000), nil)
 		require.NoError(t, err)
 		assert.Equal(t, lite, rec.Model, "flash would make the call wait: lite answers")
 

@@ -96,7 +96,7 @@ func newClient(t *testing.T, srv *geminitest.Server, logs *logBuffer, opts ...ge
 // ask sends one prompt and returns the answer, the call record and the error.
 func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.GenerateContentResponse, geminiguard.CallRecord, error) {
 	var rec geminiguard.CallRecord
-	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), model, genai.Text("Say hi"), nil)
+	resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), model, genai.Text("Say hi"), nil)
 	return resp, rec, err
 }
 

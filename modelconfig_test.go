@@ -33,7 +33,7 @@ func TestModelConfigDropsThePrimarysCacheForTheSecondary(t *testing.T) {
 
 		for _, stream := range []bool{false, true} {
 			var rec geminiguard.CallRecord
-			ctx := geminiguard.WithCallRecord(t.Context(), &rec)
+			ctx := geminiguard.RecordCall(t.Context(), &rec)
 			if stream {
 				srv.Script(pro, geminitest.Step{Fault: geminitest.Overloaded})
 				for _, err := range c.GenerateContentStream(ctx, "", genai.Text("Say hi"), user) {
@@ -74,7 +74,7 @@ func TestModelConfigThatMakesAMalformedRequestIsThatModelsFailure(t *testing.T) 
 
 		for _, stream := range []bool{false, true} {
 			var rec geminiguard.CallRecord
-			ctx := geminiguard.WithCallRecord(t.Context(), &rec)
+			ctx := geminiguard.RecordCall(t.Context(), &rec)
 			if stream {
 				for _, err := range c.GenerateContentStream(ctx, "", genai.Text("Say hi"), nil) {
 					require.NoError(t, err)

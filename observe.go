@@ -79,7 +79,7 @@ type CallRecord struct {
 	// Deduplicated: the call sent nothing and got the answer of an
 	// identical call in flight (WithDedup). Replayed: it got the answer of
 	// an earlier call with the same idempotency key, stored or in flight
-	// (WithIdempotencyKey). Either way Model and Fallback are that call's,
+	// (Idempotent). Either way Model and Fallback are that call's,
 	// Attempts, Tokens and Cost are empty, and Latency is the wait.
 	Deduplicated bool
 	Replayed     bool
@@ -87,10 +87,10 @@ type CallRecord struct {
 
 type callRecordKey struct{}
 
-// WithCallRecord returns a context that makes the Client method called with
+// RecordCall returns a context that makes the Client method called with
 // it fill rec when the call returns. Use one record per call; rec must not be
 // read before the call returns.
-func WithCallRecord(ctx context.Context, rec *CallRecord) context.Context {
+func RecordCall(ctx context.Context, rec *CallRecord) context.Context {
 	return context.WithValue(ctx, callRecordKey{}, rec)
 }
 

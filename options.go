@@ -257,7 +257,7 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // key or Vertex AI project, and a SharedState of the same store: package
 // redisstore keeps it on Redis; NewMemoryState in this process. A store that
 // is also a Subscriber tells replicas of new facts at once, and one that is
-// an AnswerStore keeps idempotent answers for the fleet (WithIdempotencyKey);
+// an AnswerStore keeps idempotent answers for the fleet (Idempotent);
 // both of those are.
 //
 // Cost: a replica leases requests of each limited model in batches sized
@@ -288,7 +288,7 @@ func WithSharedState(s SharedState) Option {
 // WithDedup makes identical GenerateContent calls in flight at once share
 // one call: a call whose model, contents and config (compared by a SHA-256
 // of their JSON) are those of a call in flight of the same bulkhead
-// (WithBulkheadName) sends nothing and gets that call's answer or error.
+// (InBulkhead) sends nothing and gets that call's answer or error.
 // Calls of different bulkheads never share one: a feature's full bulkhead
 // never queues nor refuses another feature's call. Default: off.
 //
@@ -314,7 +314,7 @@ func WithDedup(on bool) Option {
 }
 
 // WithIdempotencyTTL sets how long the answer of a call with an idempotency
-// key (WithIdempotencyKey) is replayed. It must be positive. Default: 10
+// key (Idempotent) is replayed. It must be positive. Default: 10
 // minutes.
 func WithIdempotencyTTL(d time.Duration) Option {
 	return optionFunc(func(cfg *config) { cfg.idempotencyTTL = d })

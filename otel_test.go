@@ -143,7 +143,7 @@ func TestOTelCascadePrimary503SecondaryAnswers(t *testing.T) {
 		c := newClient(t, srv, nil, append(tel.opts, geminiguard.WithCascade(pro, flash))...)
 
 		var rec geminiguard.CallRecord
-		resp, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text(secretPrompt), nil)
+		resp, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(secretPrompt), nil)
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model)
 
@@ -204,7 +204,7 @@ func TestOTelStream(t *testing.T) {
 
 		var rec geminiguard.CallRecord
 		var text strings.Builder
-		for resp, err := range c.GenerateContentStream(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text(secretPrompt), nil) {
+		for resp, err := range c.GenerateContentStream(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(secretPrompt), nil) {
 			require.NoError(t, err)
 			text.WriteString(resp.Text())
 		}
@@ -346,7 +346,7 @@ func TestOTelBulkheadFigures(t *testing.T) {
 		tel := newTelemetry()
 		c := newClient(t, srv, nil, append(tel.opts, geminiguard.WithCascade(flash),
 			geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 1}))...)
-		batch := geminiguard.WithBulkheadName(t.Context(), "batch")
+		batch := geminiguard.InBulkhead(t.Context(), "batch")
 
 		done := make(chan error)
 		go func() { _, _, err := ask(batch, c, ""); done <- err }()

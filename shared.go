@@ -51,7 +51,7 @@ type Subscriber interface {
 }
 
 // AnswerStore is a SharedState that also keeps the answers of idempotency
-// keys (WithIdempotencyKey), so that a key replayed on any replica of the
+// keys (Idempotent), so that a key replayed on any replica of the
 // fleet gets the answer another replica stored, sending nothing, and a key
 // reused for a different request is refused fleet-wide. WithSharedState
 // uses it when the store has it; without it, a key's answer is kept by the

@@ -466,7 +466,7 @@ func (r *soakRun) unary(parent context.Context, sc soakCall) {
 	r.calls.Add(1)
 	func() {
 		defer func() { panicked = recover() }()
-		resp, err = r.c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), sc.model, r.prompt(sc), nil)
+		resp, err = r.c.GenerateContent(geminiguard.RecordCall(ctx, &rec), sc.model, r.prompt(sc), nil)
 	}()
 	end := time.Now()
 	if panicked != nil {
@@ -522,7 +522,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 	r.calls.Add(1)
 	func() {
 		defer func() { panicked = recover() }()
-		for resp, e := range r.c.GenerateContentStream(geminiguard.WithCallRecord(ctx, &rec), sc.model, r.prompt(sc), nil) {
+		for resp, e := range r.c.GenerateContentStream(geminiguard.RecordCall(ctx, &rec), sc.model, r.prompt(sc), nil) {
 			if err != nil {
 				afterErr++
 			}

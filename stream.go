@@ -38,7 +38,7 @@ import (
 // MAX_TOKENS ends it normally; the last chunk carries that finishReason.
 // The SDK's automatic continuation is off: one attempt is one HTTP request.
 // Breaking out of the loop releases the connection and the breaker permit,
-// and the slot of the call's bulkhead (WithBulkheadName), which a stream
+// and the slot of the call's bulkhead (InBulkhead), which a stream
 // holds from the start of the loop to its end; a full bulkhead ends the
 // stream at once with an error matching ErrBulkheadFull. A nil ctx, or a
 // Client not made by New, ends it at once with the error GenerateContent

@@ -96,7 +96,7 @@ func TestStreamFirstEventWithoutCandidates(t *testing.T) {
 					geminiguard.WithStreamResume(resume))
 				var text strings.Builder
 				var rec geminiguard.CallRecord
-				for resp, err := range c.GenerateContentStream(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("Tell me a story"), nil) {
+				for resp, err := range c.GenerateContentStream(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("Tell me a story"), nil) {
 					require.NoError(t, err)
 					require.NotEmpty(t, resp.Candidates, "no chunk without candidates reaches the caller")
 					text.WriteString(resp.Text())

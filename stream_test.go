@@ -162,7 +162,7 @@ func TestStreamStallFailsOverWithinIdleDeadline(t *testing.T) {
 		start := time.Now()
 		var rec geminiguard.CallRecord
 		text := ""
-		for resp, err := range c.GenerateContentStream(geminiguard.WithCallRecord(t.Context(), &rec), "", genai.Text("hi"), nil) {
+		for resp, err := range c.GenerateContentStream(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("hi"), nil) {
 			require.NoError(t, err)
 			text += resp.Text()
 		}

@@ -59,7 +59,7 @@ func downAll(srv *geminitest.Server) {
 // send sends text and returns the answer, the call record and the error.
 func send(c *geminiguard.Client, ctx context.Context, text string) (*genai.GenerateContentResponse, geminiguard.CallRecord, error) {
 	var rec geminiguard.CallRecord
-	resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text(text), nil)
+	resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text(text), nil)
 	return resp, rec, err
 }
 

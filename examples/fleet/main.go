@@ -228,7 +228,7 @@ func (b burst) play(ctx context.Context, name string, shared geminiguard.SharedS
 	var restarted time.Time
 	ask := func(c *geminiguard.Client) {
 		var rec geminiguard.CallRecord
-		if _, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil); err != nil {
+		if _, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text("Say hi"), nil); err != nil {
 			return
 		}
 		ok.Add(1)

@@ -186,7 +186,7 @@ func smoke(ctx context.Context, cascade []string) error {
 	fmt.Printf("live: cascade %s\n", strings.Join(cascade, " → "))
 	for i := range 3 {
 		var rec geminiguard.CallRecord
-		resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text(fmt.Sprintf("Reply with the number %d and nothing else.", i+1)), nil)
+		resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text(fmt.Sprintf("Reply with the number %d and nothing else.", i+1)), nil)
 		if err != nil {
 			fmt.Printf("  call %d: %v after %v (%d attempts): %v\n", i+1, geminiguard.Classify(err).Class, rec.Latency.Round(time.Millisecond), len(rec.Attempts), err)
 			continue

@@ -98,7 +98,7 @@ func run(ctx context.Context) error {
 		}
 		fmt.Printf("\n%d. %s\n", i+1, cl.title)
 		var rec geminiguard.CallRecord
-		cctx := geminiguard.WithCallRecord(ctx, &rec)
+		cctx := geminiguard.RecordCall(ctx, &rec)
 		text, err := ask(cctx, c, cl)
 		report(text, err, rec)
 		if fake != nil && cl.pause > 0 {

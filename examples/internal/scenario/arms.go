@@ -183,7 +183,7 @@ func withFeature(ctx context.Context, feature string) context.Context {
 
 // BulkheadArm is GeminiguardArm named name with one bulkhead per feature of
 // the workload (heads, by feature name) and opts: each call enters its
-// feature's bulkhead (geminiguard.WithBulkheadName); a call without a
+// feature's bulkhead (geminiguard.InBulkhead); a call without a
 // feature enters the default one.
 func BulkheadArm(name string, heads map[string]geminiguard.Bulkhead, opts ...geminiguard.Option) Arm {
 	for feature, b := range heads {
@@ -207,7 +207,7 @@ type featureCaller struct {
 // tag names the bulkhead of ctx's feature, if any, on ctx.
 func tag(ctx context.Context) context.Context {
 	if f, _ := ctx.Value(featureKey{}).(string); f != "" {
-		return geminiguard.WithBulkheadName(ctx, f)
+		return geminiguard.InBulkhead(ctx, f)
 	}
 	return ctx
 }

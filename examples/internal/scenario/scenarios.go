@@ -404,7 +404,7 @@ const (
 // (too high), and adaptive under a ceiling of 64 (AIMD, gradient); the
 // interactive feature's is fixed at 8 in all.
 func floodArms() []Arm {
-	arm := func(name string, batchRuns int, limit geminiguard.Limit) Arm {
+	arm := func(name string, batchRuns int, limit geminiguard.BulkheadLimit) Arm {
 		return BulkheadArm(name, map[string]geminiguard.Bulkhead{
 			// The batch waits its turn: a burst drains in about 40s,
 			// before the next one.
