@@ -154,10 +154,11 @@ func promptTokens(r *genai.GenerateContentResponse) int32 {
 
 // generateOnce is one unary upstream request to m.
 func generateOnce(ctx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
-	resp, err := call.c.modelsFor(m).GenerateContent(ctx, m.wire, call.contents, configFor(m, call.user, call.config, call.c.sdkRetries))
+	resp, err := call.c.modelsFor(m).GenerateContent(ctx, m.wire, call.turnsFor(m), configFor(m, call.user, call.config, call.c.sdkRetries))
 	if err != nil {
 		return nil, err
 	}
+	call.c.signers.learn(m.name, resp)
 	if rerr := responseError(m.name, resp); rerr != nil {
 		return resp, rerr
 	}

@@ -89,12 +89,19 @@ type Chat struct {
 	curated       []*genai.Content // the valid turns, sent with each message
 }
 
-// SendMessage sends parts as the user's next turn, with the curated history,
-// through Client.GenerateContent, and records the exchange (see Chat).
+// SendMessage is Send with parts copied, as genai's Chat.SendMessage.
+func (ch *Chat) SendMessage(ctx context.Context, parts ...genai.Part) (*genai.GenerateContentResponse, error) {
+	return ch.Send(ctx, partPointers(parts)...)
+}
+
+// Send sends parts as the user's next turn, with the curated history,
+// through Client.GenerateContent, and records the exchange (see Chat). The
+// user turn holds the parts themselves, in a slice of its own, as genai's
+// Chat.Send does; they must not be modified afterwards.
 //
 // Errors: those of Client.GenerateContent; a refusal, before anything is
 // sent, when the Chat is the zero value.
-func (ch *Chat) SendMessage(ctx context.Context, parts ...genai.Part) (*genai.GenerateContentResponse, error) {
+func (ch *Chat) Send(ctx context.Context, parts ...*genai.Part) (*genai.GenerateContentResponse, error) {
 	if ch == nil || ch.c == nil {
 		return nil, errZeroChat
 	}
@@ -111,14 +118,21 @@ func (ch *Chat) SendMessage(ctx context.Context, parts ...genai.Part) (*genai.Ge
 	return resp, nil
 }
 
-// SendMessageStream sends parts as the user's next turn, with the curated
-// history, through Client.GenerateContentStream, yields its chunks, and
-// records the exchange once the stream has ended (see Chat). Lazy until
-// ranged; the first error ends the stream.
+// SendMessageStream is SendStream with parts copied, as genai's
+// Chat.SendMessageStream.
+func (ch *Chat) SendMessageStream(ctx context.Context, parts ...genai.Part) iter.Seq2[*genai.GenerateContentResponse, error] {
+	return ch.SendStream(ctx, partPointers(parts)...)
+}
+
+// SendStream sends parts as the user's next turn, with the curated history,
+// through Client.GenerateContentStream, yields its chunks, and records the
+// exchange once the stream has ended (see Chat). The user turn holds the
+// parts themselves, as Send's does. Lazy until ranged; the first error ends
+// the stream.
 //
 // Errors: those of Client.GenerateContentStream; a refusal when the Chat is
 // the zero value.
-func (ch *Chat) SendMessageStream(ctx context.Context, parts ...genai.Part) iter.Seq2[*genai.GenerateContentResponse, error] {
+func (ch *Chat) SendStream(ctx context.Context, parts ...*genai.Part) iter.Seq2[*genai.GenerateContentResponse, error] {
 	return func(yield func(*genai.GenerateContentResponse, error) bool) {
 		if ch == nil || ch.c == nil {
 			yield(nil, errZeroChat)
@@ -192,14 +206,19 @@ func (ch *Chat) record(user *genai.Content, answer []*genai.Content, valid bool)
 	}
 }
 
-// userTurn returns parts as a user turn, each part copied.
-func userTurn(parts []genai.Part) *genai.Content {
+// userTurn returns parts as a user turn, in a slice of its own.
+func userTurn(parts []*genai.Part) *genai.Content {
+	return &genai.Content{Role: genai.RoleUser, Parts: slices.Clone(parts)}
+}
+
+// partPointers returns pointers to copies of parts.
+func partPointers(parts []genai.Part) []*genai.Part {
 	p := make([]*genai.Part, len(parts))
 	for i := range parts {
 		part := parts[i]
 		p[i] = &part
 	}
-	return &genai.Content{Role: genai.RoleUser, Parts: p}
+	return p
 }
 
 // refusedAnswer returns the response of the first blocked or empty answer

@@ -58,6 +58,7 @@ type Client struct {
 	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
 	fleet          *fleet                    // WithSharedState's; nil: the Client is on its own
+	signers        signers                   // which model made each thought signature received (turns.go)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then

@@ -318,7 +318,7 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 			ss.close()
 		}
 	}()
-	ss.next2, ss.stop = iter.Pull2(c.modelsFor(m).GenerateContentStream(sctx, m.wire, call.contents, configFor(m, call.user, call.config, c.sdkRetries)))
+	ss.next2, ss.stop = iter.Pull2(c.signers.learnStream(m.name, c.modelsFor(m).GenerateContentStream(sctx, m.wire, call.turnsFor(m), configFor(m, call.user, call.config, c.sdkRetries))))
 	first, err := ss.next(wait)
 	switch {
 	case err != nil:

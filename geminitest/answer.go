@@ -25,6 +25,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rt route, req 
 	s.mu.Lock()
 	st := s.models[rt.model]
 	m := st.m
+	if m.RequireSignatures {
+		if e, refused := checkSignatures(m.Name, req.Contents, rt.vertex); refused {
+			s.mu.Unlock()
+			writeError(w, e)
+			return
+		}
+	}
 	vs, wait := st.quota.admit(m.Quota, req.At, promptTokens)
 	if len(vs) > 0 {
 		s.mu.Unlock()
@@ -47,6 +54,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rt route, req 
 		promptTokens: promptTokens,
 		responseID:   "fake-" + strconv.FormatUint(s.responses.Add(1), 36),
 	}
+	a.signature = stamp(m.Name, a.responseID)
 	a.plan(req.Contents, token)
 	ctx := r.Context()
 	switch {
@@ -100,15 +108,19 @@ type answer struct {
 	step         Step
 	promptTokens int
 	responseID   string
+	signature    []byte // the model's thought signature on this answer's parts
 
 	text  string // the text this request answers with
 	token []byte // continuation token for the rest, nil when none
 }
 
-// plan decides the text of the answer: the full text, less what the request
+// plan decides the text of the answer (none for a step with Parts): the full text, less what the request
 // already has (a continuation token, or a partial model turn at the end of
 // its contents), cut in half when the step asks for continuation.
 func (a *answer) plan(contents []*genai.Content, token []byte) {
+	if len(a.step.Parts) > 0 {
+		return // the parts are the whole answer
+	}
 	full := a.model.Text
 	if a.step.Text != "" {
 		full = a.step.Text
@@ -127,6 +139,17 @@ func (a *answer) plan(contents []*genai.Content, token []byte) {
 		}
 	}
 	a.text = full[start:end]
+}
+
+// textLen returns the characters of the text parts of parts.
+func textLen(parts []*genai.Part) int {
+	n := 0
+	for _, p := range parts {
+		if p != nil {
+			n += utf8.RuneCountInString(p.Text)
+		}
+	}
+	return n
 }
 
 // resumeOffset returns len(P) when the last content is a model turn whose
@@ -183,18 +206,27 @@ func (a *answer) unary(ctx context.Context, w http.ResponseWriter) {
 		writeJSON(w, http.StatusOK, a.quiet())
 		return
 	}
+	if len(a.step.Parts) > 0 {
+		writeJSON(w, http.StatusOK, a.parts(signParts(a.step.Parts, a.signature), textLen(a.step.Parts), true))
+		return
+	}
 	r := a.chunk(a.text, utf8.RuneCountInString(a.text), true)
 	if a.step.Thought != "" {
 		c := r.Candidates[0].Content
-		c.Parts = append([]part{{Text: a.step.Thought, Thought: true}}, c.Parts...)
+		c.Parts = append([]*genai.Part{a.thoughtPart()}, c.Parts...)
 	}
 	writeJSON(w, http.StatusOK, r)
+}
+
+// thoughtPart is the step's thought summary, signed.
+func (a *answer) thoughtPart() *genai.Part {
+	return &genai.Part{Text: a.step.Thought, Thought: true, ThoughtSignature: a.signature}
 }
 
 // thought is the event of a stream that carries the step's thought summary
 // alone.
 func (a *answer) thought() response {
-	c := candidate{Content: &content{Parts: []part{{Text: a.step.Thought, Thought: true}}, Role: genai.RoleModel}}
+	c := candidate{Content: &content{Parts: []*genai.Part{a.thoughtPart()}, Role: genai.RoleModel}}
 	return a.response([]candidate{c}, 0)
 }
 
@@ -202,7 +234,12 @@ func (a *answer) thought() response {
 // this answer sent up to and including piece. When finish is set it carries
 // the finish reason: CONTINUATION with the token, or STOP.
 func (a *answer) chunk(piece string, soFar int, finish bool) response {
-	c := candidate{Content: &content{Parts: []part{{Text: piece}}, Role: genai.RoleModel}}
+	return a.parts([]*genai.Part{{Text: piece}}, soFar, finish)
+}
+
+// parts is a response carrying parts; soFar and finish as for chunk.
+func (a *answer) parts(parts []*genai.Part, soFar int, finish bool) response {
+	c := candidate{Content: &content{Parts: parts, Role: genai.RoleModel}}
 	if finish {
 		c.FinishReason = string(genai.FinishReasonStop)
 		if a.token != nil {
@@ -312,12 +349,8 @@ type (
 		ContinuationToken []byte         `json:"continuationToken,omitempty"`
 	}
 	content struct {
-		Parts []part `json:"parts,omitempty"`
-		Role  string `json:"role"`
-	}
-	part struct {
-		Text    string `json:"text"`
-		Thought bool   `json:"thought,omitempty"`
+		Parts []*genai.Part `json:"parts,omitempty"`
+		Role  string        `json:"role"`
 	}
 	safetyRating struct {
 		Category    string `json:"category"`

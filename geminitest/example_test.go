@@ -143,3 +143,44 @@ func ExampleClientConfigFor() {
 	// "One, "
 	// cut: true
 }
+
+// A tool loop's fake: Decide calls the tool until its response is in the
+// request, then answers. The model checks thought signatures as Gemini 3
+// does, so the loop sends back the model turn as it came.
+func ExampleModel_decide() {
+	fake := geminitest.New(geminitest.Model{
+		Name:              "gemini-3-flash-preview",
+		RequireSignatures: true,
+		Decide: func(r geminitest.Request, _ int) geminitest.Step {
+			if last := r.Contents[len(r.Contents)-1]; last.Parts[0].FunctionResponse != nil {
+				return geminitest.Step{Text: "It is sunny in " + last.Parts[0].FunctionResponse.Response["city"].(string) + "."}
+			}
+			return geminitest.Step{Parts: []*genai.Part{genai.NewPartFromFunctionCall("get_weather", map[string]any{"city": "Paris"})}}
+		},
+	})
+	ctx := context.Background()
+	client, err := genai.NewClient(ctx, fake.ClientConfig())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	history := genai.Text("Weather in Paris?")
+	for {
+		resp, err := client.Models.GenerateContent(ctx, "gemini-3-flash-preview", history, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		calls := resp.FunctionCalls()
+		if len(calls) == 0 {
+			fmt.Println(resp.Text())
+			return
+		}
+		fmt.Println("call:", calls[0].Name, calls[0].Args["city"])
+		history = append(history, resp.Candidates[0].Content,
+			genai.NewContentFromFunctionResponse(calls[0].Name, map[string]any{"city": calls[0].Args["city"]}, genai.RoleUser))
+	}
+	// Output:
+	// call: get_weather Paris
+	// It is sunny in Paris.
+}

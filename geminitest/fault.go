@@ -3,6 +3,8 @@ package geminitest
 import (
 	"strconv"
 	"time"
+
+	"google.golang.org/genai"
 )
 
 // Fault names one way a request can go wrong, with the body and status the
@@ -234,6 +236,16 @@ type Step struct {
 	// cache, counted in promptTokenCount too). Both also count in
 	// totalTokenCount as the API counts them.
 	ThoughtsTokens, CachedTokens int
+	// Parts, when not empty, is the whole answer: the candidate's parts, in
+	// order, in place of the text (Text, Thought, Continuation and the
+	// resume of a partial model turn do not apply). Any part goes: function
+	// calls (with ID and Args), inline data, executable code, text, thought
+	// parts. A unary answer carries them all; a stream sends one event per
+	// part, the last with finishReason STOP. The model's signature is
+	// stamped (on a copy) on the first function call and on every thought
+	// part that has none (see Model.RequireSignatures). Quiet faults ignore
+	// Parts; stream faults cut and stall its events as they do text events.
+	Parts []*genai.Part
 }
 
 // Chance is a step drawn at random with probability P (0..1). A zero Chance

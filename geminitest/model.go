@@ -55,6 +55,19 @@ type Model struct {
 	// held, possibly from several goroutines at once; inside a
 	// testing/synctest bubble time.Now() in it reads the fake clock.
 	Decide func(Request, int) Step
+	// RequireSignatures makes the model check thought signatures as Gemini 3
+	// models do. Every model stamps its own signature on the thought parts
+	// and the first function call of its answers; one that requires them
+	// also refuses, with the real 400 bodies, a request carrying a
+	// signature that is neither its own nor a documented stand-in
+	// ("skip_thought_signature_validator", "context_engineering_is_the_way_to_go"):
+	// "Corrupted thought signature." (Vertex AI: "... Thought signature is
+	// not valid..."), and one whose current turn (from the last user content
+	// that is not only function responses) has a model content whose first
+	// function call carries no signature: "Function call is missing a
+	// thought_signature in functionCall parts. ...". Refused requests are
+	// counted in Hits and logged in Requests, and take no Script step.
+	RequireSignatures bool
 }
 
 // Quota is an emulated quota. A zero limit is unlimited.

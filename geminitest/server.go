@@ -272,6 +272,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalidArgument("geminitest serves streamGenerateContent with alt=sse only."))
 	case len(req.Contents) == 0:
 		writeError(w, invalidArgument(invalidArgumentMessage))
+	case refuse(w, req.Contents):
 	default:
 		s.generate(w, r, rt, req, gen.ContinuationToken)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"unicode/utf8"
+
+	"google.golang.org/genai"
 )
 
 // stream writes the answer as server-sent events, as the real API does with
@@ -54,9 +56,17 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter) {
 // Chunks pieces with running usage, or the single body of a quiet fault.
 func (a *answer) events() [][]byte {
 	var rs []response
-	if isQuietFault(a.step.Fault) {
+	switch {
+	case isQuietFault(a.step.Fault):
 		rs = []response{a.quiet()}
-	} else {
+	case len(a.step.Parts) > 0:
+		parts, sent := signParts(a.step.Parts, a.signature), 0
+		for i, p := range parts {
+			sent += textLen(parts[i : i+1])
+			last := i == len(parts)-1
+			rs = append(rs, a.parts([]*genai.Part{p}, sent, last && a.step.Fault != StreamNoFinish))
+		}
+	default:
 		if a.step.Thought != "" {
 			rs = append(rs, a.thought())
 		}
