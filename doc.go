@@ -30,6 +30,11 @@
 // out of tokens before the deadline are skipped without a request.
 // docs/architecture.md in the repository holds the whole story.
 //
+// A cascade that moves a tool loop or a chat to another model sends it the
+// turns as Google documents: other models' thought signatures dropped, and
+// the stand-in signature on a step's first function call that has none; the
+// caller's contents are never written.
+//
 // # Errors
 //
 // Errors match the sentinels (ErrRateLimited, ErrQuotaExhausted,

@@ -90,7 +90,7 @@ func TestToolLoopSurvivesACascadeSwitch(t *testing.T) {
 		for turn := range 3 {
 			before := snapshot(t, history)
 			var rec geminiguard.CallRecord
-			resp, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", history, nil)
+			resp, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", history, nil)
 			require.NoError(t, err, "turn %d: %+v", turn+1, rec.Attempts)
 			assert.Equal(t, before, snapshot(t, history), "turn %d wrote the caller's history", turn+1)
 			models = append(models, rec.Model)
@@ -159,7 +159,7 @@ func TestChatToolLoopSurvivesACascadeSwitch(t *testing.T) {
 				next := []*genai.Part{genai.NewPartFromText("Weather and time in Paris?")}
 				for turn := range 3 {
 					var rec geminiguard.CallRecord
-					answer, err := send(geminiguard.WithCallRecord(t.Context(), &rec), next...)
+					answer, err := send(geminiguard.RecordCall(t.Context(), &rec), next...)
 					require.NoError(t, err, "turn %d: %+v", turn+1, rec.Attempts)
 					models = append(models, rec.Model)
 					answers = append(answers, answer)

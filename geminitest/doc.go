@@ -19,6 +19,13 @@
 // Server.Total count requests and Server.Requests logs them, so a test can
 // assert how many upstream requests a call made.
 //
+// A Step's Parts set the whole answer (function calls, inline data,
+// executable code); each model stamps its own thought signatures, and one
+// with RequireSignatures refuses a foreign or missing signature as Gemini 3
+// does. Contents the real API refuses (no parts, a role other than user or
+// model, an empty part, function responses that do not answer the call turn
+// before them) get its 400 bodies.
+//
 // # In memory, in fake time
 //
 // Server.ClientConfig reaches the server through an in-memory transport,
