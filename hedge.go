@@ -236,6 +236,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	timer := time.NewTimer(after)
 	defer timer.Stop()
 	var cutC <-chan time.Time // armed when no hedge could be sent
+	cutting := false          // the cut bounds the original
 	var orig, hedge *raced[R]
 	var hstart time.Time
 	var panicked *raced[R]
@@ -264,10 +265,14 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 			}
 			hm := call.hedgeTarget(m)
 			if hm == nil || !c.hedges.allows(call.now) || !call.admitHedge(ctx, hm, &h) {
-				if d := start.Add(cut).Sub(call.now); cut > 0 && d > 0 && c.cuts.allows(call.now) {
-					cutC = time.After(d) // no hedge: cut as without hedging
-				} else {
+				switch d := start.Add(cut).Sub(call.now); {
+				case cut == 0 || !c.cuts.allows(call.now):
 					cut = 0
+				case d > 0:
+					cutC, cutting = time.After(d), true // no hedge: cut as without hedging
+				default:
+					cutting = true
+					ocancel() // the hedge delay was the cut
 				}
 				continue
 			}
@@ -288,7 +293,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	if panicked != nil {
 		panic(panicked.panicV)
 	}
-	if cutC == nil {
+	if !cutting {
 		cut = 0
 	}
 	call.now = time.Now()
