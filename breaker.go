@@ -71,13 +71,9 @@ type BreakerSettings struct {
 	// but still answering, keeps the share of traffic it can serve (see
 	// the package doc's routing); a storm of 503s that lets one request in
 	// seven through does not take it out of rotation. When no model of the
-	// Client has answered for 2s (an outage), or no model answered at all
-	// since the Client started, the failures alone open it. A model that
-	// has not answered since the Client started while another one has is
-	// judged like any other, its silence counted from the start: a
-	// brownout present from the first request does not take out a model
-	// that answers most of its requests. A negative value opens on the
-	// failures alone.
+	// Client has answered for 2s (an outage), or the model never answered
+	// since the Client started, the failures alone open it. A negative
+	// value opens on the failures alone.
 	// Default: 10s.
 	DeadAfter time.Duration
 	// OpenFor is how long an open breaker refuses requests before it lets
@@ -281,9 +277,6 @@ type breaker struct {
 	// answered is when the model last answered, set without mu on every
 	// success.
 	answered lastAnswer
-	// peers is when any model of the breaker's Client last answered; nil
-	// for a breaker on its own. Set before use, read-only then.
-	peers *lastAnswer
 	// consecutive counts the counted failures in a row while closed. A
 	// success resets it without mu (the closed fast path of done); failures
 	// add to it under mu.
@@ -432,11 +425,6 @@ func (l *lastAnswer) saw(now time.Time) {
 	l.seen.Store(true)
 }
 
-// never reports whether no answer came since origin.
-func (l *lastAnswer) never() bool {
-	return !l.seen.Load()
-}
-
 // silentFor reports whether no answer came in the d before now (when none
 // ever came: whether d has passed since origin).
 func (l *lastAnswer) silentFor(now time.Time, d time.Duration) bool {
@@ -447,13 +435,15 @@ func (l *lastAnswer) silentFor(now time.Time, d time.Duration) bool {
 	return now.Sub(l.origin)-last >= d
 }
 
+// never reports whether no answer came since origin.
+func (l *lastAnswer) never() bool {
+	return !l.seen.Load()
+}
+
 // silentFor reports whether the model has answered nothing for DeadAfter
-// before now (counted from the breaker's making when it never answered),
-// or it never answered and neither did any of its peers (nil peers: none),
-// or DeadAfter is negative.
+// before now (or never did), or DeadAfter is negative.
 func (b *breaker) silentFor(now time.Time) bool {
-	return b.s.DeadAfter < 0 || (b.answered.never() && (b.peers == nil || b.peers.never())) ||
-		b.answered.silentFor(now, b.s.DeadAfter)
+	return b.s.DeadAfter < 0 || b.answered.never() || b.answered.silentFor(now, b.s.DeadAfter)
 }
 
 // openEarly ends an open breaker's open period at now, as if OpenFor had

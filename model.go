@@ -60,7 +60,6 @@ func (c *Client) newModelState(name string) *modelState {
 	m.spent.budget = c.spending
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
-		m.breakers[e].peers = &c.answers // a start-up brownout is no outage: breaker.silentFor
 		m.routes[e] = newAvailability()
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
