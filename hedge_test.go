@@ -20,7 +20,7 @@ func TestHedgeAnswersAndItsLoserIsCancelledAndSettled(t *testing.T) {
 		srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
-			geminiguard.WithJitterSource(seeded()))
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
 		for range 20 { // pro's answer times are learned: 1s
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
@@ -58,7 +58,8 @@ func TestHedgeBudgetHoldsUnderAStorm(t *testing.T) {
 			}
 			return geminitest.Step{}
 		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
 		for range 20 {
 			_, _, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
@@ -86,7 +87,8 @@ func TestHedgeBudgetHoldsUnderAStorm(t *testing.T) {
 func TestUniformlySlowModelIsNeitherHedgedNorCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 40 * time.Second}, geminitest.Model{Name: flash, Latency: 40 * time.Second})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
 		const calls = 60
 		for range calls {
 			start := time.Now()

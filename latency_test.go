@@ -35,7 +35,7 @@ func TestStalledRequestIsAbandonedAtTheLearnedDeadline(t *testing.T) {
 		srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
-			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{Off: true})) // the cut alone
+			geminiguard.WithJitterSource(seeded()))
 		for range 20 { // the model's answer times are learned: 1s
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
