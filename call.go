@@ -175,16 +175,27 @@ func (call *call[R]) firstModel() string {
 // attempt makes one upstream request to the admitted model under the attempt
 // timeout and classifies its outcome. The request starts at call.now
 // (nothing that takes time comes between the latest clock reading and it);
-// call.now is then its end, the one clock reading of an attempt.
+// call.now is then its end, the one clock reading of an attempt. An attempt
+// that may be hedged (hedge.go) is raced there, and may be answered by the
+// hedge's model: *a is then the hedge's admission.
 func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
 	c, m, start := call.c, a.m, call.now
-	deadline := start.Add(c.cfg.attemptTimeout)
-	var cut time.Duration // the learned deadline bounds this attempt
-	if d, ok := m.lat.cut(call.class); ok && call.learns && d < c.cfg.attemptTimeout && c.cuts.allows(start) {
-		cut, deadline = d, start.Add(d)
+	end := start.Add(c.cfg.attemptTimeout)
+	if call.deadline.Before(end) {
+		end = call.deadline
 	}
-	if call.deadline.Before(deadline) {
-		cut, deadline = 0, call.deadline
+	var cut time.Duration // the learned deadline bounds this attempt
+	if d, ok := m.lat.cut(call.class); ok && call.learns && start.Add(d).Before(end) {
+		cut = d
+	}
+	if after, ok := call.hedgeAfter(m, start, end); ok {
+		return call.hedged(ctx, a, end, after, cut)
+	}
+	deadline := end
+	if cut > 0 && c.cuts.allows(start) {
+		deadline = start.Add(cut)
+	} else {
+		cut = 0
 	}
 	actx := ctx
 	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
@@ -198,7 +209,16 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	a.sent = true
 	resp, err := call.send(actx, call, m)
 	call.now = time.Now()
-	elapsed := call.now.Sub(start)
+	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
+}
+
+// ended classifies the outcome of a request to m that started at start and
+// ended at finish: err, or resp. cut, above 0, is the learned deadline that
+// bounded it; timedOut says its own deadline passed. It learns the
+// answer's time and reports as attempt does.
+func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish time.Time, cut time.Duration, timedOut bool, resp R, err error) (R, Verdict, time.Duration, error) {
+	c := call.c
+	elapsed := finish.Sub(start)
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case cut > 0 && elapsed >= cut:
@@ -206,7 +226,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		c.cuts.withdraw(call.now)
 		m.lat.record(call.class, math.MaxInt64)
 		m.routes[call.endpoint].slowed(call.now)
-	case actx.Err() != nil:
+	case timedOut:
 		err = &attemptTimeoutError{err: err}
 	}
 	if err == nil && call.learns {
@@ -219,7 +239,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	if err != nil {
 		v = m.classify(err)
 	}
-	if l := call.c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
 			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()), slog.String("rule", v.Rule))
 	}

@@ -42,6 +42,7 @@ type Client struct {
 	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
 	cuts     *retryBudget // attempts abandoned at their learned deadline (latency.go)
+	hedges   *retryBudget // hedged attempts (hedge.go)
 	answers  lastAnswer   // when any model last answered: an outage is every model silent
 	jitter   jitterDraws
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
@@ -107,6 +108,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		cascade:    cfg.cascade,
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
+		hedges:     newHedgeBudget(cfg.hedge),
 		shutdown:   mergeShutdowns(cfg.shutdowns),
 		prices:     newPriceTable(cfg.prices),
 		bulkheads:  newBulkheads(&cfg),

@@ -2,6 +2,7 @@ package geminiguard
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,7 @@ type latencyHistogram struct {
 	counts  [latencyBuckets]atomic.Int64
 	records atomic.Int64 // answers recorded, for the refresh cadence
 	cut     atomic.Int64 // the learned cut, in nanoseconds; 0 while warming up
+	hedge   atomic.Int64 // the learned hedge delay (hedge.go), in nanoseconds; 0 while warming up
 	mu      sync.Mutex   // serialises refreshes
 }
 
@@ -99,6 +101,13 @@ func (l *latencies) record(class int, d time.Duration) {
 	if n := h.records.Add(1); n <= 2*cutRefresh || n%cutRefresh == 0 {
 		h.refresh() // at each answer while it warms up, then now and then
 	}
+}
+
+// hedge returns the learned hedge delay of an attempt of class (hedge.go),
+// false until the class has warmed up.
+func (l *latencies) hedge(class int) (time.Duration, bool) {
+	d := l.classes[class].hedge.Load()
+	return time.Duration(d), d > 0
 }
 
 // cut returns the learned deadline of an attempt of class, false until the
@@ -122,13 +131,21 @@ func (h *latencyHistogram) refresh() {
 	if total < cutWarmup {
 		return
 	}
+	median, tail := -1, -1
 	var seen int64
 	for i, n := range counts {
-		if seen += n; 2*seen >= total {
-			h.cut.Store(int64(max(cutFloor, cutFactor*latencyMid(i))))
+		seen += n
+		if median < 0 && 2*seen >= total {
+			median = i
+		}
+		if float64(seen) >= hedgeQuantile*float64(total) {
+			tail = i
 			break
 		}
 	}
+	cut := max(cutFloor, cutFactor*latencyMid(median))
+	h.cut.Store(int64(cut))
+	h.hedge.Store(int64(hedgeDelay(latencyMid(median), latencyEnd(tail), cut)))
 	if total > cutMaxSamples {
 		for i := range h.counts {
 			h.counts[i].Add(-counts[i] / 2)
@@ -145,6 +162,15 @@ func latencyBucket(d time.Duration) int {
 	}
 	quarter := int(ns>>(o-2)) & 3 // the two bits after the leading one
 	return min((o-latencyMinOctave)*4+quarter, latencyBuckets-1)
+}
+
+// latencyEnd returns the end of bucket i: every latency in it is shorter.
+func latencyEnd(i int) time.Duration {
+	if i >= latencyBuckets-1 {
+		return math.MaxInt64 // the last bucket holds the abandoned attempts
+	}
+	o, quarter := latencyMinOctave+i/4, i%4
+	return time.Duration(uint64(4+quarter+1) << (o - 2))
 }
 
 // latencyMid returns the middle of bucket i, within 12% of any latency in it.

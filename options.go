@@ -56,6 +56,7 @@ type config struct {
 	dedup           bool                // WithDedup
 	idempotencyTTL  time.Duration       // WithIdempotencyTTL
 	jitterSource    rand.Source
+	hedge           HedgePolicy          // WithHedging's
 	meterProvider   metric.MeterProvider // nil: otel.GetMeterProvider()
 	tracerProvider  trace.TracerProvider // nil: otel.GetTracerProvider()
 	problems        []error              // found while applying options; reported by validate
@@ -126,6 +127,7 @@ func defaultConfig() config {
 		startupCheck:    true,
 		projectCoolDown: defaultProjectCoolDown,
 		idempotencyTTL:  defaultIdempotencyTTL,
+		hedge:           HedgePolicy{Budget: hedgeRatio},
 	}
 }
 

@@ -38,8 +38,9 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 			return zero, next, err
 		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
-		call.c.tel.attempt(ctx, sl.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
+		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
 		if err == nil {
+			sl.m = a.m // a hedge's model may have answered (hedge.go)
 			call.answered(sl.m.name, sl.delay, elapsed)
 			return resp, stepDone, nil
 		}
@@ -55,7 +56,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 }
 
 // try sends the admitted request (the n-th to its model in this call) and
-// settles the admission: at once, or, for a stream that opened, when the
+// settles the admission (the hedge's, when a hedge answered: see attempt): at once, or, for a stream that opened, when the
 // stream ends (the admission is then handed to call.stream). A panic
 // anywhere in between still settles it. A failure's verdict reaches past
 // the call (cool-downs, learned limits) before try returns.
@@ -70,6 +71,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	}
 	resp, v, elapsed, err := call.attempt(ctx, a)
 	end := call.now
+	m = a.m
 	switch {
 	case err == nil && call.stream != nil:
 		call.stream.held = *a // its outcome is known when the stream ends

@@ -1,0 +1,357 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Hedged requests (The Tail at Scale, Dean & Barroso, CACM 2013; gRPC's
+// gRFC A6): a unary generate attempt that has not answered by its model's
+// hedge delay is raced, not thrown away. Per model and size class of
+// request (latency.go), the delay is
+//
+//	hedge = min(cut, max(cutFloor, end of the p95 bucket, hedgeSpread × median))
+//
+// so an attempt is hedged once it is later than 95% of the model's answers
+// and clearly later than its ordinary spread, and never after the point
+// where it would have been cut: when stalls are too many for a p95 (more
+// than 5% of the requests), the hedge takes the cut's place. The hedge goes
+// to the next model of the call's order that can take a request at once
+// (not cooling down, not open, not throttled), or to the same model when
+// that model answers its recent requests and learned to answer no slower
+// than the next one (a stall that is a draw per request: a second request
+// to the same model is the better bet, and its answer keeps the primary's
+// quality). The first answer wins; the other attempt is cancelled, joined
+// before the call goes on, and its breaker permit handed back with an
+// ignored outcome (its tokens were spent: the request left). A hedge pays
+// tokens like any request and is capped by a Client-wide budget of
+// hedgeRatio hedges per first attempt, over any hedgeTTL, plus
+// hedgeMinPerSec: a storm of slow requests cannot exceed it. When the
+// budget (or the lack of a model to take the hedge) refuses, the attempt
+// is cut at the learned cut as before. A model slow on every request
+// (long thinking) has a slow median and a narrow spread: its requests end
+// before their hedge delay, and are neither hedged nor cut. Streams are
+// not hedged here; an attempt of the Client's fleet mode (WithSharedState)
+// is not either: its admission goes through the shared state.
+
+const (
+	hedgeQuantile  = 0.95 // an attempt later than this share of the model's answers is hedged
+	hedgeSpread    = 2    // and later than this many times its median answer time
+	hedgeRatio     = 0.05 // hedges per first attempt, over hedgeTTL
+	hedgeMinPerSec = 0.05 // hedges always allowed per second, on top: 3 a minute
+	hedgeTTL       = time.Minute
+)
+
+// hedgeDelay returns the hedge delay of a class whose answers have the
+// given median, whose hedgeQuantile answers end before tail, and whose
+// attempts are cut at cut.
+func hedgeDelay(median, tail, cut time.Duration) time.Duration {
+	return min(cut, max(cutFloor, tail, time.Duration(hedgeSpread*float64(median))))
+}
+
+// HedgePolicy configures hedged requests: a unary GenerateContent attempt
+// that has not answered by its model's learned 95th-percentile answer time
+// (and twice its median) is raced by a second request, to the next
+// model of the cascade or to the same model, whichever is the better bet;
+// the first answer wins and the other request is cancelled. A model that is
+// slow on every request is never hedged. It is a plain value.
+type HedgePolicy struct {
+	// On turns hedging on. Off, a late attempt is only cut at three times
+	// its model's median answer time, and the call goes on to the next
+	// model: on the outage scenarios the two defences score alike, and a
+	// hedged attempt allocates about 8 times more (a goroutine, a channel,
+	// a timer), so the cut alone is the default until the brownout family
+	// says otherwise.
+	On bool
+	// Budget is the most hedges per first attempt, over any minute, on
+	// top of three a minute always allowed; in (0, 1].
+	// Default: 0.05 (at most 5% more requests).
+	Budget float64
+}
+
+// WithHedging configures hedged requests. New rejects a Budget outside
+// [0, 1]. Default: off (HedgePolicy{Budget: 0.05} once On).
+func WithHedging(p HedgePolicy) Option {
+	return optionFunc(func(cfg *config) {
+		if math.IsNaN(p.Budget) || p.Budget < 0 || p.Budget > 1 {
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithHedging: Budget %v is outside [0, 1]: give hedges per first attempt, e.g. 0.05 (0: the default 0.05)", p.Budget))
+			return
+		}
+		if p.Budget == 0 {
+			p.Budget = hedgeRatio
+		}
+		cfg.hedge = p
+	})
+}
+
+// newHedgeBudget returns the hedge budget of p.
+func newHedgeBudget(p HedgePolicy) *retryBudget {
+	return newRetryBudget(p.Budget, hedgeMinPerSec, hedgeTTL)
+}
+
+// errHedgeLost marks an attempt cancelled because its hedge answered first.
+var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answered first")
+
+// hedgeAfter returns the delay after which the attempt of call to m that
+// starts at start is hedged, false when it is not hedged: streams, calls
+// that do not learn answer times, the fleet mode, hedging off, a class not
+// warmed up, or a delay that reaches the attempt's end.
+func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
+	c := call.c
+	if !call.learns || call.stream != nil || call.only || c.fleet != nil || !c.cfg.hedge.On {
+		return 0, false
+	}
+	d, ok := m.lat.hedge(call.class)
+	if !ok || !start.Add(d).Before(end) {
+		return 0, false
+	}
+	return d, true
+}
+
+// hedgeTarget returns the model a hedge of call's attempt to m goes to,
+// nil when none can take it now: the next model of the call's order that
+// is neither cooling down, open nor throttled, or m itself when m is not
+// throttled and its learned median answer time is no longer than that
+// model's (or there is no such model).
+func (call *call[R]) hedgeTarget(m *modelState) *modelState {
+	now := call.now
+	ready := func(x *modelState) bool {
+		p, _, _ := x.routes[call.endpoint].rejectProbability(now)
+		return p == 0 && x.cooling(now) == nil && x.breakers[call.endpoint].state(now) == StateClosed
+	}
+	var next *modelState
+	after := false
+	for _, x := range call.order() {
+		if after && ready(x) {
+			next = x
+			break
+		}
+		after = after || x == m
+	}
+	if !ready(m) {
+		return next
+	}
+	if next == nil {
+		return m
+	}
+	if mm, ok := m.lat.cut(call.class); ok {
+		if nm, ok := next.lat.cut(call.class); !ok || mm <= nm { // cuts are medians scaled alike
+			return m
+		}
+	}
+	return next
+}
+
+// admitHedge takes what a hedge to m needs, without waiting: the limiter's
+// grant, when it is free now, and a closed breaker's permit. It fills h
+// (zero) and reports true, or reports false leaving h holding nothing.
+func (call *call[R]) admitHedge(ctx context.Context, m *modelState, h *admission) bool {
+	if next, _ := call.overBudget(ctx, m); next != stepGo {
+		return false
+	}
+	if call.endpoint.metered() && m.lim.enforces() {
+		tokens := call.inputTokens(ctx, m)
+		g, wait, err := m.lim.reserve(call.now, tokens, call.deadline)
+		if err != nil {
+			return false
+		}
+		if wait > 0 {
+			g.cancel()
+			return false
+		}
+		h.grant = g
+	}
+	br := m.breakers[call.endpoint]
+	p, tr, err := br.allow(call.now)
+	if err != nil || p.probe { // a probe's slot is for a call of its own
+		if err == nil {
+			br.done(p, call.now, outcomeIgnore)
+		}
+		h.unreserve(m)
+		return false
+	}
+	h.m, h.br, h.permit, h.endpoint, h.opened, h.ctx = m, br, p, call.endpoint, tr, ctx
+	return true
+}
+
+// raced is the outcome of one request of a hedged attempt.
+type raced[R any] struct {
+	resp     R
+	err      error
+	end      time.Time
+	timedOut bool // its own deadline (the attempt timeout) ended it
+	hedge    bool // the hedge's, not the original's
+	panics   bool // the request panicked with panicV
+	panicV   any
+}
+
+// race sends one request of a hedged attempt to m under ctx and reports its
+// outcome on out, a panic included, for the call's goroutine to raise.
+func (call *call[R]) race(ctx context.Context, m *modelState, hedge bool, out chan<- raced[R]) {
+	r := raced[R]{hedge: hedge, panics: true}
+	defer func() {
+		if r.panics {
+			r.panicV = recover()
+		}
+		r.end = time.Now()
+		r.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+		out <- r
+	}()
+	r.resp, r.err = call.send(ctx, call, m)
+	r.panics = false
+}
+
+// hedged runs the admitted attempt a, which starts at call.now and ends by
+// end, and races it with a hedge sent after the delay after; cut, above 0,
+// is the learned cut, which bounds the attempt when no hedge could be sent.
+// It returns as attempt does. The first answer wins and cancels the other
+// request. When the hedge's answer wins, *a becomes the hedge's admission
+// (for try to settle with the answer) and the original is settled and
+// recorded here; a hedge that lost or failed is settled and recorded here
+// too. Both requests are joined before hedged returns, on every path: a
+// panic in either (raised here, once both are joined) or in the call's
+// goroutine cancels them and waits for them first.
+func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
+	c, m, start := call.c, a.m, call.now
+	out := make(chan raced[R], 2)
+	octx, ocancel := context.WithDeadline(ctx, end)
+	hbase, hcancel := context.WithCancel(ctx) // the hedge's, once sent
+	inflight := 0
+	var h admission // the hedge's
+	defer func() {
+		ocancel()
+		hcancel()
+		for ; inflight > 0; inflight-- {
+			<-out // joined: no request outlives the call
+		}
+		h.abandon() // a panic came before the hedge was settled
+	}()
+	send := func(ctx context.Context, x *modelState, hedge bool) {
+		x.counters.requests.Add(1)
+		inflight++
+		go call.race(ctx, x, hedge, out)
+	}
+	a.sent = true
+	send(octx, m, false)
+	timer := time.NewTimer(after)
+	defer timer.Stop()
+	var cutC <-chan time.Time // armed when no hedge could be sent
+	cutting := false          // the cut bounds the original
+	var orig, hedge *raced[R]
+	var hstart time.Time
+	var panicked *raced[R]
+	for inflight > 0 {
+		select {
+		case r := <-out:
+			inflight--
+			switch {
+			case r.panics:
+				panicked = &r
+				ocancel()
+				hcancel()
+			case r.hedge:
+				hedge = &r
+			default:
+				orig = &r
+			}
+			if r.err == nil && !r.panics { // the first answer wins
+				ocancel()
+				hcancel()
+			}
+		case <-timer.C:
+			call.now = time.Now()
+			if orig != nil || panicked != nil {
+				continue
+			}
+			hm := call.hedgeTarget(m)
+			if hm == nil || !c.hedges.allows(call.now) || !call.admitHedge(ctx, hm, &h) {
+				switch d := start.Add(cut).Sub(call.now); {
+				case cut == 0 || !c.cuts.allows(call.now):
+					cut = 0
+				case d > 0:
+					cutC, cutting = time.After(d), true // no hedge: cut as without hedging
+				default:
+					cutting = true
+					ocancel() // the hedge delay was the cut
+				}
+				continue
+			}
+			c.hedges.withdraw(call.now)
+			c.stateChanged(ctx, hm.name, call.endpoint, h.opened)
+			h.sent, hstart, cut = true, call.now, 0
+			hend := hstart.Add(c.cfg.attemptTimeout)
+			if call.deadline.Before(hend) {
+				hend = call.deadline
+			}
+			hctx, hstop := context.WithDeadline(hbase, hend)
+			defer hstop()
+			send(hctx, hm, true)
+		case <-cutC:
+			ocancel()
+		}
+	}
+	if panicked != nil {
+		panic(panicked.panicV)
+	}
+	if !cutting {
+		cut = 0
+	}
+	call.now = time.Now()
+	switch {
+	case hedge == nil:
+	case orig.err != nil && hedge.err == nil: // the hedge's answer wins
+		call.loser(ctx, a, orig, start)
+		*a, h = h, admission{}
+		resp, v, _, err := call.ended(ctx, a.m, hstart, hedge.end, 0, false, hedge.resp, nil)
+		return resp, v, hedge.end.Sub(hstart), err
+	default:
+		call.loser(ctx, &h, hedge, hstart)
+	}
+	return call.ended(ctx, m, start, orig.end, cut, orig.timedOut && ctx.Err() == nil, orig.resp, orig.err)
+}
+
+// loser settles and records the request r of a hedged attempt whose other
+// request's outcome is the attempt's: cancelled because the other answered
+// first (its permit handed back with an ignored outcome; an original also
+// counts as an abandoned attempt in its model's latencies), or failed on
+// its own (settled with its failure, whose verdict reaches past the call).
+func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start time.Time) {
+	c, m, elapsed := call.c, a.m, r.end.Sub(start)
+	call.account(m, r.resp, r.end)
+	if r.err == nil || (errors.Is(r.err, context.Canceled) && ctx.Err() == nil) {
+		if r.err == nil {
+			c.settle(a, r.end, nil, Verdict{}) // answered too, a moment late
+		} else {
+			a.lose(r.end)
+		}
+		if !r.hedge {
+			m.lat.record(call.class, math.MaxInt64) // later than any answer
+			m.routes[call.endpoint].slowed(r.end)
+		}
+		call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeModel}, Err: errHedgeLost}, 0, elapsed)
+		return
+	}
+	err := r.err
+	if r.timedOut && ctx.Err() == nil {
+		err = &attemptTimeoutError{err: err}
+	}
+	v := m.classify(err)
+	c.settle(a, r.end, err, v)
+	c.applyVerdict(ctx, m, v, r.end)
+	call.fail(m.name, &ModelError{Model: m.name, Verdict: v, Err: err}, 0, elapsed)
+}
+
+// lose settles an admission whose request was cancelled because another
+// request of its call answered first: its permit (a probe's slot included)
+// is handed back with an ignored outcome; its grant was spent, the request
+// having left. It does nothing once the admission is settled.
+func (a *admission) lose(now time.Time) {
+	if a.settled || a.br == nil {
+		return
+	}
+	a.settled = true
+	a.br.done(a.permit, now, outcomeIgnore)
+}

@@ -1,0 +1,103 @@
+package geminiguard_test
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+)
+
+// Issue 19: brownouts the project never rehearsed: hedged requests.
+
+func TestHedgeAnswersAndItsLoserIsCancelledAndSettled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 { // pro's answer times are learned: 1s
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "") // pro's 21st request stalls 45s
+
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "a second request to pro, the better bet (flash's times are unknown), answers")
+		assert.InDelta(t, 3.0, time.Since(start).Seconds(), 0.3,
+			"hedged at twice pro's median, answered 1s later; the stalled request cancelled and joined, not waited out")
+		require.Len(t, rec.Attempts, 2)
+		assert.ErrorContains(t, rec.Attempts[0].Err, "its hedge answered first")
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Zero(t, srv.Total(flash))
+		assert.Empty(t, changes.get(), "a cancelled loser says nothing about the model")
+		st := c.Stats().Models[0]
+		assert.Equal(t, geminiguard.StateClosed, st.State)
+		assert.Empty(t, st.Failures, "the loser is not counted as a failure")
+
+		_, rec, err = ask(t.Context(), c, "") // and pro goes on answering
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model)
+	})
+}
+
+func TestHedgeBudgetHoldsUnderAStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// After 20 answers every request of pro stalls: every call is late.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i >= 20 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		const calls = 400
+		start := time.Now()
+		hedges := 0
+		for range calls {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			for _, a := range rec.Attempts {
+				if a.Err != nil && strings.Contains(a.Err.Error(), "its hedge answered first") {
+					hedges++
+				}
+			}
+		}
+		minutes := time.Since(start).Minutes()
+		assert.Positive(t, hedges)
+		assert.LessOrEqual(t, float64(hedges), 0.05*(calls+20)+3*(minutes+1),
+			"at most 5%% more requests, plus 3 a minute (%d hedges in %.1f minutes)", hedges, minutes)
+	})
+}
+
+func TestUniformlySlowModelIsNeitherHedgedNorCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 40 * time.Second}, geminitest.Model{Name: flash, Latency: 40 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		const calls = 60
+		for range calls {
+			start := time.Now()
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Len(t, rec.Attempts, 1)
+			require.Equal(t, 40*time.Second, time.Since(start))
+		}
+		assert.Equal(t, calls, srv.Total(pro), "one request a call")
+		assert.Zero(t, srv.Total(flash))
+	})
+}
