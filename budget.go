@@ -391,6 +391,7 @@ func (call *call[R]) overBudget(ctx context.Context, m *modelState) (step, error
 	}
 	if c := call.c; c.spending != nil && c.fleet != nil && c.fleet.due(call.now) {
 		c.sync(ctx, m, LeaseRequest{}) // the project's spend, as of now
+		call.now = time.Now()          // after the round trip
 	}
 	exhausted, steer := call.c.spending.check(call.now)
 	if exhausted != nil {

@@ -3,23 +3,15 @@ package geminiguard
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"math"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/genai"
 )
 
-// A call is one Client method call across its attempts and models. Its
-// layers each have a file: the cascade walk (cascade.go: rounds, pauses,
-// order, the early probe) asks retry (retry.go) for a model's attempts,
-// each of which is admitted and released by the gate (gate.go: limiter grant
-// and breaker permit together); this file holds the call's state, one
-// upstream attempt, and the call's end (the Fallback, the record, the
-// statistics).
+// A call is one Client method call across its attempts and models: this
+// file holds its state, how it starts, and its records (skips, failures,
+// answers); chain.go walks it through the chain in call order.
 
 // generateCall is a generate or stream call.
 type generateCall = call[*genai.GenerateContentResponse]
@@ -43,12 +35,12 @@ type call[R any] struct {
 	class    int  // the request's latency class (latencyClass; streams' first chunks from sizeClasses on)
 	tokens   int  // input token estimate; -1 until computed
 	start    time.Time
-	// now is the latest clock reading, taken at the start and after
-	// whatever takes time (upstream requests, waits, the token count, the
-	// Fallback): a call reads the clock at no other moment.
+	// now is the latest clock reading: taken at the start and read again
+	// after whatever takes time (upstream requests, waits, the token count,
+	// the store's round trips of a fleet lease or a shared budget, the
+	// Fallback), so that no deadline or learned latency counts that time.
 	now      time.Time
 	attempts []Attempt
-	buf      [2]Attempt // backing of attempts for the common short calls
 	rec      *CallRecord
 	finished bool // finish ran: the call is counted in the statistics
 
@@ -91,34 +83,12 @@ func (call *call[R]) init(ctx context.Context, c *Client, e endpoint, model stri
 	call.tokens = -1
 	call.start, call.now = now, now
 	call.rec = callRecordFrom(ctx)
-	call.attempts = call.buf[:0]
-}
-
-// generateCalls holds the states of unary generate calls that returned, for
-// the next calls to reuse: a call on the success path then allocates no
-// state of its own. Only releaseGenerateCall puts a state back; see there
-// why that is safe.
-var generateCalls = sync.Pool{New: func() any { return new(generateCall) }}
-
-// releaseGenerateCall puts back, cleared, the state of a unary generate call
-// that has returned. Nothing that outlives the call points into its state:
-// finish hands out copies of the attempts (in the *CascadeError, the
-// CallRecord), every other value a call hands out (its errors, the response)
-// is a heap value of its own, and calls are synchronous, so no goroutine
-// holds the state either. A stream's call is never released: its open
-// stream keeps the state (it is then just garbage when the stream ends).
-// Clearing keeps no caller data in the pool.
-func releaseGenerateCall(call *generateCall) {
-	*call = generateCall{}
-	generateCalls.Put(call)
 }
 
 // newGenerateCall starts a generate (or stream) call: the cascade, the
-// Fallback, token reconciliation from usageMetadata. Its state comes from
-// generateCalls; a unary call gives it back with releaseGenerateCall once
-// it has returned.
+// Fallback, token reconciliation from usageMetadata.
 func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *generateCall {
-	call := generateCalls.Get().(*generateCall)
+	call := new(generateCall)
 	call.init(ctx, c, endpointGenerate, model, contents)
 	call.config, call.user = callConfig(config, c.sdkRetries), config
 	call.class = latencyClass(config)
@@ -170,80 +140,6 @@ func (call *call[R]) firstModel() string {
 		return call.first
 	}
 	return call.c.cascade[0]
-}
-
-// attempt makes one upstream request to the admitted model under the attempt
-// timeout and classifies its outcome. The request starts at call.now
-// (nothing that takes time comes between the latest clock reading and it);
-// call.now is then its end, the one clock reading of an attempt. An attempt
-// that may be hedged (hedge.go) is raced there, and may be answered by the
-// hedge's model: *a is then the hedge's admission.
-func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
-	c, m, start := call.c, a.m, call.now
-	end := start.Add(c.cfg.attemptTimeout)
-	if call.deadline.Before(end) {
-		end = call.deadline
-	}
-	var cut time.Duration // the learned deadline bounds this attempt
-	if d, ok := m.lat.cut(call.class); ok && call.learns && start.Add(d).Before(end) {
-		cut = d
-	}
-	if after, ok := call.hedgeAfter(m, start, end); ok {
-		return call.hedged(ctx, a, end, after, cut)
-	}
-	deadline := end
-	if cut > 0 && c.cuts.allows(start) {
-		deadline = start.Add(cut)
-	} else {
-		cut = 0
-	}
-	actx := ctx
-	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
-		// The caller's deadline does not bound the attempt already. (When it
-		// does, the context and timer are saved: half the chain's own cost.)
-		var cancel context.CancelFunc
-		actx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	m.counters.requests.Add(1)
-	a.sent = true
-	resp, err := call.send(actx, call, m)
-	call.now = time.Now()
-	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
-}
-
-// ended classifies the outcome of a request to m that started at start and
-// ended at finish: err, or resp. cut, above 0, is the learned deadline that
-// bounded it; timedOut says its own deadline passed. It learns the
-// answer's time and reports as attempt does.
-func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish time.Time, cut time.Duration, timedOut bool, resp R, err error) (R, Verdict, time.Duration, error) {
-	c := call.c
-	elapsed := finish.Sub(start)
-	switch {
-	case err == nil || ctx.Err() != nil:
-	case cut > 0 && elapsed >= cut:
-		err = &cutError{err: err, after: cut}
-		c.cuts.withdraw(call.now)
-		m.lat.record(call.class, math.MaxInt64)
-		m.routes[call.endpoint].slowed(call.now)
-	case timedOut:
-		err = &attemptTimeoutError{err: err}
-	}
-	if err == nil && call.learns {
-		m.lat.record(call.class, elapsed)
-		if d, ok := m.lat.cut(call.class); ok && elapsed > d {
-			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
-		}
-	}
-	var v Verdict
-	if err != nil {
-		v = m.classify(err)
-	}
-	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
-		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
-			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()), slog.String("rule", v.Rule))
-	}
-	return resp, v, elapsed, err
 }
 
 // maxCountWait bounds the countTokens request of WithExactTokenCount: a
@@ -308,68 +204,6 @@ func (call *call[R]) fail(model string, err error, delay, elapsed time.Duration)
 // answered records the attempt that answered.
 func (call *call[R]) answered(model string, delay, elapsed time.Duration) {
 	call.attempts = append(call.attempts, Attempt{Model: model, Delay: delay, Elapsed: elapsed})
-}
-
-// finish ends the call: with m's answer (m non-nil), completed first when
-// the call completes answers; with a request-scoped error (stopErr); or,
-// when every model failed, with the Fallback's answer or a *CascadeError.
-// It fills the CallRecord and the client's statistics.
-func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr error) (R, error) {
-	c := call.c
-	err := stopErr
-	if m != nil && call.complete != nil {
-		if resp, err = call.complete(ctx, call, resp, m); err != nil {
-			m = nil // a failed completion fails the call: never the Fallback
-		}
-	}
-	fallback := false
-	// What outlives the call gets its own copy of the attempts: the call's
-	// state may be reused once it has returned (releaseGenerateCall).
-	failed := m == nil && err == nil
-	recorded := call.rec != nil && call.stream == nil // a stream records its call when it ends
-	var attempts []Attempt
-	if failed || recorded {
-		attempts = slices.Clone(call.attempts)
-	}
-	if failed {
-		cerr := &CascadeError{Attempts: attempts}
-		err = cerr
-		if call.fallback != nil && ctx.Err() == nil {
-			fresp, fok := call.fallback(ctx, cerr)
-			call.now = time.Now()
-			if fok {
-				resp, err, fallback = fresp, nil, true
-				c.fellBack(ctx, FallbackEvent{Model: call.firstModel(), Err: cerr})
-			}
-		}
-	}
-	call.finished = true
-	if call.stream == nil {
-		latency := call.now.Sub(call.start)
-		c.stats.record(err == nil, fallback, latency)
-		if recorded {
-			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
-			call.spent.record(call.rec)
-			if err == nil && !fallback {
-				call.rec.Model = attempts[len(attempts)-1].Model
-			}
-		}
-	}
-	if err != nil {
-		var zero R
-		return zero, err
-	}
-	return resp, nil
-}
-
-// recordUnfinished counts a call that a panic (the SDK's, a hook's, the
-// Fallback's) ended before finish, as a failure, so that the statistics
-// stay consistent; the panic goes on to the caller. Deferred by run.
-func (call *call[R]) recordUnfinished() {
-	if !call.finished && call.stream == nil {
-		call.finished = true
-		call.c.stats.record(false, false, time.Since(call.start))
-	}
 }
 
 // sleep waits d or until ctx is done, whichever is first, and then reads

@@ -243,7 +243,6 @@ func (c *Client) generate(ctx context.Context, model string, contents []*genai.C
 	}
 	defer bh.leave(&err)
 	call := c.newGenerateCall(ctx, model, contents, config)
-	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
 	var resp *genai.GenerateContentResponse
 	resp, err = call.observed(ctx)

@@ -320,7 +320,6 @@ func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waite
 // in Stats as a call of its own.
 func (c *Client) giveUp(ctx context.Context, start time.Time, attempts []Attempt, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	call := c.newGenerateCall(ctx, model, contents, config)
-	defer releaseGenerateCall(call)
 	call.start = start
 	call.attempts = append(call.attempts, attempts...)
 	c.stats.calls.Add(1)

@@ -2,16 +2,18 @@ package geminiguard
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
-// The gate of one model: admit takes what a request needs before it may
-// leave (the limiter's grant, the breaker's permit), and settle gives the
-// breaker the request's outcome, the two steps of gobreaker's
-// beforeRequest/afterRequest. Every admission is settled exactly once, on
-// every path: by settle when the request's outcome is known, by abandon
-// when a panic (the SDK's, a hook's, a stream consumer's) ends the call
-// first. A probe permit that was never settled would hold its slot for good.
+// The gate of one model: the admission steps of chain.go's admit take what
+// a request needs before it may leave (the limiter's grant, the fleet's
+// lease, the breaker's permit), and settle gives the breaker the request's
+// outcome, the two steps of gobreaker's beforeRequest/afterRequest. Every
+// admission is settled exactly once, on every path: by settle when the
+// request's outcome is known, by abandon when a panic (the SDK's, a hook's,
+// a stream consumer's) ends the call first. A probe permit that was never
+// settled would hold its slot for good.
 
 // admission is a model's leave to send one request of a call: a limiter
 // grant and a breaker permit, taken together by admit. Its zero value holds
@@ -23,6 +25,7 @@ type admission struct {
 	alone        grant // the fleet's limits divided by the replicas, the shared state being unreachable (fleet.go)
 	leased       bool  // a request (and leasedTokens) was taken from the model's fleet lease
 	leasedTokens int
+	tokens       int // the request's input token estimate, for the limiter and the lease
 	permit       permit
 	endpoint     endpoint
 	opened       *transition     // the change allow made (open → half-open), reported once the request goes
@@ -32,84 +35,132 @@ type admission struct {
 	ctx          context.Context // the call's, for the reports of settle
 }
 
-// stepGo is admit's answer when the request may go: a step no attempt
-// outcome asks for.
-const stepGo step = -1
+// admitStep is one defence's say in admit: check returns stepGo when the
+// call's next request to sl's model may go as far as this defence is
+// concerned, filling its part of a; else, having recorded why, stepNext or
+// stepStop with the error. A step that refuses may leave in a what it took:
+// admit gives it back (unreserve).
+type admitStep[R any] struct {
+	name  string // for the Debug log line of a refusal
+	check func(call *call[R], ctx context.Context, sl *retrySlot, a *admission) (step, error)
+}
 
-// admit decides whether the call may send its next request to sl's model
-// now. It fills a (which must be zero) and returns stepGo; or, having
-// recorded why, and leaving a holding nothing, stepNext
-// when the model cannot take the request for this call (its WithModelConfig
-// adjustment makes it malformed (adjustFlaw), cooling down, open,
-// throttled for its recent failures while another model can answer (see
-// route.go), out of tokens before the deadline, or out of tokens now while
-// another model can answer), or stepStop with the error that ends the call (its
-// deadline passed, the caller cancelled during a token wait). A token wait
-// is slept here, counted in sl.delay.
-func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+// admitDeadline refuses when the call's deadline has passed: the caller's
+// error when it is the caller's deadline, else the call timeout's.
+func (call *call[R]) admitDeadline(ctx context.Context, sl *retrySlot, _ *admission) (step, error) {
 	m := sl.m
-	var tokens int
-	if call.endpoint.metered() {
-		tokens = call.inputTokens(ctx, m) // may take time: read the clock after it
+	if call.now.Before(call.deadline) {
+		return stepGo, nil
 	}
-	now := call.now
-	if !now.Before(call.deadline) {
-		if err := ctx.Err(); err != nil {
-			return stepStop, call.unsent(m, err, sl.delay)
-		}
-		if d, ok := ctx.Deadline(); ok && !d.After(call.deadline) {
-			// The caller's deadline, reached before its context says so
-			// (its timer is about to fire): the caller's error, not ours.
-			return stepStop, call.unsent(m, context.DeadlineExceeded, sl.delay)
-		}
-		return stepStop, call.unsent(m, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay)
+	if err := ctx.Err(); err != nil {
+		return stepStop, call.unsent(m, err, sl.delay)
 	}
-	if err := call.adjustFlaw(m); err != nil {
-		call.skip(m, err, sl.delay)
+	if d, ok := ctx.Deadline(); ok && !d.After(call.deadline) {
+		// The caller's deadline, reached before its context says so
+		// (its timer is about to fire): the caller's error, not ours.
+		return stepStop, call.unsent(m, context.DeadlineExceeded, sl.delay)
+	}
+	return stepStop, call.unsent(m, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay)
+}
+
+// admitConfig refuses a model whose WithModelConfig adjustment makes the
+// request malformed (model.go).
+func (call *call[R]) admitConfig(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+	if err := call.adjustFlaw(sl.m); err != nil {
+		call.skip(sl.m, err, sl.delay)
 		return stepNext, err
 	}
-	if next, err := call.overBudget(ctx, m); next != stepGo {
-		call.skip(m, err, sl.delay)
-		return next, err
+	return stepGo, nil
+}
+
+// admitBudget refuses when the spend budget is spent, or steers the call to
+// a cheaper model (budget.go). Its shared read may take a round trip: the
+// clock is read after it.
+func (call *call[R]) admitBudget(ctx context.Context, sl *retrySlot, _ *admission) (step, error) {
+	next, err := call.overBudget(ctx, sl.m)
+	if next != stepGo {
+		call.skip(sl.m, err, sl.delay)
 	}
-	if err := m.cooling(now); err != nil {
-		call.skip(m, err, sl.delay)
+	return next, err
+}
+
+// admitCooling refuses a model cooling down after a quota answer or a 404
+// (cooldown.go).
+func (call *call[R]) admitCooling(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+	if err := sl.m.cooling(call.now); err != nil {
+		call.skip(sl.m, err, sl.delay)
 		return stepNext, err
 	}
-	br := m.breakers[call.endpoint]
-	if br.state(now) == StateOpen {
+	return stepGo, nil
+}
+
+// admitOpen refuses a model whose breaker is open (breaker.go), before any
+// token is taken for it.
+func (call *call[R]) admitOpen(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+	m := sl.m
+	if m.breakers[call.endpoint].state(call.now) == StateOpen {
 		call.skip(m, m.openErr, sl.delay)
 		return stepNext, m.openErr
 	}
-	if skip, err := call.throttled(m); skip {
-		call.skip(m, err, sl.delay)
+	return stepGo, nil
+}
+
+// admitThrottle refuses, at random, a model failing most of its recent
+// requests while another model can answer (route.go).
+func (call *call[R]) admitThrottle(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+	if skip, err := call.throttled(sl.m); skip {
+		call.skip(sl.m, err, sl.delay)
 		return stepNext, err
 	}
-	if call.endpoint.metered() && m.lim.enforces() {
-		if next, err := call.reserve(ctx, sl, m, m.lim, tokens, &a.grant); next != stepGo {
-			return next, err
-		}
+	return stepGo, nil
+}
+
+// admitLimiter takes the model's limiter grant (bucket.go), waiting for it
+// when no other model can answer at once (reserve).
+func (call *call[R]) admitLimiter(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+	if !call.endpoint.metered() || !sl.m.lim.enforces() {
+		return stepGo, nil
 	}
-	if call.c.fleet != nil && call.endpoint.metered() {
-		if next, err := call.fleetAdmit(ctx, sl, m, tokens, a); next != stepGo {
-			a.grant.cancel()
-			return next, err
-		}
+	return call.reserve(ctx, sl, sl.m, sl.m.lim, a.tokens, &a.grant)
+}
+
+// admitFleet takes the request from the model's fleet lease (fleet.go),
+// with a round trip to the shared state when the lease is spent: the clock
+// is read after it.
+func (call *call[R]) admitFleet(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+	if call.c.fleet == nil || !call.endpoint.metered() {
+		return stepGo, nil
 	}
+	next, err := call.fleetAdmit(ctx, sl, sl.m, a.tokens, a)
+	call.now = time.Now()
+	return next, err
+}
+
+// admitPermit takes the breaker's permit (breaker.go): a probe's slot when
+// half-open, which in fleet mode only one replica of the fleet takes.
+func (call *call[R]) admitPermit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+	m := sl.m
+	br := m.breakers[call.endpoint]
 	p, tr, err := br.allow(call.now)
 	if err == nil && p.probe && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
 		br.done(p, call.now, outcomeIgnore) // another replica probes the model
 		err = ErrCircuitOpen
 	}
 	if err != nil {
-		a.unreserve(m)
 		err = &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: err}
 		call.skip(m, err, sl.delay)
 		return stepNext, err
 	}
-	a.m, a.br, a.permit, a.endpoint, a.opened, a.ctx = m, br, p, call.endpoint, tr, ctx
-	a.hold = call.holdBudget(m)
+	a.br, a.permit, a.opened = br, p, tr
 	return stepGo, nil
+}
+
+// logRefusal logs, at Debug, the admission step that refused m's request.
+func (c *Client) logRefusal(ctx context.Context, m *modelState, step string, err error) {
+	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: not admitted", slog.String("model", m.name),
+			slog.String("step", step), slog.Any("err", err))
+	}
 }
 
 // reserve takes a grant of lim into *g for the request m is about to be
@@ -157,33 +208,6 @@ func (a *admission) unreserve(m *modelState) {
 		m.lease.giveBack(a.leasedTokens)
 	}
 	a.grant, a.alone, a.leased = grant{}, grant{}, false
-}
-
-// settle hands the admission's permit back with the outcome at now of the
-// request it let through, counts the outcome in the model's counters, and
-// reports a state change after the breaker's lock is released. It does
-// nothing for an admission already settled.
-func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
-	if a.settled || a.br == nil {
-		return
-	}
-	a.settled = true
-	o := outcomeOf(err, v)
-	switch o {
-	case outcomeSuccess:
-		a.m.routes[a.endpoint].answered(now)
-		c.answers.saw(now)
-	case outcomeFailure:
-		a.m.routes[a.endpoint].failed(now)
-		if c.answers.silentFor(now, outageAfter) {
-			o = outcomeOutage // no model answers: dead, not degraded
-		}
-	}
-	tr := a.br.done(a.permit, now, o)
-	a.m.count(err, v)
-	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
-	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
-	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
 }
 
 // abandon settles an admission that a panic left unsettled, saying nothing

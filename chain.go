@@ -1,0 +1,470 @@
+package geminiguard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+)
+
+// The chain, in call order. A call (call.go: its state and records) walks
+// the cascade's models in rounds (run, pause); for each model, retry makes
+// its attempts: admit runs the admission steps in order (each defence's
+// check lives in its own file), try sends the admitted request (attempt,
+// ended) and settles the admission with the breaker (settle), decide turns
+// a failure's verdict into the next step (retry after a backoff, next
+// model, stop); finish ends the call with an answer, the Fallback or a
+// *CascadeError.
+
+// step is what an attempt's outcome asks the call to do next.
+type step int
+
+const (
+	stepDone    step = iota // the model answered
+	stepRetry               // same model again after a delay
+	stepNext                // next model of the cascade; this one is done for the call
+	stepLater               // next model of the cascade; this one again in the next round
+	stepStop                // return this error now (request scope, caller cancelled, deadline)
+	stepProject             // skip the rest of the cascade: the project is down
+)
+
+// stepGo is an admission step's answer when the request may go: a step no
+// attempt outcome asks for.
+const stepGo step = -1
+
+// run sends the call through the chain and ends it (finish): the cascade's
+// models in order, each through retry (limiter, breaker, classifier-driven
+// retries); rounds, when a model failed retryably while another could still
+// answer; an early probe when nothing is left but open models; then the
+// Fallback, else a *CascadeError.
+func (call *call[R]) run(ctx context.Context) (R, error) {
+	var zero R
+	c := call.c
+	if call.stream == nil { // a stream counts once, however many times it opens
+		c.stats.calls.Add(1)
+		defer call.recordUnfinished()
+	}
+	if err := c.projectCooling(call.now); err != nil {
+		call.skip(c.model(call.firstModel()), err, 0)
+		return call.finish(ctx, zero, nil, nil)
+	}
+	// The first round walks the cascade; a later round, after a backoff,
+	// walks again the models that failed retryably while another model
+	// could still answer (so a sick primary gets its retries too, after a
+	// pause, and the call returns to it before giving up).
+	var slots []retrySlot
+	for _, m := range call.order() {
+		slots = append(slots, retrySlot{m: m})
+	}
+	for round := 1; ; round++ {
+		call.later = call.later[:0]
+		for i := range slots {
+			sl := &slots[i]
+			if round > 1 && !c.budget.withdraw(call.now) {
+				continue // the Client is retrying too much: no second rounds now
+			}
+			resp, next, err := call.retry(ctx, sl)
+			switch next {
+			case stepDone:
+				return call.finish(ctx, resp, sl.m, nil)
+			case stepStop:
+				return call.finish(ctx, zero, nil, err)
+			case stepProject:
+				return call.finish(ctx, zero, nil, nil)
+			case stepLater:
+				call.later = append(call.later, *sl)
+			}
+		}
+		if len(call.later) == 0 {
+			break
+		}
+		switch err := call.pause(ctx, round); {
+		case err == errNoTimeForRound:
+			return call.finish(ctx, zero, nil, nil)
+		case err != nil:
+			return call.finish(ctx, zero, nil, err)
+		}
+		slots = append(slots[:0], call.later...)
+	}
+	switch resp, m, next, err := call.probeAllOpen(ctx); next {
+	case stepDone:
+		return call.finish(ctx, resp, m, nil)
+	case stepStop:
+		return call.finish(ctx, zero, nil, err)
+	}
+	return call.finish(ctx, zero, nil, nil)
+}
+
+// errNoTimeForRound: the backoff before another round would overrun the
+// call's deadline.
+var errNoTimeForRound = errors.New("geminiguard: no time left for another round")
+
+// pause waits the backoff between two rounds of a call. It returns nil to
+// start the next round; errNoTimeForRound, without waiting, when the wait
+// would overrun the call's deadline (the last failure is then marked as cut
+// short by it); the caller's context error, recorded as unsent with the
+// time waited, when it ended during the wait.
+func (call *call[R]) pause(ctx context.Context, round int) error {
+	c := call.c
+	first := &call.later[0]
+	d, _ := c.cfg.retry.retryDelay(0, first.prev, round, c.jitter.float64())
+	if !call.now.Add(d).Before(call.deadline) {
+		for i := len(call.attempts) - 1; i >= 0; i-- {
+			if a := call.attempts[i]; !a.Skipped { // skips share their errors: never modify those
+				if me, ok := a.Err.(*ModelError); ok {
+					me.Err = &waitError{Err: me.Err, Wait: d}
+				}
+				break
+			}
+		}
+		return errNoTimeForRound
+	}
+	for i := range call.later {
+		call.later[i].prev, call.later[i].delay = d, 0
+	}
+	first.delay = d
+	c.retrying(ctx, RetryEvent{Model: first.m.name, Attempt: first.tries, Err: call.attempts[len(call.attempts)-1].Err, Delay: d})
+	start := call.now
+	if err := call.sleep(ctx, d); err != nil {
+		return call.unsent(first.m, err, call.now.Sub(start))
+	}
+	return nil
+}
+
+// retrySlot is a model's place in a call's rounds: its attempts so far, the
+// wait before its next attempt and its previous backoff.
+type retrySlot struct {
+	m     *modelState
+	tries int
+	prev  time.Duration // the previous backoff, which decorrelated jitter grows from
+	delay time.Duration // the wait before the next attempt, for the record
+}
+
+// retry runs sl's model's attempts within one round of the call: admit,
+// send, settle, decide, back off, until the model answers (stepDone with
+// the answer) or another step is due (with the error that asks for it).
+func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) {
+	var zero R
+	for {
+		sl.tries++
+		var a admission
+		if next, err := call.admit(ctx, sl, &a); next != stepGo {
+			return zero, next, err
+		}
+		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
+		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
+		if err == nil {
+			sl.m = a.m // a hedge's model may have answered (hedge.go)
+			call.answered(sl.m.name, sl.delay, elapsed)
+			return resp, stepDone, nil
+		}
+		next, d, err := call.decide(sl, v, err)
+		err = call.fail(sl.m.name, &ModelError{Model: sl.m.name, Verdict: v, Err: err}, sl.delay, elapsed)
+		if next != stepRetry {
+			return zero, next, err
+		}
+		if err := call.backoff(ctx, sl, v, err, d); err != nil {
+			return zero, stepStop, err
+		}
+	}
+}
+
+// admit decides whether the call may send its next request to sl's model
+// now, by running the admission steps in order: the first that refuses
+// decides. It fills a (which must be zero) and returns stepGo; or, having
+// recorded why and given back what the steps before took, leaving a holding
+// nothing, stepNext when the model cannot take the request for this call,
+// or stepStop with the error that ends the call (its deadline passed, the
+// caller cancelled during a wait). Each step is a defence's say, written
+// beside its mechanism (gate.go: admission steps). Waits (tokens, a fleet
+// lease, the store's round trips) are slept inside their steps, counted in
+// sl.delay, and the clock is read again after every step.
+func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+	if call.endpoint.metered() {
+		a.tokens = call.inputTokens(ctx, sl.m) // may take time: reads the clock after it
+	}
+	for _, s := range admitSteps[R]() {
+		next, err := s.check(call, ctx, sl, a)
+		if next != stepGo {
+			a.unreserve(sl.m)
+			call.c.logRefusal(ctx, sl.m, s.name, err)
+			return next, err
+		}
+	}
+	a.m, a.endpoint, a.ctx = sl.m, call.endpoint, ctx
+	a.hold = call.holdBudget(sl.m)
+	return stepGo, nil
+}
+
+// admitSteps returns admit's steps, in order.
+func admitSteps[R any]() [9]admitStep[R] {
+	return [...]admitStep[R]{
+		{"deadline", (*call[R]).admitDeadline}, // the call's deadline has not passed
+		{"config", (*call[R]).admitConfig},     // WithModelConfig's adjustment makes a valid request
+		{"budget", (*call[R]).admitBudget},     // WithBudget: not spent, or steered to a cheaper model
+		{"cooling", (*call[R]).admitCooling},   // no quota, 404 or project cool-down
+		{"open", (*call[R]).admitOpen},         // the breaker is not open
+		{"throttle", (*call[R]).admitThrottle}, // adaptive throttling of a model failing most requests
+		{"limiter", (*call[R]).admitLimiter},   // RPM, TPM and RPD tokens, waited for when no other model can answer
+		{"fleet", (*call[R]).admitFleet},       // the fleet's lease (WithSharedState)
+		{"permit", (*call[R]).admitPermit},     // the breaker's permit (a probe when half-open)
+	}
+}
+
+// try sends the admitted request (the n-th to its model in this call) and
+// settles the admission (the hedge's, when a hedge answered: see attempt): at once, or, for a stream that opened, when the
+// stream ends (the admission is then handed to call.stream). A panic
+// anywhere in between still settles it. A failure's verdict reaches past
+// the call (cool-downs, learned limits) before try returns.
+func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, time.Duration, error) {
+	defer a.abandon()
+	c, m := call.c, a.m
+	c.stateChanged(ctx, m.name, call.endpoint, a.opened)
+	if n == 1 {
+		c.budget.deposit(call.now)
+	} else {
+		m.counters.retries.Add(1)
+	}
+	resp, v, elapsed, err := call.attempt(ctx, a)
+	end := call.now
+	m = a.m
+	switch {
+	case err == nil && call.stream != nil:
+		call.stream.held = *a // its outcome is known when the stream ends
+		a.settled, a.hold = true, budgetHold{}
+	default:
+		c.settle(a, end, err, v)
+	}
+	call.account(m, resp, end)
+	if err != nil {
+		c.applyVerdict(ctx, m, v, end)
+	} else if call.usage != nil && call.tokens >= 0 {
+		m.lim.reconcile(end, call.tokens, int(call.usage(resp)))
+		if call.c.fleet != nil && m.lim.limitsTokens() {
+			m.lease.owe(int(call.usage(resp)) - max(call.tokens, 0))
+		}
+	}
+	return resp, v, elapsed, err
+}
+
+// attempt makes one upstream request to the admitted model under the attempt
+// timeout and classifies its outcome. The request starts at call.now
+// (nothing that takes time comes between the latest clock reading and it);
+// call.now is then its end, the one clock reading of an attempt. An attempt
+// that may be hedged (hedge.go) is raced there, and may be answered by the
+// hedge's model: *a is then the hedge's admission.
+func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
+	c, m, start := call.c, a.m, call.now
+	end := start.Add(c.cfg.attemptTimeout)
+	if call.deadline.Before(end) {
+		end = call.deadline
+	}
+	var cut time.Duration // the learned deadline bounds this attempt
+	if d, ok := m.lat.cut(call.class); ok && call.learns && start.Add(d).Before(end) {
+		cut = d
+	}
+	if after, ok := call.hedgeAfter(m, start, end); ok {
+		return call.hedged(ctx, a, end, after, cut)
+	}
+	deadline := end
+	if cut > 0 && c.cuts.allows(start) {
+		deadline = start.Add(cut)
+	} else {
+		cut = 0
+	}
+	actx := ctx
+	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
+		// The caller's deadline does not bound the attempt already. (When it
+		// does, the context and timer are saved: half the chain's own cost.)
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	m.counters.requests.Add(1)
+	a.sent = true
+	resp, err := call.send(actx, call, m)
+	call.now = time.Now()
+	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
+}
+
+// ended classifies the outcome of a request to m that started at start and
+// ended at finish: err, or resp. cut, above 0, is the learned deadline that
+// bounded it; timedOut says its own deadline passed. It learns the
+// answer's time and reports as attempt does.
+func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish time.Time, cut time.Duration, timedOut bool, resp R, err error) (R, Verdict, time.Duration, error) {
+	c := call.c
+	elapsed := finish.Sub(start)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case cut > 0 && elapsed >= cut:
+		err = &cutError{err: err, after: cut}
+		c.cuts.withdraw(call.now)
+		m.lat.record(call.class, math.MaxInt64)
+		m.routes[call.endpoint].slowed(call.now)
+	case timedOut:
+		err = &attemptTimeoutError{err: err}
+	}
+	if err == nil && call.learns {
+		m.lat.record(call.class, elapsed)
+		if d, ok := m.lat.cut(call.class); ok && elapsed > d {
+			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
+		}
+	}
+	var v Verdict
+	if err != nil {
+		v = m.classify(err)
+	}
+	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
+			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()), slog.String("rule", v.Rule))
+	}
+	return resp, v, elapsed, err
+}
+
+// settle hands the admission's permit back with the outcome at now of the
+// request it let through, counts the outcome in the model's counters, and
+// reports a state change after the breaker's lock is released. It does
+// nothing for an admission already settled.
+func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
+	if a.settled || a.br == nil {
+		return
+	}
+	a.settled = true
+	o := outcomeOf(err, v)
+	switch o {
+	case outcomeSuccess:
+		a.m.routes[a.endpoint].answered(now)
+		c.answers.saw(now)
+	case outcomeFailure:
+		a.m.routes[a.endpoint].failed(now)
+		if c.answers.silentFor(now, outageAfter) {
+			o = outcomeOutage // no model answers: dead, not degraded
+		}
+	}
+	tr := a.br.done(a.permit, now, o)
+	a.m.count(err, v)
+	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
+	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
+	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
+}
+
+// decide turns a failed attempt's verdict into the call's next step and,
+// for stepRetry, the backoff before it. A retry whose backoff would overrun
+// the call's deadline, or that the retry budget refuses, becomes stepNext;
+// the first is marked on the error, which decide returns.
+func (call *call[R]) decide(sl *retrySlot, v Verdict, err error) (step, time.Duration, error) {
+	c := call.c
+	next := call.nextStep(sl.m, v, sl.tries)
+	if next != stepRetry {
+		return next, 0, err
+	}
+	d, ok := c.cfg.retry.retryDelay(v.RetryAfter, sl.prev, sl.tries, c.jitter.float64())
+	switch {
+	case !ok:
+		return stepNext, 0, err
+	case !call.now.Add(d).Before(call.deadline):
+		return stepNext, 0, &waitError{Err: err, Wait: d}
+	case !c.budget.withdraw(call.now):
+		return stepNext, 0, err
+	}
+	return stepRetry, d, err
+}
+
+// nextStep decides what a failed attempt with verdict v, the n-th to m,
+// asks for.
+func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
+	switch {
+	case v.Class == ClassCanceled, v.Scope == ScopeRequest:
+		return stepStop
+	case v.Scope == ScopeProject:
+		return stepProject
+	case !v.Retryable, n >= call.c.cfg.retry.MaxAttempts, m.breakers[call.endpoint].state(call.now) == StateOpen:
+		// (The last: this failure opened the breaker, which would refuse
+		// the retry after its backoff.)
+		return stepNext
+	case call.hasNext(m), len(call.later) > 0:
+		// Another model can answer now, or the call will come back to one
+		// after a pause: move on rather than retry a model that just failed
+		// (the next model answers sooner than a backoff), and come back to
+		// this one in the next round.
+		return stepLater
+	}
+	return stepRetry
+}
+
+// backoff reports the retry of sl's model after its failure err and waits d
+// before it. It returns the caller's context error, recorded as unsent
+// with the time waited, when that ended the wait.
+func (call *call[R]) backoff(ctx context.Context, sl *retrySlot, v Verdict, err error, d time.Duration) error {
+	call.c.retrying(ctx, RetryEvent{Model: sl.m.name, Attempt: sl.tries, Err: err, Verdict: v, Delay: d})
+	start := call.now
+	if err := call.sleep(ctx, d); err != nil {
+		return call.unsent(sl.m, err, call.now.Sub(start))
+	}
+	sl.delay, sl.prev = d, d
+	return nil
+}
+
+// finish ends the call: with m's answer (m non-nil), completed first when
+// the call completes answers; with a request-scoped error (stopErr); or,
+// when every model failed, with the Fallback's answer or a *CascadeError.
+// It fills the CallRecord and the client's statistics.
+func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr error) (R, error) {
+	c := call.c
+	err := stopErr
+	if m != nil && call.complete != nil {
+		if resp, err = call.complete(ctx, call, resp, m); err != nil {
+			m = nil // a failed completion fails the call: never the Fallback
+		}
+	}
+	fallback := false
+	// What outlives the call gets its own copy of the attempts: a stream's
+	// call goes on recording attempts after its first answer (resumes).
+	failed := m == nil && err == nil
+	recorded := call.rec != nil && call.stream == nil // a stream records its call when it ends
+	var attempts []Attempt
+	if failed || recorded {
+		attempts = slices.Clone(call.attempts)
+	}
+	if failed {
+		cerr := &CascadeError{Attempts: attempts}
+		err = cerr
+		if call.fallback != nil && ctx.Err() == nil {
+			fresp, fok := call.fallback(ctx, cerr)
+			call.now = time.Now()
+			if fok {
+				resp, err, fallback = fresp, nil, true
+				c.fellBack(ctx, FallbackEvent{Model: call.firstModel(), Err: cerr})
+			}
+		}
+	}
+	call.finished = true
+	if call.stream == nil {
+		latency := call.now.Sub(call.start)
+		c.stats.record(err == nil, fallback, latency)
+		if recorded {
+			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
+			call.spent.record(call.rec)
+			if err == nil && !fallback {
+				call.rec.Model = attempts[len(attempts)-1].Model
+			}
+		}
+	}
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return resp, nil
+}
+
+// recordUnfinished counts a call that a panic (the SDK's, a hook's, the
+// Fallback's) ended before finish, as a failure, so that the statistics
+// stay consistent; the panic goes on to the caller. Deferred by run.
+func (call *call[R]) recordUnfinished() {
+	if !call.finished && call.stream == nil {
+		call.finished = true
+		call.c.stats.record(false, false, time.Since(call.start))
+	}
+}
