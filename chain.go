@@ -185,11 +185,11 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	if call.endpoint.metered() {
 		a.tokens = call.inputTokens(ctx, sl.m) // may take time: reads the clock after it
 	}
-	for _, s := range admitSteps[R]() {
-		next, err := s.check(call, ctx, sl, a)
+	for _, s := range admitOrder {
+		next, err := call.admitBy(s, ctx, sl, a)
 		if next != stepGo {
 			a.unreserve(sl.m)
-			call.c.logRefusal(ctx, sl.m, s.name, err)
+			call.c.logRefusal(ctx, sl.m, s, err)
 			return next, err
 		}
 	}
@@ -198,19 +198,17 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	return stepGo, nil
 }
 
-// admitSteps returns admit's steps, in order.
-func admitSteps[R any]() [9]admitStep[R] {
-	return [...]admitStep[R]{
-		{"deadline", (*call[R]).admitDeadline}, // the call's deadline has not passed
-		{"config", (*call[R]).admitConfig},     // WithModelConfig's adjustment makes a valid request
-		{"budget", (*call[R]).admitBudget},     // WithBudget: not spent, or steered to a cheaper model
-		{"cooling", (*call[R]).admitCooling},   // no quota, 404 or project cool-down
-		{"open", (*call[R]).admitOpen},         // the breaker is not open
-		{"throttle", (*call[R]).admitThrottle}, // adaptive throttling of a model failing most requests
-		{"limiter", (*call[R]).admitLimiter},   // RPM, TPM and RPD tokens, waited for when no other model can answer
-		{"fleet", (*call[R]).admitFleet},       // the fleet's lease (WithSharedState)
-		{"permit", (*call[R]).admitPermit},     // the breaker's permit (a probe when half-open)
-	}
+// admitOrder is the order of admit's steps.
+var admitOrder = [...]admitStep{
+	admitDeadline, // the call's deadline has not passed
+	admitConfig,   // WithModelConfig's adjustment makes a valid request
+	admitBudget,   // WithBudget: not spent, or steered to a cheaper model
+	admitCooling,  // no quota, 404 or project cool-down
+	admitOpen,     // the breaker is not open
+	admitThrottle, // adaptive throttling of a model failing most requests
+	admitLimiter,  // RPM, TPM, RPD and IPM tokens, waited for when no other model can answer
+	admitFleet,    // the fleet's lease (WithSharedState)
+	admitPermit,   // the breaker's permit (a probe when half-open)
 }
 
 // try sends the admitted request (the n-th to its model in this call) and

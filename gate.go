@@ -35,19 +35,58 @@ type admission struct {
 	ctx          context.Context // the call's, for the reports of settle
 }
 
-// admitStep is one defence's say in admit: check returns stepGo when the
-// call's next request to sl's model may go as far as this defence is
-// concerned, filling its part of a; else, having recorded why, stepNext or
-// stepStop with the error. A step that refuses may leave in a what it took:
-// admit gives it back (unreserve).
-type admitStep[R any] struct {
-	name  string // for the Debug log line of a refusal
-	check func(call *call[R], ctx context.Context, sl *retrySlot, a *admission) (step, error)
+// admitStep names one defence's say in admit (admitOrder). Its check
+// (admitBy) returns stepGo when the call's next request to sl's model may go
+// as far as this defence is concerned, filling its part of a; else, having
+// recorded why, stepNext or stepStop with the error. A step that refuses
+// may leave in a what it took: admit gives it back (unreserve).
+type admitStep uint8
+
+const (
+	admitDeadline admitStep = iota
+	admitConfig
+	admitBudget
+	admitCooling
+	admitOpen
+	admitThrottle
+	admitLimiter
+	admitFleet
+	admitPermit
+)
+
+// String returns the step's name, as the Debug log line of a refusal gives it.
+func (s admitStep) String() string {
+	return [...]string{"deadline", "config", "budget", "cooling", "open", "throttle", "limiter", "fleet", "permit"}[s]
 }
 
-// admitDeadline refuses when the call's deadline has passed: the caller's
+// admitBy runs step s of admit. (A switch rather than a table of method
+// values: those of a generic type allocate on every call.)
+func (call *call[R]) admitBy(s admitStep, ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+	switch s {
+	case admitDeadline:
+		return call.checkDeadline(ctx, sl)
+	case admitConfig:
+		return call.checkConfig(sl)
+	case admitBudget:
+		return call.checkBudget(ctx, sl)
+	case admitCooling:
+		return call.checkCooling(sl)
+	case admitOpen:
+		return call.checkOpen(sl)
+	case admitThrottle:
+		return call.checkThrottle(sl)
+	case admitLimiter:
+		return call.takeTokens(ctx, sl, a)
+	case admitFleet:
+		return call.takeLease(ctx, sl, a)
+	default:
+		return call.takePermit(ctx, sl, a)
+	}
+}
+
+// checkDeadline refuses when the call's deadline has passed: the caller's
 // error when it is the caller's deadline, else the call timeout's.
-func (call *call[R]) admitDeadline(ctx context.Context, sl *retrySlot, _ *admission) (step, error) {
+func (call *call[R]) checkDeadline(ctx context.Context, sl *retrySlot) (step, error) {
 	m := sl.m
 	if call.now.Before(call.deadline) {
 		return stepGo, nil
@@ -63,9 +102,9 @@ func (call *call[R]) admitDeadline(ctx context.Context, sl *retrySlot, _ *admiss
 	return stepStop, call.unsent(m, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay)
 }
 
-// admitConfig refuses a model whose WithModelConfig adjustment makes the
+// checkConfig refuses a model whose WithModelConfig adjustment makes the
 // request malformed (model.go).
-func (call *call[R]) admitConfig(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+func (call *call[R]) checkConfig(sl *retrySlot) (step, error) {
 	if err := call.adjustFlaw(sl.m); err != nil {
 		call.skip(sl.m, err, sl.delay)
 		return stepNext, err
@@ -73,10 +112,10 @@ func (call *call[R]) admitConfig(_ context.Context, sl *retrySlot, _ *admission)
 	return stepGo, nil
 }
 
-// admitBudget refuses when the spend budget is spent, or steers the call to
+// checkBudget refuses when the spend budget is spent, or steers the call to
 // a cheaper model (budget.go). Its shared read may take a round trip: the
 // clock is read after it.
-func (call *call[R]) admitBudget(ctx context.Context, sl *retrySlot, _ *admission) (step, error) {
+func (call *call[R]) checkBudget(ctx context.Context, sl *retrySlot) (step, error) {
 	next, err := call.overBudget(ctx, sl.m)
 	if next != stepGo {
 		call.skip(sl.m, err, sl.delay)
@@ -84,9 +123,9 @@ func (call *call[R]) admitBudget(ctx context.Context, sl *retrySlot, _ *admissio
 	return next, err
 }
 
-// admitCooling refuses a model cooling down after a quota answer or a 404
+// checkCooling refuses a model cooling down after a quota answer or a 404
 // (cooldown.go).
-func (call *call[R]) admitCooling(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+func (call *call[R]) checkCooling(sl *retrySlot) (step, error) {
 	if err := sl.m.cooling(call.now); err != nil {
 		call.skip(sl.m, err, sl.delay)
 		return stepNext, err
@@ -94,9 +133,9 @@ func (call *call[R]) admitCooling(_ context.Context, sl *retrySlot, _ *admission
 	return stepGo, nil
 }
 
-// admitOpen refuses a model whose breaker is open (breaker.go), before any
+// checkOpen refuses a model whose breaker is open (breaker.go), before any
 // token is taken for it.
-func (call *call[R]) admitOpen(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+func (call *call[R]) checkOpen(sl *retrySlot) (step, error) {
 	m := sl.m
 	if m.breakers[call.endpoint].state(call.now) == StateOpen {
 		call.skip(m, m.openErr, sl.delay)
@@ -105,9 +144,9 @@ func (call *call[R]) admitOpen(_ context.Context, sl *retrySlot, _ *admission) (
 	return stepGo, nil
 }
 
-// admitThrottle refuses, at random, a model failing most of its recent
+// checkThrottle refuses, at random, a model failing most of its recent
 // requests while another model can answer (route.go).
-func (call *call[R]) admitThrottle(_ context.Context, sl *retrySlot, _ *admission) (step, error) {
+func (call *call[R]) checkThrottle(sl *retrySlot) (step, error) {
 	if skip, err := call.throttled(sl.m); skip {
 		call.skip(sl.m, err, sl.delay)
 		return stepNext, err
@@ -115,19 +154,19 @@ func (call *call[R]) admitThrottle(_ context.Context, sl *retrySlot, _ *admissio
 	return stepGo, nil
 }
 
-// admitLimiter takes the model's limiter grant (bucket.go), waiting for it
+// takeTokens takes the model's limiter grant (bucket.go), waiting for it
 // when no other model can answer at once (reserve).
-func (call *call[R]) admitLimiter(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+func (call *call[R]) takeTokens(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	if !call.endpoint.metered() || !sl.m.lim.enforces() {
 		return stepGo, nil
 	}
 	return call.reserve(ctx, sl, sl.m, sl.m.lim, a.tokens, &a.grant)
 }
 
-// admitFleet takes the request from the model's fleet lease (fleet.go),
+// takeLease takes the request from the model's fleet lease (fleet.go),
 // with a round trip to the shared state when the lease is spent: the clock
 // is read after it.
-func (call *call[R]) admitFleet(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+func (call *call[R]) takeLease(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	if call.c.fleet == nil || !call.endpoint.metered() {
 		return stepGo, nil
 	}
@@ -136,9 +175,9 @@ func (call *call[R]) admitFleet(ctx context.Context, sl *retrySlot, a *admission
 	return next, err
 }
 
-// admitPermit takes the breaker's permit (breaker.go): a probe's slot when
+// takePermit takes the breaker's permit (breaker.go): a probe's slot when
 // half-open, which in fleet mode only one replica of the fleet takes.
-func (call *call[R]) admitPermit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+func (call *call[R]) takePermit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	m := sl.m
 	br := m.breakers[call.endpoint]
 	p, tr, err := br.allow(call.now)
@@ -156,10 +195,10 @@ func (call *call[R]) admitPermit(ctx context.Context, sl *retrySlot, a *admissio
 }
 
 // logRefusal logs, at Debug, the admission step that refused m's request.
-func (c *Client) logRefusal(ctx context.Context, m *modelState, step string, err error) {
+func (c *Client) logRefusal(ctx context.Context, m *modelState, step admitStep, err error) {
 	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: not admitted", slog.String("model", m.name),
-			slog.String("step", step), slog.Any("err", err))
+			slog.String("step", step.String()), slog.Any("err", err))
 	}
 }
 
