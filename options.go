@@ -52,6 +52,7 @@ type config struct {
 	exactTokens     bool
 	shutdowns       map[string]Shutdown
 	prices          map[string][]Price  // WithPrices, by model
+	tables          tableFiles          // WithPricesFile, WithShutdownsFile
 	bulkheads       map[string]Bulkhead // WithBulkhead, by name
 	dedup           bool                // WithDedup
 	idempotencyTTL  time.Duration       // WithIdempotencyTTL
