@@ -177,9 +177,9 @@ func (call *call[R]) firstModel() string {
 // call.now is then its end, the one clock reading of an attempt.
 func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
 	c, m, start := call.c, a.m, call.now
-	deadline := start.Add(c.cfg.attemptTimeout)
+	deadline := start.Add(m.timeout)
 	var cut time.Duration // the learned deadline bounds this attempt
-	if d, ok := m.lat.cut(call.class); ok && call.learns && d < c.cfg.attemptTimeout && c.cuts.allows(start) {
+	if d, ok := m.lat.cut(call.class); ok && call.learns && d < m.timeout && c.cuts.allows(start) {
 		cut, deadline = d, start.Add(d)
 	}
 	if call.deadline.Before(deadline) {

@@ -116,6 +116,11 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 		if m.via != nil {
 			in = lists[m.via.sdk]
 		}
+		if m.via != nil && m.via.local {
+			mr.Exists, mr.Generation = true, "" // a Backend: no API lists it, no shutdown table knows it
+			report.Models = append(report.Models, mr)
+			continue
+		}
 		if info, ok := in[m.wire]; ok {
 			mr.Exists, mr.DisplayName = true, info.DisplayName
 			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit

@@ -66,6 +66,8 @@ type config struct {
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
 	sdkOptions []string
+	// modelTimeouts are WithModelTimeout's, by cascade entry; nil: none.
+	modelTimeouts map[string]time.Duration
 	// backends are WithModelBackend's, by cascade entry; nil: none.
 	backends map[string]*modelBackend
 }
@@ -494,6 +496,7 @@ func (cfg *config) validate() error {
 	if err := cfg.retry.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, cfg.validateModelTimeouts()...)
 	if err := cfg.breaker.validate(); err != nil {
 		errs = append(errs, err)
 	}
