@@ -255,7 +255,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 // hedge's model: *a is then the hedge's admission.
 func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
 	c, m, start := call.c, a.m, call.now
-	end := start.Add(c.cfg.attemptTimeout)
+	end := start.Add(m.timeout) // the entry's own (WithModelTimeout), else the attempt timeout
 	if call.deadline.Before(end) {
 		end = call.deadline
 	}

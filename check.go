@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,38 +25,27 @@ type Shutdown struct {
 const shutdownWarnDays = 90
 
 // Shutdowns returns the built-in table of announced shutdown dates of the
-// Gemini API, as read on the dates its Source fields give. A key
-// "vertex/"+model is model's date on Vertex AI, which retires models on its
-// own dates: it applies to the cascade entries sent to Vertex AI (a
-// WithModelBackend client or a WithGenAIClient of that backend), and the
-// Gemini API's date of model never does. Google moves these dates;
-// WithShutdowns adds to or overrides the table.
+// Gemini API, each Source naming where the date was announced and when it
+// was read. The table is the embedded data/shutdowns.json, checked as a
+// whole on its as_of date; CheckCascade warns when that is more than 90
+// days ago. A key "vertex/"+model is model's date on Vertex AI, which
+// retires models on its own dates: it applies to the cascade entries sent
+// to Vertex AI (a WithModelBackend client or a WithGenAIClient of that
+// backend), and the Gemini API's date of model never does. Google moves
+// these dates; WithShutdowns adds to or overrides the table,
+// WithShutdownsFile loads a newer one. The caller may modify the returned
+// map.
 func Shutdowns() map[string]Shutdown {
-	const (
-		official = "https://ai.google.dev/gemini-api/docs/deprecations (read 2026-11)"
-		dec2026  = "https://dev.to/aideprecations/what-to-do-before-gemini-25-pro-and-25-flash-are-retired-on-december-1-2026-5gg9 (Gemini API deprecations, read 2026-11-10)"
-		jun2026  = "https://docs.embabel.com (GEMINI_2_0_FLASH: shut down by Google on 2026-06-01, returns 404)"
-	)
-	day := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
-	return map[string]Shutdown{
-		"gemini-1.5-pro":               {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-pro", Source: official},
-		"gemini-1.5-flash":             {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-flash", Source: official},
-		"gemini-1.5-flash-8b":          {Date: day(2025, time.September, 24), Replacement: "gemini-2.5-flash-lite", Source: official},
-		"gemini-2.0-flash":             {Date: day(2026, time.June, 1), Replacement: "gemini-3.5-flash", Source: jun2026},
-		"gemini-2.0-flash-001":         {Date: day(2026, time.June, 1), Replacement: "gemini-3.5-flash", Source: jun2026},
-		"gemini-2.0-flash-lite":        {Date: day(2026, time.June, 1), Replacement: "gemini-2.5-flash-lite", Source: jun2026},
-		"gemini-2.0-flash-lite-001":    {Date: day(2026, time.June, 1), Replacement: "gemini-2.5-flash-lite", Source: jun2026},
-		"gemini-2.5-pro-preview-03-25": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
-		"gemini-2.5-pro-preview-05-06": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
-		"gemini-2.5-pro-preview-06-05": {Date: day(2025, time.December, 2), Replacement: "gemini-3.1-pro-preview", Source: official},
-		"gemini-3-pro-preview":         {Date: day(2026, time.March, 9), Replacement: "gemini-3.1-pro-preview", Source: official},
-		"gemini-2.5-pro":               {Date: day(2026, time.December, 1), Replacement: "gemini-3.8-flash", Source: dec2026},
-		"gemini-2.5-flash":             {Date: day(2026, time.December, 1), Replacement: "gemini-3.5-flash-lite", Source: dec2026},
-	}
+	return maps.Clone(builtinShutdowns)
 }
 
-func mergeShutdowns(extra map[string]Shutdown) map[string]Shutdown {
+// mergeShutdowns returns the built-in table with the files' keys
+// (WithShutdownsFile) and then WithShutdowns' added or replaced.
+func mergeShutdowns(files, extra map[string]Shutdown) map[string]Shutdown {
 	table := Shutdowns()
+	for k, v := range files {
+		table[k] = v
+	}
 	for k, v := range extra {
 		table[strings.TrimPrefix(k, "models/")] = v
 	}
@@ -97,8 +88,10 @@ type ModelReport struct {
 // WithModelBackend is checked against its own SDK client's list. It returns an error
 // matching ErrModelNotFound that names every cascade model the API does not
 // list (the report is returned too), or the API's error when listing failed.
-// Warnings cover a cascade whose models all share one generation and models
-// whose announced shutdown is within 90 days or past. A model listed again
+// Warnings cover a cascade whose models all share one generation, models
+// whose announced shutdown is within 90 days or past, and price or shutdown
+// tables (built-in or loaded by WithPricesFile, WithShutdownsFile) whose
+// as-of date is more than 90 days ago; the Client keeps them (Warnings). A model listed again
 // ends its cool-down when that lasts until a recheck (a 404, a limit of zero)
 // and keeps any other (a spent daily quota runs to midnight); a successful
 // listing ends a project cool-down. A nil ctx, or a Client not made by New,
@@ -126,6 +119,11 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 		in := listed
 		if m.via != nil {
 			in = lists[m.via.sdk]
+		}
+		if m.via != nil && m.via.local {
+			mr.Exists, mr.Generation = true, "" // a Backend: no API lists it, no shutdown table knows it
+			report.Models = append(report.Models, mr)
+			continue
 		}
 		if info, ok := in[m.wire]; ok {
 			mr.Exists, mr.DisplayName = true, info.DisplayName
@@ -164,10 +162,25 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 			report.Warnings = append(report.Warnings, fmt.Sprintf("every cascade model is generation %s: one retirement or regional outage of that generation takes them all; add a model of another generation", g))
 		}
 	}
+	report.Warnings = append(report.Warnings, c.cfg.tables.warnings(now)...)
+	c.warnings.Store(&report.Warnings)
 	if len(missing) > 0 {
 		return report, fmt.Errorf("%w: the API does not list %s for this key: fix WithCascade (run examples/cascade-doctor to see what is listed)", ErrModelNotFound, strings.Join(missing, ", "))
 	}
 	return report, nil
+}
+
+// Warnings returns the warnings of the latest CheckCascade that listed the
+// models (New's, the background re-check's, or the caller's), the same as
+// its CascadeReport.Warnings: things to fix before they break, which reach
+// the app without a logger. Nil before any check completed, and always
+// under WithStartupCheck(false) until the app calls CheckCascade. The
+// caller may modify the returned slice. Safe for concurrent use.
+func (c *Client) Warnings() []string {
+	if w := c.warnings.Load(); w != nil {
+		return slices.Clone(*w)
+	}
+	return nil
 }
 
 func days(n int) string {

@@ -55,6 +55,7 @@ type Client struct {
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
 	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
+	warnings       atomic.Pointer[[]string]  // the latest CheckCascade's warnings (Warnings); nil: none yet
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
@@ -109,8 +110,8 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
 		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
 		hedges:     newHedgeBudget(cfg.hedge),
-		shutdown:   mergeShutdowns(cfg.shutdowns),
-		prices:     newPriceTable(cfg.prices),
+		shutdown:   mergeShutdowns(cfg.tables.shutdowns, cfg.shutdowns),
+		prices:     newPriceTable(cfg.tables.prices, cfg.prices),
 		bulkheads:  newBulkheads(&cfg),
 		spending:   newSpendBudget(cfg.budget),
 	}

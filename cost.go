@@ -69,47 +69,22 @@ type Price struct {
 
 // Prices returns the built-in price table of the Gemini Developer API (the
 // only backend the Client calls), USD per 1M tokens on the paid tier, each
-// model's prices in order of EffectiveFrom. Google changes prices, and
-// announces some changes ahead (gemini-3.8-flash doubles on 2027-01-01, from
-// midnight America/Los_Angeles); WithPrices replaces a model's prices. A
-// model not in the table has no known cost. Audio input of gemini-2.5-flash
-// ($1.00) is priced as text ($0.30). The caller may modify the returned map.
+// model's prices in order of EffectiveFrom, each Source naming where its
+// figures come from and the date they were read. The table is the embedded
+// data/prices.json, checked as a whole on its as_of date; CheckCascade warns
+// when that is more than 90 days ago. Google changes prices, and announces
+// some changes ahead (gemini-3.7-flash and gemini-3.8-flash double on
+// 2027-01-01, from midnight America/Los_Angeles); WithPrices replaces a
+// model's prices, WithPricesFile loads a newer table. A model not in the
+// table has no known cost. Audio input of gemini-2.5-flash ($1.00) is priced
+// as text ($0.30). The caller may modify the returned map.
 func Prices() map[string][]Price {
-	const (
-		litellm  = "BerriAI/litellm model_prices_and_context_window.json@00035b6 (gemini/ rows)"
-		official = "https://ai.google.dev/gemini-api/docs/pricing, as copied by api-evangelist/deepmind plans/deepmind-plans-pricing.yml (read 2026-10-07)"
-		flash3   = "https://ai.google.dev/gemini-api/docs/pricing, as quoted by factquire.com/models/google/gemini-3-flash-preview.json (2026-07-04)"
-	)
-	const long = 200_000 // "prompts <= 200k tokens"
-	pro := func(src string) []Price {
-		return []Price{{Input: 2 * Dollar, Output: 12 * Dollar, CachedInput: 0.20 * Dollar,
-			LongPrompt: long, LongInput: 4 * Dollar, LongOutput: 18 * Dollar, LongCachedInput: 0.40 * Dollar, Source: src}}
+	t := make(map[string][]Price, len(builtinPrices))
+	for m, p := range builtinPrices {
+		t[m] = slices.Clone(p)
 	}
-	flashLite31 := []Price{{Input: 0.25 * Dollar, Output: 1.50 * Dollar, CachedInput: 0.025 * Dollar, Source: litellm}}
-	return map[string][]Price{
-		"gemini-2.5-pro": {{Input: 1.25 * Dollar, Output: 10 * Dollar, CachedInput: 0.125 * Dollar,
-			LongPrompt: long, LongInput: 2.50 * Dollar, LongOutput: 15 * Dollar, LongCachedInput: 0.25 * Dollar, Source: litellm}},
-		"gemini-2.5-flash":              {{Input: 0.30 * Dollar, Output: 2.50 * Dollar, CachedInput: 0.03 * Dollar, Source: litellm}},
-		"gemini-2.5-flash-lite":         {{Input: 0.10 * Dollar, Output: 0.40 * Dollar, CachedInput: 0.01 * Dollar, Source: litellm}},
-		"gemini-2.0-flash":              {{Input: 0.10 * Dollar, Output: 0.40 * Dollar, CachedInput: 0.025 * Dollar, Source: litellm}},
-		"gemini-3-pro-preview":          pro(litellm),
-		"gemini-3.1-pro-preview":        pro(litellm),
-		"gemini-3-flash-preview":        {{Input: 0.50 * Dollar, Output: 3 * Dollar, CachedInput: 0.05 * Dollar, Source: flash3}},
-		"gemini-3.1-flash-lite":         flashLite31,
-		"gemini-3.1-flash-lite-preview": slices.Clone(flashLite31),
-		"gemini-3.5-flash":              {{Input: 1.50 * Dollar, Output: 9 * Dollar, Source: official}},
-		"gemini-3.5-flash-lite":         {{Input: 0.30 * Dollar, Output: 2.50 * Dollar, Source: official}},
-		"gemini-3.8-flash": {
-			{Input: 0.75 * Dollar, Output: 3.75 * Dollar, Source: official + ": $0.75 / $3.75 through December 31, 2026"},
-			// "starting January 1, 2027": the page names no time zone; the
-			// Gemini API's days (daily quotas) start at midnight Pacific.
-			{EffectiveFrom: newYear2027Pacific, Input: 1.50 * Dollar, Output: 7.50 * Dollar, Source: official + ": $1.50 / $7.50 starting January 1, 2027"},
-		},
-	}
+	return t
 }
-
-// newYear2027Pacific is 2027-01-01 00:00 America/Los_Angeles (PST, UTC−8).
-var newYear2027Pacific = time.Date(2027, time.January, 1, 8, 0, 0, 0, time.UTC)
 
 // maxRate bounds a rate: a larger one is surely a slip of units (rates are
 // Micros per 1M tokens: $0.30 is 300_000), and the bound keeps every cost
@@ -128,7 +103,7 @@ func WithPrices(model string, prices ...Price) Option {
 	model = strings.TrimPrefix(model, "models/")
 	prices = slices.Clone(prices)
 	return optionFunc(func(cfg *config) {
-		if err := validatePrices(model, prices); err != nil {
+		if err := validatePrices(fmt.Sprintf("WithPrices(%q)", model), "price", prices); err != nil {
 			cfg.problems = append(cfg.problems, err)
 			return
 		}
@@ -141,13 +116,15 @@ func WithPrices(model string, prices ...Price) Option {
 	})
 }
 
-// validatePrices reports every problem of one WithPrices.
-func validatePrices(model string, prices []Price) error {
+// validatePrices reports every problem of one model's prices, where names
+// them (`WithPrices("m")`, a file's model) and item their rows ("price",
+// "row").
+func validatePrices(where, item string, prices []Price) error {
 	var errs []error
 	add := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("geminiguard: WithPrices(%q): "+format, append([]any{model}, args...)...))
+		errs = append(errs, fmt.Errorf("geminiguard: %s: %s", where, fmt.Sprintf(format, args...)))
 	}
-	if model == "" {
+	if where == `WithPrices("")` {
 		add("give a model name, e.g. %q", defaultModel)
 	}
 	if len(prices) == 0 {
@@ -161,21 +138,21 @@ func validatePrices(model string, prices []Price) error {
 			{"LongInput", p.LongInput}, {"LongOutput", p.LongOutput}, {"LongCachedInput", p.LongCachedInput}}
 		for _, r := range rates {
 			if r.v < 0 || r.v > maxRate {
-				add("price %d: %s %d is outside [0, %d]: rates are Micros per 1M tokens ($0.30 is 300_000, or 0.30 * Dollar)", i+1, r.name, int64(r.v), int64(maxRate))
+				add("%s %d: %s %d is outside [0, %d]: rates are Micros per 1M tokens ($0.30 is 300_000, or 0.30 * Dollar)", item, i+1, r.name, int64(r.v), int64(maxRate))
 			}
 		}
 		long := p.LongInput != 0 || p.LongOutput != 0 || p.LongCachedInput != 0
 		switch {
 		case p.LongPrompt < 0:
-			add("price %d: LongPrompt %d is negative: give the prompt length of the long tier (e.g. 200_000), or 0 for none", i+1, p.LongPrompt)
+			add("%s %d: LongPrompt %d is negative: give the prompt length of the long tier (e.g. 200_000), or 0 for none", item, i+1, p.LongPrompt)
 		case p.LongPrompt > 0 && (p.LongInput == 0 || p.LongOutput == 0):
-			add("price %d: LongPrompt %d needs LongInput and LongOutput, the rates above it", i+1, p.LongPrompt)
+			add("%s %d: LongPrompt %d needs LongInput and LongOutput, the rates above it", item, i+1, p.LongPrompt)
 		case p.LongPrompt == 0 && long:
-			add("price %d: Long rates need LongPrompt, the prompt length above which they apply (e.g. 200_000)", i+1)
+			add("%s %d: Long rates need LongPrompt, the prompt length above which they apply (e.g. 200_000)", item, i+1)
 		}
 		for _, q := range prices[:i] {
 			if q.EffectiveFrom.Equal(p.EffectiveFrom) {
-				add("price %d: another price takes effect at the same instant %s: give each its own EffectiveFrom", i+1, p.EffectiveFrom.UTC().Format(time.RFC3339))
+				add("%s %d: another price takes effect at the same instant %s: give each its own EffectiveFrom", item, i+1, p.EffectiveFrom.UTC().Format(time.RFC3339))
 				break
 			}
 		}
@@ -183,11 +160,15 @@ func validatePrices(model string, prices []Price) error {
 	return errors.Join(errs...)
 }
 
-// newPriceTable returns the built-in table with WithPrices applied, each
-// model's prices sorted by EffectiveFrom: a model's state keeps its own
-// (modelState.prices). Read-only once built.
-func newPriceTable(overrides map[string][]Price) map[string][]Price {
+// newPriceTable returns the built-in table with the files' prices
+// (WithPricesFile) and then WithPrices applied, each model's prices sorted
+// by EffectiveFrom: a model's state keeps its own (modelState.prices).
+// Read-only once built.
+func newPriceTable(files, overrides map[string][]Price) map[string][]Price {
 	t := Prices()
+	for m, p := range files {
+		t[m] = slices.Clone(p)
+	}
 	for m, p := range overrides {
 		t[m] = p
 	}

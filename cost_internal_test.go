@@ -49,7 +49,7 @@ func TestPriceCost(t *testing.T) {
 // that took effect, from its very instant; before the first, none.
 func TestPriceTableAt(t *testing.T) {
 	t0 := time.Date(2027, time.January, 1, 8, 0, 0, 0, time.UTC)
-	table := newPriceTable(map[string][]Price{"m": {{EffectiveFrom: t0.Add(time.Hour), Input: 3}, {EffectiveFrom: t0, Input: 2}}})
+	table := newPriceTable(nil, map[string][]Price{"m": {{EffectiveFrom: t0.Add(time.Hour), Input: 3}, {EffectiveFrom: t0, Input: 2}}})
 	for _, tc := range []struct {
 		at     time.Time
 		want   Micros

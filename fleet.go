@@ -691,7 +691,7 @@ func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, b
 // probes on its own).
 func (call *call[R]) fleetProbe(ctx context.Context, m *modelState) bool {
 	c := call.c
-	hold := max(min(c.cfg.attemptTimeout, call.deadline.Sub(call.now)), time.Second)
+	hold := max(min(m.timeout, call.deadline.Sub(call.now)), time.Second)
 	l, ok := c.sync(ctx, m, LeaseRequest{Requests: 1, Probe: hold, Endpoint: call.endpoint.String()})
 	return !ok || l.Requests > 0
 }

@@ -282,7 +282,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 			c.hedges.withdraw(call.now)
 			c.stateChanged(ctx, hm.name, call.endpoint, h.opened)
 			h.sent, hstart, cut = true, call.now, 0
-			hend := hstart.Add(c.cfg.attemptTimeout)
+			hend := hstart.Add(hm.timeout)
 			if call.deadline.Before(hend) {
 				hend = call.deadline
 			}

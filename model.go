@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/genai"
 )
@@ -54,6 +55,7 @@ type modelState struct {
 	coolErr  atomic.Pointer[ModelError]         // what a call records while cooling down, for the current cool-down
 	via      *modelBackend                      // WithModelBackend's; nil: the Client's own SDK client
 	wire     string                             // the model name its requests carry: via's, else name
+	timeout  time.Duration                      // its attempt timeout (WithModelTimeout, else WithTimeouts')
 }
 
 func (c *Client) newModelState(name string) *modelState {
@@ -65,7 +67,7 @@ func (c *Client) newModelState(name string) *modelState {
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
 	m.self = []*modelState{m}
-	m.via, m.wire = c.cfg.backends[name], name
+	m.via, m.wire, m.timeout = c.cfg.backends[name], name, c.cfg.attemptTimeoutOf(name)
 	if m.via != nil {
 		m.wire = m.via.model
 	}

@@ -52,6 +52,7 @@ type config struct {
 	exactTokens     bool
 	shutdowns       map[string]Shutdown
 	prices          map[string][]Price  // WithPrices, by model
+	tables          tableFiles          // WithPricesFile, WithShutdownsFile
 	bulkheads       map[string]Bulkhead // WithBulkhead, by name
 	dedup           bool                // WithDedup
 	idempotencyTTL  time.Duration       // WithIdempotencyTTL
@@ -66,6 +67,8 @@ type config struct {
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
 	sdkOptions []string
+	// modelTimeouts are WithModelTimeout's, by cascade entry; nil: none.
+	modelTimeouts map[string]time.Duration
 	// backends are WithModelBackend's, by cascade entry; nil: none.
 	backends map[string]*modelBackend
 }
@@ -509,6 +512,7 @@ func (cfg *config) validate() error {
 	if err := cfg.retry.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, cfg.validateModelTimeouts()...)
 	if err := cfg.breaker.validate(); err != nil {
 		errs = append(errs, err)
 	}

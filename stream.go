@@ -305,7 +305,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 // the attempt's error, and nothing of it reaches the caller.
 func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
 	c := call.c
-	wait := min(c.cfg.firstChunk, c.cfg.attemptTimeout)
+	wait := min(c.cfg.firstChunk, m.timeout)
 	if d, ok := actx.Deadline(); ok {
 		wait = min(wait, time.Until(d))
 	}
