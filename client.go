@@ -54,6 +54,7 @@ type Client struct {
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
 	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
+	closed         atomic.Bool               // Close was called: every call is refused with ErrClosed
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 	shared         sharing                   // calls in flight and answers shared (WithDedup, WithIdempotencyKey)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
@@ -150,12 +151,15 @@ var errNilContext error = &requestError{where: "nil Context", what: "given", fix
 var errNotNew error = &requestError{where: "Client must be made with New", what: "(it is the zero value or nil)", fix: "create it with geminiguard.New"}
 
 // usable returns the error of a call that cannot be made: on a Client not
-// made by New (errNotNew), or with a nil ctx (errNilContext). Every
-// exported method that takes a context calls it first.
+// made by New (errNotNew), after Close (ErrClosed), or with a nil ctx
+// (errNilContext). Every exported method that takes a context calls it
+// first, before anything is sent or counted.
 func (c *Client) usable(ctx context.Context) error {
 	switch {
 	case !c.made():
 		return errNotNew
+	case c.closed.Load():
+		return ErrClosed
 	case ctx == nil:
 		return errNilContext
 	}
