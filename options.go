@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -33,6 +34,7 @@ type config struct {
 	baseURL         string
 	httpClient      *http.Client
 	cascade         []string
+	known           []string // WithKnownModels': models outside the cascade that per-model options may name
 	limits          map[string]Limits
 	adjust          map[string]func(*genai.GenerateContentConfig) // per model: WithModelConfig
 	headroom        float64
@@ -172,6 +174,24 @@ func WithCascade(models ...string) Option {
 		cfg.cascade = make([]string, len(models))
 		for i, m := range models {
 			cfg.cascade[i] = strings.TrimPrefix(m, "models/")
+		}
+	})
+}
+
+// WithKnownModels declares models outside the cascade that calls name
+// (an embedding model for EmbedContent, an image model for GenerateImages,
+// a model a GenerateContent call asks for by name), so that the per-model
+// options (WithLimits, WithModelConfig) may name them: New refuses those
+// options for a model that is neither in the cascade, nor a
+// WithModelBackend entry, nor declared here, as a misspelt name would
+// otherwise silently switch that model's limits off. Declaring a model
+// does not put it in the cascade. Names may carry the "models/" prefix.
+// Several WithKnownModels add up. Default: none.
+func WithKnownModels(models ...string) Option {
+	return optionFunc(func(cfg *config) {
+		cfg.known = slices.Clone(cfg.known)
+		for _, m := range models {
+			cfg.known = append(cfg.known, strings.TrimPrefix(m, "models/"))
 		}
 	})
 }
@@ -469,6 +489,29 @@ func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	return out
 }
 
+// unknownModels reports the per-model options (WithLimits, WithModelConfig)
+// that name a model New does not know: not in the cascade, not a
+// WithModelBackend entry, not declared with WithKnownModels. Sorted by
+// option, then model, so that the error reads the same every time.
+func (cfg *config) unknownModels() []error {
+	known := func(m string) bool {
+		_, backend := cfg.backends[m]
+		return backend || slices.Contains(cfg.cascade, m) || slices.Contains(cfg.known, m)
+	}
+	var errs []error
+	for _, o := range []struct {
+		option string
+		models []string
+	}{{"WithLimits", slices.Sorted(maps.Keys(cfg.limits))}, {"WithModelConfig", slices.Sorted(maps.Keys(cfg.adjust))}} {
+		for _, m := range o.models {
+			if !known(m) {
+				errs = append(errs, fmt.Errorf("geminiguard: %s(%q): the model is not in the cascade (%s) and no WithModelBackend entry or WithKnownModels name: fix the name, or declare a model that calls name outside the cascade with WithKnownModels", o.option, m, strings.Join(cfg.cascade, ", ")))
+			}
+		}
+	}
+	return errs
+}
+
 // validate reports every problem of the configuration at once.
 func (cfg *config) validate() error {
 	errs := append([]error(nil), cfg.problems...)
@@ -493,6 +536,7 @@ func (cfg *config) validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, cfg.unknownModels()...)
 	if !(cfg.headroom > 0 && cfg.headroom <= 1) {
 		add("WithHeadroom(%v): use a fraction in (0, 1], e.g. 0.8", cfg.headroom)
 	}
