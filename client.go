@@ -59,6 +59,7 @@ type Client struct {
 	shared         sharing                   // calls in flight and answers shared (WithDedup, WithIdempotencyKey)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
 	fleet          *fleet                    // WithSharedState's; nil: the Client is on its own
+	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -103,14 +104,15 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		cfg: cfg,
 		// The SDK retries only when its client was given RetryOptions: ours
 		// is built without, an app's may have them.
-		sdkRetries: anySDKRetries(&cfg),
-		cascade:    cfg.cascade,
-		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
-		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
-		shutdown:   mergeShutdowns(cfg.shutdowns),
-		prices:     newPriceTable(cfg.prices),
-		bulkheads:  newBulkheads(&cfg),
-		spending:   newSpendBudget(cfg.budget),
+		sdkRetries:  anySDKRetries(&cfg),
+		cascade:     cfg.cascade,
+		budget:      newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
+		cuts:        newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
+		shutdown:    mergeShutdowns(cfg.shutdowns),
+		prices:      newPriceTable(cfg.prices),
+		bulkheads:   newBulkheads(&cfg),
+		spending:    newSpendBudget(cfg.budget),
+		imageLimits: newImageLimits(&cfg),
 	}
 	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig()))
 	if c.fleet != nil && c.spending != nil {

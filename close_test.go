@@ -1,6 +1,7 @@
 package geminiguard_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -37,7 +38,8 @@ func TestCloseRefusesLaterCalls(t *testing.T) {
 			assert.Equal(t, geminiguard.ClassBadRequest, geminiguard.Classify(err).Class, method)
 			assert.False(t, geminiguard.Classify(err).Retryable, method)
 		}
-		assert.Zero(t, srv.Total(flash), "nothing sent after Close")
+		assert.Len(t, errs, 15)
+		assert.Zero(t, srv.Total(flash)+srv.Total(imagen)+srv.Total(veo), "nothing sent after Close")
 		assert.Equal(t, lists, srv.Hits("", geminitest.VerbList), "no listing after Close")
 		assert.Zero(t, c.Stats().Calls, "a refusal is no call")
 	})
@@ -88,5 +90,15 @@ func TestCloseLetsCallsInFlightFinish(t *testing.T) {
 // closedImageMethods calls each image and video method and returns its error
 // by method name.
 func closedImageMethods(c *geminiguard.Client) map[string]error {
-	return map[string]error{}
+	ctx := context.Background()
+	img := &genai.Image{ImageBytes: []byte("png"), MIMEType: "image/png"}
+	errs := map[string]error{}
+	_, errs["GenerateImages"] = c.GenerateImages(ctx, imagen, "a cat", nil)
+	_, errs["EditImage"] = c.EditImage(ctx, imagen, "a cat", nil, nil)
+	_, errs["UpscaleImage"] = c.UpscaleImage(ctx, imagen, img, "x2", nil)
+	_, errs["RecontextImage"] = c.RecontextImage(ctx, imagen, &genai.RecontextImageSource{}, nil)
+	_, errs["SegmentImage"] = c.SegmentImage(ctx, imagen, &genai.SegmentImageSource{Image: img}, nil)
+	_, errs["GenerateVideos"] = c.GenerateVideos(ctx, veo, "waves", nil, nil)
+	_, errs["WaitVideos"] = c.WaitVideos(ctx, veo, &genai.GenerateVideosOperation{Name: "models/" + veo + "/operations/x"})
+	return errs
 }

@@ -21,6 +21,7 @@ type admission struct {
 	br           *breaker // m's breaker of the call's endpoint
 	grant        grant
 	alone        grant // the fleet's limits divided by the replicas, the shared state being unreachable (fleet.go)
+	images       grant // the images of an image call, from the model's IPM limiter (images.go)
 	leased       bool  // a request (and leasedTokens) was taken from the model's fleet lease
 	leasedTokens int
 	permit       permit
@@ -95,6 +96,12 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 			return next, err
 		}
 	}
+	if lim := call.c.imageLimits[m.name]; lim != nil && call.images > 0 {
+		if next, err := call.reserve(ctx, sl, m, lim, call.images, &a.images); next != stepGo {
+			a.unreserve(m)
+			return next, err
+		}
+	}
 	p, tr, err := br.allow(call.now)
 	if err == nil && p.probe && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
 		br.done(p, call.now, outcomeIgnore) // another replica probes the model
@@ -151,10 +158,11 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 func (a *admission) unreserve(m *modelState) {
 	a.grant.cancel()
 	a.alone.cancel()
+	a.images.cancel()
 	if a.leased {
 		m.lease.giveBack(a.leasedTokens)
 	}
-	a.grant, a.alone, a.leased = grant{}, grant{}, false
+	a.grant, a.alone, a.images, a.leased = grant{}, grant{}, grant{}, false
 }
 
 // settle hands the admission's permit back with the outcome at now of the
