@@ -201,8 +201,13 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // GenerateContent sends one request through the chain and returns the first
 // good answer: from the requested model, from the next model of the cascade,
 // or from the Fallback. model "" means the cascade's primary; a model outside
-// the cascade is tried first and the cascade follows. The caller's config is
-// never mutated.
+// the cascade is tried first and the cascade follows, unless the API says
+// that model does not exist (a 404): the call named it, so that is a
+// mistake to see, not to cover (a misspelt name). The call then returns
+// the 404 at once as a *ModelError naming the model and the cascade,
+// matching ErrModelNotFound (Classify: ClassNotFound), without the cascade
+// or the Fallback, and the model is not cooled down: the next call naming
+// it asks the API again. The caller's config is never mutated.
 //
 // Errors: a request the SDK cannot send (nil elements, no contents,
 // numbers JSON cannot encode) is refused before anything is sent, with an
@@ -363,7 +368,8 @@ func tokenCall[R any](ctx context.Context, c *Client, method, model string, cont
 }
 
 // GenAI returns the SDK client the Client calls through, for what
-// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings, ...).
+// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings,
+// Models.Get, Models.List, ...).
 // Calls made on it bypass the chain: no limiter, breaker, retry, cascade or
 // Fallback, and Stats does not see them. With WithGenAIClient it is the
 // client given; otherwise the one New built, whose own retry is off. Safe for concurrent use, as the SDK's client is.

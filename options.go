@@ -212,7 +212,8 @@ func WithKnownModels(models ...string) Option {
 // be safe for concurrent use and give the same config for the same input:
 // it is called on the call's goroutine, once to check the config and once
 // to send it. The last WithModelConfig for a model wins; a nil adjust
-// removes it. Default: every model gets the call's config as it is.
+// removes it. model must be known to New, as for WithLimits. Default:
+// every model gets the call's config as it is.
 func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)) Option {
 	return optionFunc(func(cfg *config) {
 		cfg.adjust = cloneMap(cfg.adjust)
@@ -227,8 +228,12 @@ func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)
 
 // WithLimits sets a model's quota as the Google project has it (see
 // https://ai.google.dev/gemini-api/docs/rate-limits); the Client sends at most
-// WithHeadroom of it. A zero field means no local limit on that dimension.
-// Default: no local limits; limits the server states in a 429 are learned.
+// WithHeadroom of it. A zero field means no local limit on that dimension;
+// IPM applies to the image methods (GenerateImages, ...). model must be in
+// the cascade, a WithModelBackend entry or declared with WithKnownModels:
+// New refuses any other name, as a misspelt one would switch the limits
+// off. Default: no local limits; limits the server states in a 429 are
+// learned.
 func WithLimits(model string, l Limits) Option {
 	return optionFunc(func(cfg *config) {
 		if cfg.limits == nil {
