@@ -27,6 +27,7 @@ type Limits struct {
 	RPM int // requests per minute
 	TPM int // input tokens per minute
 	RPD int // requests per day; the day ends at midnight America/Los_Angeles
+	IPM int // images per minute: the images the image methods ask for (GenerateImages, EditImage, ...)
 }
 
 // validate reports every negative field of l, for model, at once.
@@ -35,7 +36,7 @@ func (l Limits) validate(model string) error {
 	for _, f := range [...]struct {
 		name string
 		v    int
-	}{{"RPM", l.RPM}, {"TPM", l.TPM}, {"RPD", l.RPD}} {
+	}{{"RPM", l.RPM}, {"TPM", l.TPM}, {"RPD", l.RPD}, {"IPM", l.IPM}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("geminiguard: WithLimits(%q): %s (%d) is negative: use the model's quota from AI Studio, or 0 for no local limit", model, f.name, f.v))
 		}
@@ -98,15 +99,16 @@ func quotaDimOf(quotaID string) (quotaDim, bool) {
 // error, as no context ended. A Client method returns it as a pointer inside a
 // *ModelError whose Verdict.RetryAfter is the wait until Until.
 type RateLimitError struct {
-	// Dimension is the limit that held the request back: "RPM", "TPM" or
-	// "RPD".
+	// Dimension is the limit that held the request back: "RPM", "TPM",
+	// "RPD" or "IPM".
 	Dimension string
 	// Until is when the limits admit the request (the next midnight
 	// America/Los_Angeles when the day's requests are spent); zero when no
 	// wait admits it (Tokens > Limit).
 	Until time.Time
-	// Tokens is the request's input-token estimate and Limit the effective
-	// TPM, for a request larger than the effective TPM; both 0 otherwise.
+	// Tokens is the request's input-token estimate (IPM: the images it asks
+	// for) and Limit the effective TPM (IPM), for a request larger than that;
+	// both 0 otherwise.
 	Tokens, Limit int
 
 	wait    time.Duration // Until minus the time of the request
@@ -116,7 +118,11 @@ type RateLimitError struct {
 func (e *RateLimitError) Error() string {
 	switch {
 	case e.Tokens > 0:
-		return fmt.Sprintf("geminiguard: rate limited: the request's %d input tokens exceed the effective TPM (%d): no wait admits it", e.Tokens, e.Limit)
+		what := "input tokens"
+		if e.Dimension == "IPM" {
+			what = "images"
+		}
+		return fmt.Sprintf("geminiguard: rate limited: the request's %d %s exceed the effective %s (%d): no wait admits it", e.Tokens, what, e.Dimension, e.Limit)
 	case e.skipped:
 		return fmt.Sprintf("geminiguard: rate limited: %s: the request could be sent in %v; the next model answers sooner", e.Dimension, e.wait)
 	case e.Dimension == "RPD":
@@ -196,6 +202,7 @@ type limiter struct {
 	headroom float64
 	active   atomic.Bool // something limits or blocks: reserve must take the lock
 	tokensOn atomic.Bool // TPM is limited: reserve needs the input-token estimate
+	images   bool        // an IPM limiter (newImageLimiter): its "tokens" are images, its TPM is IPM
 
 	mu       sync.Mutex         // guards the fields below
 	now      time.Time          // the latest time a request was made at; later ones are taken to be made no earlier
@@ -223,6 +230,27 @@ func newLimiter(l Limits, headroom float64) *limiter {
 	lim.setLimit(dimTPM, l.TPM)
 	lim.setLimit(dimRPD, l.RPD)
 	return lim
+}
+
+// newImageLimiter returns the limiter of a model's IPM (nil when ipm is 0):
+// a limiter whose token bucket counts images, ipm a minute at headroom, and
+// whose errors name IPM. A call of an image method reserves its images from
+// it as another call reserves its input tokens from the model's limiter.
+func newImageLimiter(ipm int, headroom float64) *limiter {
+	if ipm <= 0 {
+		return nil
+	}
+	lim := newLimiter(Limits{TPM: ipm}, headroom)
+	lim.images = true
+	return lim
+}
+
+// dimName names dimension d in l's errors: IPM for an image limiter's TPM.
+func (l *limiter) dimName(d quotaDim) string {
+	if l.images && d == dimTPM {
+		return "IPM"
+	}
+	return d.String()
 }
 
 // effective returns headroom × limit rounded down, at least 1.
@@ -354,7 +382,7 @@ func (l *limiter) unwind(o order) {
 // what reserve returned.
 func (g grant) skip(model string, now time.Time, wait time.Duration) *ModelError {
 	g.cancel()
-	return localLimitError(model, &RateLimitError{Dimension: g.dim.String(), Until: now.Add(wait), wait: wait, skipped: true}, now)
+	return localLimitError(model, &RateLimitError{Dimension: g.l.dimName(g.dim), Until: now.Add(wait), wait: wait, skipped: true}, now)
 }
 
 // enforces reports whether reserve has anything to enforce: when it has
@@ -405,7 +433,7 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 	}
 	if tokens > 0 {
 		if tokens > l.eff[dimTPM] {
-			return grant{}, 0, &RateLimitError{Dimension: dimTPM.String(), Tokens: tokens, Limit: l.eff[dimTPM]}
+			return grant{}, 0, &RateLimitError{Dimension: l.dimName(dimTPM), Tokens: tokens, Limit: l.eff[dimTPM]}
 		}
 		if e := l.tpm.earliest(t, tokens); e.After(at) {
 			at, dim = e, dimTPM
@@ -424,7 +452,7 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 
 	wait := at.Sub(now)
 	if wait > 0 && !deadline.IsZero() && !at.Before(deadline) {
-		return grant{}, 0, &RateLimitError{Dimension: dim.String(), Until: at, wait: wait}
+		return grant{}, 0, &RateLimitError{Dimension: l.dimName(dim), Until: at, wait: wait}
 	}
 
 	if l.now.After(l.clock) {

@@ -34,6 +34,7 @@ type call[R any] struct {
 	learns   bool // generate: learns answer times, and attempts may be cut at the learned deadline
 	class    int  // the request's latency class (latencyClass; streams' first chunks from sizeClasses on)
 	tokens   int  // input token estimate; -1 until computed
+	images   int  // image calls: the images asked for, reserved from the model's IPM limiter (images.go)
 	start    time.Time
 	// now is the latest clock reading: taken at the start and read again
 	// after whatever takes time (upstream requests, waits, the token count,

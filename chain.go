@@ -3,9 +3,11 @@ package geminiguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -161,6 +163,9 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 			return resp, stepDone, nil
 		}
 		next, d, err := call.decide(sl, v, err)
+		if call.namedMissing(sl.m, v) {
+			err = fmt.Errorf("geminiguard: model %q, named by the call, does not exist (the cascade is %s): fix the name, or pass \"\" for the cascade's primary: %w", sl.m.name, strings.Join(call.c.cascade, ", "), err)
+		}
 		err = call.fail(sl.m.name, &ModelError{Model: sl.m.name, Verdict: v, Err: err}, sl.delay, elapsed)
 		if next != stepRetry {
 			return zero, next, err
@@ -236,7 +241,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 		c.settle(a, end, err, v)
 	}
 	call.account(m, resp, end)
-	if err != nil {
+	if err != nil && !call.namedMissing(m, v) {
 		c.applyVerdict(ctx, m, v, end)
 	} else if call.usage != nil && call.tokens >= 0 {
 		m.lim.reconcile(end, call.tokens, int(call.usage(resp)))
@@ -374,7 +379,7 @@ func (call *call[R]) decide(sl *retrySlot, v Verdict, err error) (step, time.Dur
 // asks for.
 func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 	switch {
-	case v.Class == ClassCanceled, v.Scope == ScopeRequest:
+	case v.Class == ClassCanceled, v.Scope == ScopeRequest, call.namedMissing(m, v):
 		return stepStop
 	case v.Scope == ScopeProject:
 		return stepProject
@@ -390,6 +395,16 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 		return stepLater
 	}
 	return stepRetry
+}
+
+// namedMissing reports whether v, the verdict of m's failure, says that m
+// does not exist (a 404) while m is the model the call named outside the
+// cascade: the call asked for it by name (a misspelt name, most likely), so
+// the 404 ends the call, the cascade does not answer in its place, and m is
+// not cooled down (the next call naming it asks the API again). Calls of one
+// model (only) return its failures anyway.
+func (call *call[R]) namedMissing(m *modelState, v Verdict) bool {
+	return v.Class == ClassNotFound && !call.only && m.name == call.first && !slices.Contains(call.c.cascade, m.name)
 }
 
 // backoff reports the retry of sl's model after its failure err and waits d

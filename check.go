@@ -311,19 +311,30 @@ func (c *Client) runRecheck(ctx context.Context) {
 	}
 }
 
-// Close stops the Client's background work and waits for it to end: the
-// cascade re-check New starts when its own check could not list the models
-// (see New), the breaker state gauge registered with the meter (see
+// ErrClosed: the Client was closed (Client.Close) before the call: nothing
+// was sent. Classify reads it as ClassBadRequest (not retryable): the
+// program, not the API, has to change.
+var ErrClosed = errors.New("geminiguard: Client is closed")
+
+// Close closes the Client: every call made after Close starts is refused
+// with ErrClosed before anything is sent (GenerateContent, EmbedContent,
+// CountTokens, ComputeTokens, CheckCascade, the image and video methods, a
+// Chat's sends; a stream ranged after Close yields ErrClosed once), and the
+// Client's background work stops, Close waiting for it to end: the cascade
+// re-check New starts when its own check could not list the models (see
+// New), the breaker state gauge registered with the meter (see
 // WithMeterProvider), and fleet mode's (WithSharedState): the shared
-// state's notifications and a pending report of the spend. The Client keeps working: calls made during or after
-// Close are served as before, and CheckCascade can still be called. Close is
-// idempotent and safe for concurrent use, also with calls in flight; it
-// returns nil (the error is io.Closer's), or on a Client not made by New
-// the error that says so.
+// state's notifications and a pending report of the spend. Calls in flight
+// when Close is called (a stream already ranged included) finish as they
+// would have, retries and cascade steps included; Close does not wait for
+// them. Close is idempotent and safe for concurrent use, also with calls in
+// flight; it returns nil (the error is io.Closer's), or on a Client not made
+// by New the error that says so.
 func (c *Client) Close() error {
 	if !c.made() {
 		return errNotNew
 	}
+	c.closed.Store(true)
 	c.tel.stop()
 	if c.fleet != nil {
 		c.fleet.close()

@@ -347,7 +347,7 @@ func classify(err error) Verdict {
 	}
 
 	var bad *requestError
-	if errors.As(err, &bad) && bad != nil {
+	if errors.As(err, &bad) && bad != nil || errors.Is(err, ErrClosed) {
 		return base(ClassBadRequest)
 	}
 	var re *ResponseError

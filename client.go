@@ -56,11 +56,13 @@ type Client struct {
 	bulkheads      map[string]*bulkhead      // WithBulkhead's, by name; nil: none
 	recheck        recheck                   // the background cascade check New started, if any (see Close)
 	warnings       atomic.Pointer[[]string]  // the latest CheckCascade's warnings (Warnings); nil: none yet
+	closed         atomic.Bool               // Close was called: every call is refused with ErrClosed
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
 	fleet          *fleet                    // WithSharedState's; nil: the Client is on its own
 	signers        signers                   // which model made each thought signature received (turns.go)
+	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -105,15 +107,16 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		cfg: cfg,
 		// The SDK retries only when its client was given RetryOptions: ours
 		// is built without, an app's may have them.
-		sdkRetries: anySDKRetries(&cfg),
-		cascade:    cfg.cascade,
-		budget:     newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
-		cuts:       newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
-		hedges:     newHedgeBudget(cfg.hedge),
-		shutdown:   mergeShutdowns(cfg.tables.shutdowns, cfg.shutdowns),
-		prices:     newPriceTable(cfg.tables.prices, cfg.prices),
-		bulkheads:  newBulkheads(&cfg),
-		spending:   newSpendBudget(cfg.budget),
+		sdkRetries:  anySDKRetries(&cfg),
+		cascade:     cfg.cascade,
+		budget:      newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
+		cuts:        newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
+		hedges:      newHedgeBudget(cfg.hedge),
+		shutdown:    mergeShutdowns(cfg.tables.shutdowns, cfg.shutdowns),
+		prices:      newPriceTable(cfg.tables.prices, cfg.prices),
+		bulkheads:   newBulkheads(&cfg),
+		spending:    newSpendBudget(cfg.budget),
+		imageLimits: newImageLimits(&cfg),
 	}
 	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig()))
 	if c.fleet != nil && c.spending != nil {
@@ -154,12 +157,15 @@ var errNilContext error = &requestError{where: "nil Context", what: "given", fix
 var errNotNew error = &requestError{where: "Client must be made with New", what: "(it is the zero value or nil)", fix: "create it with geminiguard.New"}
 
 // usable returns the error of a call that cannot be made: on a Client not
-// made by New (errNotNew), or with a nil ctx (errNilContext). Every
-// exported method that takes a context calls it first.
+// made by New (errNotNew), after Close (ErrClosed), or with a nil ctx
+// (errNilContext). Every exported method that takes a context calls it
+// first, before anything is sent or counted.
 func (c *Client) usable(ctx context.Context) error {
 	switch {
 	case !c.made():
 		return errNotNew
+	case c.closed.Load():
+		return ErrClosed
 	case ctx == nil:
 		return errNilContext
 	}
@@ -199,8 +205,13 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // GenerateContent sends one request through the chain and returns the first
 // good answer: from the requested model, from the next model of the cascade,
 // or from the Fallback. model "" means the cascade's primary; a model outside
-// the cascade is tried first and the cascade follows. The caller's config is
-// never mutated.
+// the cascade is tried first and the cascade follows, unless the API says
+// that model does not exist (a 404): the call named it, so that is a
+// mistake to see, not to cover (a misspelt name). The call then returns
+// the 404 at once as a *ModelError naming the model and the cascade,
+// matching ErrModelNotFound (Classify: ClassNotFound), without the cascade
+// or the Fallback, and the model is not cooled down: the next call naming
+// it asks the API again. The caller's config is never mutated.
 //
 // Errors: a request the SDK cannot send (nil elements, no contents,
 // numbers JSON cannot encode) is refused before anything is sent, with an
@@ -360,7 +371,8 @@ func tokenCall[R any](ctx context.Context, c *Client, method, model string, cont
 }
 
 // GenAI returns the SDK client the Client calls through, for what
-// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings, ...).
+// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings,
+// Models.Get, Models.List, ...).
 // Calls made on it bypass the chain: no limiter, breaker, retry, cascade or
 // Fallback, and Stats does not see them. With WithGenAIClient it is the
 // client given; otherwise the one New built, whose own retry is off. Safe for concurrent use, as the SDK's client is.

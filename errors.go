@@ -38,7 +38,10 @@ var (
 	// text had been yielded. The error is a *StreamError carrying that text.
 	ErrStreamInterrupted = errors.New("geminiguard: stream interrupted")
 	// ErrModelNotFound: CheckCascade did not find a cascade model among the
-	// models the API lists for this key.
+	// models the API lists for this key, or a model answered 404 (a
+	// *ModelError or *CoolingError of ClassNotFound matches it). A call
+	// that names a model outside the cascade which answers 404 returns that
+	// *ModelError at once: the cascade does not answer in its place.
 	ErrModelNotFound = errors.New("geminiguard: model not found")
 	// ErrBulkheadFull: the call's bulkhead (WithBulkhead) had every slot
 	// taken and no room in its queue, or the call waited in the queue for
@@ -192,6 +195,7 @@ var classSentinels = [...]struct {
 	{ErrCircuitOpen, []Class{ClassCircuitOpen}},
 	{ErrRateLimited, []Class{ClassLocalRateLimit, ClassRateLimit}},
 	{ErrQuotaExhausted, []Class{ClassDailyQuota, ClassNoQuota, ClassSpendCap}},
+	{ErrModelNotFound, []Class{ClassNotFound}},
 }
 
 // matches reports whether an error of class c matches target, a sentinel

@@ -23,6 +23,7 @@ type admission struct {
 	br           *breaker // m's breaker of the call's endpoint
 	grant        grant
 	alone        grant // the fleet's limits divided by the replicas, the shared state being unreachable (fleet.go)
+	images       grant // the images of an image call, from the model's IPM limiter (images.go)
 	leased       bool  // a request (and leasedTokens) was taken from the model's fleet lease
 	leasedTokens int
 	tokens       int // the request's input token estimate, for the limiter and the lease
@@ -154,13 +155,20 @@ func (call *call[R]) checkThrottle(sl *retrySlot) (step, error) {
 	return stepGo, nil
 }
 
-// takeTokens takes the model's limiter grant (bucket.go), waiting for it
-// when no other model can answer at once (reserve).
+// takeTokens takes the model's limiter grant (bucket.go), and an image
+// call's images from the model's IPM limiter, waiting for them when no
+// other model can answer at once (reserve).
 func (call *call[R]) takeTokens(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
-	if !call.endpoint.metered() || !sl.m.lim.enforces() {
-		return stepGo, nil
+	m := sl.m
+	if call.endpoint.metered() && m.lim.enforces() {
+		if next, err := call.reserve(ctx, sl, m, m.lim, a.tokens, &a.grant); next != stepGo {
+			return next, err
+		}
 	}
-	return call.reserve(ctx, sl, sl.m, sl.m.lim, a.tokens, &a.grant)
+	if lim := call.c.imageLimits[m.name]; lim != nil && call.images > 0 {
+		return call.reserve(ctx, sl, m, lim, call.images, &a.images)
+	}
+	return stepGo, nil
 }
 
 // takeLease takes the request from the model's fleet lease (fleet.go),
@@ -243,10 +251,11 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 func (a *admission) unreserve(m *modelState) {
 	a.grant.cancel()
 	a.alone.cancel()
+	a.images.cancel()
 	if a.leased {
 		m.lease.giveBack(a.leasedTokens)
 	}
-	a.grant, a.alone, a.leased = grant{}, grant{}, false
+	a.grant, a.alone, a.images, a.leased = grant{}, grant{}, grant{}, false
 }
 
 // abandon settles an admission that a panic left unsettled, saying nothing

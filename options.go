@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -33,6 +34,7 @@ type config struct {
 	baseURL         string
 	httpClient      *http.Client
 	cascade         []string
+	known           []string // WithKnownModels': models outside the cascade that per-model options may name
 	limits          map[string]Limits
 	adjust          map[string]func(*genai.GenerateContentConfig) // per model: WithModelConfig
 	headroom        float64
@@ -181,6 +183,24 @@ func WithCascade(models ...string) Option {
 	})
 }
 
+// WithKnownModels declares models outside the cascade that calls name
+// (an embedding model for EmbedContent, an image model for GenerateImages,
+// a model a GenerateContent call asks for by name), so that the per-model
+// options (WithLimits, WithModelConfig) may name them: New refuses those
+// options for a model that is neither in the cascade, nor a
+// WithModelBackend entry, nor declared here, as a misspelt name would
+// otherwise silently switch that model's limits off. Declaring a model
+// does not put it in the cascade. Names may carry the "models/" prefix.
+// Several WithKnownModels add up. Default: none.
+func WithKnownModels(models ...string) Option {
+	return optionFunc(func(cfg *config) {
+		cfg.known = slices.Clone(cfg.known)
+		for _, m := range models {
+			cfg.known = append(cfg.known, strings.TrimPrefix(m, "models/"))
+		}
+	})
+}
+
 // WithModelConfig adjusts the request config sent to model: before each
 // request to it (a retry, a cascade step, a hop or a resume), adjust is
 // called with a copy of the call's config (a zero config when the call
@@ -197,7 +217,8 @@ func WithCascade(models ...string) Option {
 // be safe for concurrent use and give the same config for the same input:
 // it is called on the call's goroutine, once to check the config and once
 // to send it. The last WithModelConfig for a model wins; a nil adjust
-// removes it. Default: every model gets the call's config as it is.
+// removes it. model must be known to New, as for WithLimits. Default:
+// every model gets the call's config as it is.
 func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)) Option {
 	return optionFunc(func(cfg *config) {
 		cfg.adjust = cloneMap(cfg.adjust)
@@ -212,8 +233,12 @@ func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)
 
 // WithLimits sets a model's quota as the Google project has it (see
 // https://ai.google.dev/gemini-api/docs/rate-limits); the Client sends at most
-// WithHeadroom of it. A zero field means no local limit on that dimension.
-// Default: no local limits; limits the server states in a 429 are learned.
+// WithHeadroom of it. A zero field means no local limit on that dimension;
+// IPM applies to the image methods (GenerateImages, ...). model must be in
+// the cascade, a WithModelBackend entry or declared with WithKnownModels:
+// New refuses any other name, as a misspelt one would switch the limits
+// off. Default: no local limits; limits the server states in a 429 are
+// learned.
 func WithLimits(model string, l Limits) Option {
 	return optionFunc(func(cfg *config) {
 		if cfg.limits == nil {
@@ -482,6 +507,29 @@ func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	return out
 }
 
+// unknownModels reports the per-model options (WithLimits, WithModelConfig)
+// that name a model New does not know: not in the cascade, not a
+// WithModelBackend entry, not declared with WithKnownModels. Sorted by
+// option, then model, so that the error reads the same every time.
+func (cfg *config) unknownModels() []error {
+	known := func(m string) bool {
+		_, backend := cfg.backends[m]
+		return backend || slices.Contains(cfg.cascade, m) || slices.Contains(cfg.known, m)
+	}
+	var errs []error
+	for _, o := range []struct {
+		option string
+		models []string
+	}{{"WithLimits", slices.Sorted(maps.Keys(cfg.limits))}, {"WithModelConfig", slices.Sorted(maps.Keys(cfg.adjust))}} {
+		for _, m := range o.models {
+			if !known(m) {
+				errs = append(errs, fmt.Errorf("geminiguard: %s(%q): the model is not in the cascade (%s) and no WithModelBackend entry or WithKnownModels name: fix the name, or declare a model that calls name outside the cascade with WithKnownModels", o.option, m, strings.Join(cfg.cascade, ", ")))
+			}
+		}
+	}
+	return errs
+}
+
 // validate reports every problem of the configuration at once.
 func (cfg *config) validate() error {
 	errs := append([]error(nil), cfg.problems...)
@@ -506,6 +554,7 @@ func (cfg *config) validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, cfg.unknownModels()...)
 	if !(cfg.headroom > 0 && cfg.headroom <= 1) {
 		add("WithHeadroom(%v): use a fraction in (0, 1], e.g. 0.8", cfg.headroom)
 	}

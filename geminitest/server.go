@@ -230,6 +230,9 @@ func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
 // {model}:batchEmbedContents; a Server made by NewVertex serves Vertex AI's
 // routes instead, computeTokens among them (see there). Anything else is a 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.serveMedia(w, r) { // images.go
+		return
+	}
 	rt, ok := s.parseRoute(r)
 	if !ok {
 		writeError(w, methodNotFound())
