@@ -46,7 +46,9 @@
 // unsupported_feature); the Debug log lines of attempts and retries show it.
 // A call the Fallback answered returns err == nil: IsFallback tells. A nil
 // context, or a Client not made by New, is refused before anything is sent
-// with an error that says what to pass; nothing panics.
+// with an error that says what to pass; nothing panics. After Close every
+// method refuses with ErrClosed. Client.Warnings returns the latest
+// CheckCascade's warnings.
 //
 // # Testing
 //
