@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -90,31 +89,6 @@ func Prices() map[string][]Price {
 // Micros per 1M tokens: $0.30 is 300_000), and the bound keeps every cost
 // computation inside int64.
 const maxRate Micros = 100_000 * Dollar
-
-// WithPrices sets model's prices, replacing its built-in ones (Prices): the
-// prices apply from their EffectiveFrom instants, in any order, each until
-// the next takes effect; before the earliest, the model's cost is unknown.
-// Use it for a model missing from the table, a price Google changed, a
-// negotiated discount, or Price{} for a model that costs nothing. New
-// rejects a rate below zero or above $100,000 per 1M tokens, two prices
-// effective at the same instant, Long rates without LongPrompt and the
-// reverse. Default: the built-in table (Prices).
-func WithPrices(model string, prices ...Price) Option {
-	model = strings.TrimPrefix(model, "models/")
-	prices = slices.Clone(prices)
-	return optionFunc(func(cfg *config) {
-		if err := validatePrices(fmt.Sprintf("WithPrices(%q)", model), "price", prices); err != nil {
-			cfg.problems = append(cfg.problems, err)
-			return
-		}
-		if cfg.prices == nil {
-			cfg.prices = make(map[string][]Price)
-		} else {
-			cfg.prices = cloneMap(cfg.prices)
-		}
-		cfg.prices[model] = prices
-	})
-}
 
 // validatePrices reports every problem of one model's prices, where names
 // them (`WithPrices("m")`, a file's model) and item their rows ("price",

@@ -592,3 +592,190 @@ func (cfg *config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// WithBackend makes the cascade entry named entry send its generation
+// requests as model to b, a Backend that is not Gemini, e.g. a local Gemma
+// on Ollama as the last tier:
+//
+//	local := openaicompat.New("http://localhost:11434")
+//	geminiguard.New(ctx, geminiguard.WithAPIKey(key),
+//		geminiguard.WithCascade("gemini-3.1-pro", "gemini-3.7-flash", "local/gemma3"),
+//		geminiguard.WithBackend("local/gemma3", "gemma3:4b", local),
+//		geminiguard.WithModelTimeout("local/gemma3", 2*time.Minute))
+//
+// entry is the name used everywhere else, as for WithModelBackend; it has
+// its own breakers, cool-downs, limiter (WithLimits), learned attempt
+// deadlines and attempt timeout (WithModelTimeout: local models are slow).
+// CheckCascade does not look for it in any API's list: it reports the entry
+// as existing, with no generation and no shutdown date. A failure of b never
+// reaches further than entry (no project-wide cool-down). b serves
+// GenerateContent and GenerateContentStream only: CountTokens, ComputeTokens
+// and EmbedContent on entry fail, before anything is sent, with an error
+// that Classify reads as ClassBadRequest, and WithExactTokenCount estimates
+// its tokens locally. It has no price unless WithPrices gives one.
+// OpenTelemetry reports its calls with gen_ai.provider.name "local". The
+// last WithBackend or WithModelBackend for an entry wins. Default: every
+// entry is a Gemini model.
+func WithBackend(entry, model string, b Backend) Option {
+	return optionFunc(func(cfg *config) {
+		switch {
+		case entry == "" || model == "":
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithBackend(%q, %q): give the cascade entry's name and the model it sends, e.g. (\"local/gemma3\", \"gemma3:4b\")", entry, model))
+			return
+		case b == nil:
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithBackend(%q, %q, nil): pass a Backend, e.g. openaicompat.New(\"http://localhost:11434\")", entry, model))
+			return
+		}
+		if cfg.backends == nil {
+			cfg.backends = make(map[string]*modelBackend)
+		} else {
+			cfg.backends = cloneMap(cfg.backends)
+		}
+		cfg.backends[strings.TrimPrefix(entry, "models/")] = &modelBackend{model: model, api: backendAPI{b: b, entry: entry}, local: true}
+	})
+}
+
+// WithModelTimeout sets the attempt timeout of the cascade entry named
+// entry, in place of WithTimeouts' attempt timeout: longer for a slow tier
+// (a local model on a CPU), shorter for a model that must answer fast.
+// Timeouts still nest: the call's remaining time bounds every attempt, and
+// New rejects a timeout that is not positive or not shorter than the call
+// timeout. A stream's first chunk is awaited for the shorter of this and
+// the first-chunk deadline. The last WithModelTimeout for an entry wins.
+// Default: the attempt timeout of WithTimeouts.
+func WithModelTimeout(entry string, attempt time.Duration) Option {
+	return optionFunc(func(cfg *config) {
+		cfg.modelTimeouts = cloneMap(cfg.modelTimeouts)
+		if cfg.modelTimeouts == nil {
+			cfg.modelTimeouts = make(map[string]time.Duration)
+		}
+		cfg.modelTimeouts[strings.TrimPrefix(entry, "models/")] = attempt
+	})
+}
+
+// WithModelBackend makes the cascade entry named entry send its requests as
+// model through sdk, an SDK client other than the Client's own: typically
+// the same model on Vertex AI as a fallback for the Gemini API, e.g.
+//
+//	vertex, _ := genai.NewClient(ctx, &genai.ClientConfig{Backend: genai.BackendVertexAI, Project: "p", Location: "us-central1"})
+//	geminiguard.New(ctx, geminiguard.WithAPIKey(key),
+//		geminiguard.WithCascade("gemini-2.5-flash", "vertex/gemini-2.5-flash"),
+//		geminiguard.WithModelBackend("vertex/gemini-2.5-flash", "gemini-2.5-flash", vertex))
+//
+// entry is the name used everywhere else: in WithCascade, WithLimits,
+// WithModelConfig, Stats, CallRecord and the Fallback's Attempts, and as the
+// model argument of GenerateContent; it has its own breakers, cool-downs and
+// limiter, apart from model's on the Client's own SDK client. CheckCascade
+// lists sdk's models to check entry; its shutdown date is looked up as
+// "vertex/"+model when sdk uses Vertex AI (Vertex AI retires models on its
+// own dates), else as model. A failure that says the whole project is down
+// (an invalid key, a spend cap, a disabled API) cools only entry down: the
+// project of sdk is not the Client's. sdk's own retry is switched off per
+// call, as for WithGenAIClient. OpenTelemetry reports entry's calls with
+// gen_ai.provider.name gcp.vertex_ai when sdk uses Vertex AI.
+// Several entries may share one sdk. The last WithModelBackend for an entry
+// wins. Default: every entry is a model of the Client's own SDK client.
+func WithModelBackend(entry, model string, sdk *genai.Client) Option {
+	return optionFunc(func(cfg *config) {
+		switch {
+		case entry == "" || model == "":
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithModelBackend(%q, %q): give the cascade entry's name and the model it sends, e.g. (\"vertex/gemini-2.5-flash\", \"gemini-2.5-flash\")", entry, model))
+			return
+		case sdk == nil:
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithModelBackend(%q, %q, nil): pass the *genai.Client from genai.NewClient", entry, model))
+			return
+		}
+		cfg.backends = cloneMap(cfg.backends)
+		if cfg.backends == nil {
+			cfg.backends = make(map[string]*modelBackend)
+		}
+		cfg.backends[strings.TrimPrefix(entry, "models/")] = &modelBackend{
+			model:  strings.TrimPrefix(model, "models/"),
+			api:    sdk.Models,
+			sdk:    sdk,
+			vertex: sdk.ClientConfig().Backend == genai.BackendVertexAI,
+		}
+	})
+}
+
+// WithPrices sets model's prices, replacing its built-in ones (Prices): the
+// prices apply from their EffectiveFrom instants, in any order, each until
+// the next takes effect; before the earliest, the model's cost is unknown.
+// Use it for a model missing from the table, a price Google changed, a
+// negotiated discount, or Price{} for a model that costs nothing. New
+// rejects a rate below zero or above $100,000 per 1M tokens, two prices
+// effective at the same instant, Long rates without LongPrompt and the
+// reverse. Default: the built-in table (Prices).
+func WithPrices(model string, prices ...Price) Option {
+	model = strings.TrimPrefix(model, "models/")
+	prices = slices.Clone(prices)
+	return optionFunc(func(cfg *config) {
+		if err := validatePrices(fmt.Sprintf("WithPrices(%q)", model), "price", prices); err != nil {
+			cfg.problems = append(cfg.problems, err)
+			return
+		}
+		if cfg.prices == nil {
+			cfg.prices = make(map[string][]Price)
+		} else {
+			cfg.prices = cloneMap(cfg.prices)
+		}
+		cfg.prices[model] = prices
+	})
+}
+
+// WithPricesFile loads a price table from the JSON file at path, of the
+// format of the built-in one (see Prices; the format is described in the
+// package's data/prices.json): each model in the file replaces the model's
+// built-in prices, as WithPrices does, and WithPrices still replaces a
+// model's prices from the file. Later files replace the models of earlier
+// ones. New reports an unreadable or malformed file with an error naming
+// the file, the model, the row and the field. CheckCascade warns when the
+// file's as_of date is more than 90 days old. Default: the built-in table
+// alone.
+func WithPricesFile(path string) Option {
+	return optionFunc(func(cfg *config) {
+		prices, asOf, err := readTable(path, parsePrices)
+		if err != nil {
+			cfg.problems = append(cfg.problems, err)
+			return
+		}
+		t := &cfg.tables
+		t.prices = cloneMap(t.prices)
+		if t.prices == nil {
+			t.prices = make(map[string][]Price, len(prices))
+		}
+		for m, p := range prices {
+			t.prices[m] = p
+		}
+		t.loaded = append(slices.Clip(t.loaded), table{name: fmt.Sprintf("price file %q", path), asOf: asOf})
+		t.pricesBy = true
+	})
+}
+
+// WithShutdownsFile loads a table of announced shutdowns from the JSON file
+// at path, of the format of the built-in one (see Shutdowns; the format is
+// described in the package's data/shutdowns.json): its keys add to or
+// replace the built-in table's, and WithShutdowns adds to or replaces
+// those. Later files replace the keys of earlier ones. New reports an
+// unreadable or malformed file with an error naming the file, the key and
+// the field. CheckCascade warns when the file's as_of date is more than 90
+// days old. Default: the built-in table alone.
+func WithShutdownsFile(path string) Option {
+	return optionFunc(func(cfg *config) {
+		shutdowns, asOf, err := readTable(path, parseShutdowns)
+		if err != nil {
+			cfg.problems = append(cfg.problems, err)
+			return
+		}
+		t := &cfg.tables
+		t.shutdowns = cloneMap(t.shutdowns)
+		if t.shutdowns == nil {
+			t.shutdowns = make(map[string]Shutdown, len(shutdowns))
+		}
+		for k, s := range shutdowns {
+			t.shutdowns[k] = s
+		}
+		t.loaded = append(slices.Clip(t.loaded), table{name: fmt.Sprintf("shutdown file %q", path), asOf: asOf})
+		t.shutsBy = true
+	})
+}

@@ -80,63 +80,6 @@ func mustParse[T any](parse func(name string, data []byte) (T, time.Time, error)
 	panic(err) // the embedded tables are tested: unreachable in a release
 }
 
-// WithPricesFile loads a price table from the JSON file at path, of the
-// format of the built-in one (see Prices; the format is described in the
-// package's data/prices.json): each model in the file replaces the model's
-// built-in prices, as WithPrices does, and WithPrices still replaces a
-// model's prices from the file. Later files replace the models of earlier
-// ones. New reports an unreadable or malformed file with an error naming
-// the file, the model, the row and the field. CheckCascade warns when the
-// file's as_of date is more than 90 days old. Default: the built-in table
-// alone.
-func WithPricesFile(path string) Option {
-	return optionFunc(func(cfg *config) {
-		prices, asOf, err := readTable(path, parsePrices)
-		if err != nil {
-			cfg.problems = append(cfg.problems, err)
-			return
-		}
-		t := &cfg.tables
-		t.prices = cloneMap(t.prices)
-		if t.prices == nil {
-			t.prices = make(map[string][]Price, len(prices))
-		}
-		for m, p := range prices {
-			t.prices[m] = p
-		}
-		t.loaded = append(slices.Clip(t.loaded), table{name: fmt.Sprintf("price file %q", path), asOf: asOf})
-		t.pricesBy = true
-	})
-}
-
-// WithShutdownsFile loads a table of announced shutdowns from the JSON file
-// at path, of the format of the built-in one (see Shutdowns; the format is
-// described in the package's data/shutdowns.json): its keys add to or
-// replace the built-in table's, and WithShutdowns adds to or replaces
-// those. Later files replace the keys of earlier ones. New reports an
-// unreadable or malformed file with an error naming the file, the key and
-// the field. CheckCascade warns when the file's as_of date is more than 90
-// days old. Default: the built-in table alone.
-func WithShutdownsFile(path string) Option {
-	return optionFunc(func(cfg *config) {
-		shutdowns, asOf, err := readTable(path, parseShutdowns)
-		if err != nil {
-			cfg.problems = append(cfg.problems, err)
-			return
-		}
-		t := &cfg.tables
-		t.shutdowns = cloneMap(t.shutdowns)
-		if t.shutdowns == nil {
-			t.shutdowns = make(map[string]Shutdown, len(shutdowns))
-		}
-		for k, s := range shutdowns {
-			t.shutdowns[k] = s
-		}
-		t.loaded = append(slices.Clip(t.loaded), table{name: fmt.Sprintf("shutdown file %q", path), asOf: asOf})
-		t.shutsBy = true
-	})
-}
-
 // readTable reads and parses the table file at path.
 func readTable[T any](path string, parse func(name string, data []byte) (T, time.Time, error)) (T, time.Time, error) {
 	data, err := os.ReadFile(path)
