@@ -18,16 +18,18 @@
 //
 // # The chain
 //
-// A call passes its wrappers once, then each of its upstream attempts passes
-// the admission steps, in this order:
+// A call passes its wrappers once, outermost first, then the cascade; each
+// upstream attempt passes the admission steps of chain.go, in this order:
 //
-//	idempotency → dedupe → bulkhead → cascade( per model: retry( limiter → breaker → attempt ) ) → answer cache → Fallback
+//	idempotency key → dedupe → bulkhead → cascade over the models, in rounds:
+//	  retry( admit → attempt (hedged when enabled) → settle → decide )
+//	  admit = deadline → model config → budget → cool-down → breaker open?
+//	          → throttle → limiter (RPM, TPM, RPD, IPM) → fleet lease → breaker permit
+//	→ answer cache → Fallback, when every model failed
 //
-// The cascade walks WithCascade's models in order; for each, Classify's
-// Verdict of a failure decides: retry the same model after a delay, move to
-// the next model now, or stop. Models that are open, cooling down after a
-// quota answer or a 404, throttled for failing most of their requests, or
-// out of tokens before the deadline are skipped without a request.
+// For each failure, Classify's Verdict decides: retry the same model after
+// a delay, move to the next model now, or stop. A model that an admission
+// step refuses is skipped without a request.
 // docs/architecture.md in the repository holds the whole story.
 //
 // A cascade that moves a tool loop or a chat to another model sends it the
