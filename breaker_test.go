@@ -461,12 +461,12 @@ func wallStepped(t *testing.T, tm time.Time, step time.Duration) time.Time {
 	return out
 }
 
-// TestDefect9BreakerReadsAgreeAcrossAClockStep: after the system clock steps
+// TestBreakerReadsAgreeAcrossAClockStep: after the system clock steps
 // (back or forward) while a breaker is open, the lock-free state read and the
 // locked reads (snapshot, allow) use one time base, the monotonic clock, and
 // agree: a model whose OpenFor has passed reads half-open, and the call path
 // does not skip it for the length of the step.
-func TestDefect9BreakerReadsAgreeAcrossAClockStep(t *testing.T) {
+func TestBreakerReadsAgreeAcrossAClockStep(t *testing.T) {
 	const openFor = 30 * time.Second
 	tests := []struct {
 		name  string

@@ -526,9 +526,9 @@ func TestRateLimitErrorIs(t *testing.T) {
 	}
 }
 
-// Defect 15: the failure of a model refused by its limiter says when the
+// The failure of a model refused by its limiter says when the
 // model takes the request, in its Verdict and in the *RateLimitError.
-func TestLocalLimitErrorDefect15(t *testing.T) {
+func TestLocalLimitErrorIsNotAContextError(t *testing.T) {
 	l := newLimiter(Limits{RPM: 1}, 1)
 	_, _, err := l.reserve(limStart, 0, time.Time{})
 	require.NoError(t, err)
@@ -636,10 +636,10 @@ func TestLimiterLearnLowerKeepsTheWindow(t *testing.T) {
 	assert.Equal(t, 4, l.snapshot().RPM)
 }
 
-// Defect 8: a cancelled grant gives back its tokens, its RPM slot and its
+// A cancelled grant gives back its tokens, its RPM slot and its
 // place in line; a grant cancelled behind later ones gives back what it can
 // without letting any window hold more than the limits.
-func TestLimiterDefect8CancelGivesBackTime(t *testing.T) {
+func TestLimiterCancelGivesBackTime(t *testing.T) {
 	type step struct {
 		at        time.Duration // since limStart
 		tokens    int
@@ -859,8 +859,8 @@ func TestLimiterRPMWindowPerSecond(t *testing.T) {
 	assert.Equal(t, 59900*time.Millisecond, wait, "0.4 s late: the send at 0.5 s leaves with the second's last, at 60.9 s")
 }
 
-// Defect 5: limits of any size work in fixed memory; learned ones are capped.
-func TestLimiterHugeLimitsDefect5(t *testing.T) {
+// Limits of any size work in fixed memory; learned ones are capped.
+func TestLimiterHugeLimits(t *testing.T) {
 	for _, headroom := range []float64{0.8, 1} {
 		l := newLimiter(Limits{RPM: math.MaxInt, TPM: math.MaxInt, RPD: math.MaxInt}, headroom)
 		sends := reserveAll(t, l, limStart, 1000, 1_000_000)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genai"
+
 	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
@@ -43,8 +45,14 @@ const defaultSteerAt = 0.8
 // an error matching ErrBudgetExhausted (or the Fallback's answer) until the
 // day or month ends. Only responses with a known price count: a model
 // without a price spends nothing. countTokens is free and never refused.
-// The spend is counted when a response arrives, so calls in flight may end
-// above the budget. With WithSharedState the budget is the project's: every
+// A request counts against the budget from its admission: its estimated
+// cost (input tokens as the limiter estimates them, output as the model's
+// typical answer, or the config's MaxOutputTokens when the model's typical
+// answer is longer or not known yet) is held until its response is
+// billed at its real cost, and released when it fails, so that concurrent
+// calls end at most about one call's worth above the budget (a request of
+// a model that has answered nothing yet, without MaxOutputTokens, holds its
+// input only until the model's first answer). With WithSharedState the budget is the project's: every
 // replica's spend counts, each replica's reaching the others within about
 // a second. New rejects a negative limit, a Budget without any limit, and
 // a SteerAt outside [0, 1]. Default: no budget.
@@ -83,11 +91,19 @@ type BudgetStats struct {
 // for concurrent use; a nil *spendBudget (no budget) counts nothing and
 // refuses nothing.
 type spendBudget struct {
-	b                Budget
-	shared           bool   // fleet mode: the spend that counts is the project's; set by New
-	onSpend          func() // fleet mode: called, outside the lock, after spend was added; set by New
-	mu               sync.Mutex
-	day, month       Micros    // spent in the current windows, by this Client
+	b          Budget
+	shared     bool       // fleet mode: the spend that counts is the project's; set by New
+	onSpend    func()     // fleet mode: called, outside the lock, after spend was added; set by New
+	mu         sync.Mutex // guards the fields below
+	day, month Micros     // spent in the current windows, by this Client
+	// reserved and typical are the estimated cost of the requests in
+	// flight (budgetHold), counted against the budgets until their
+	// responses are billed (inFlight), so that concurrent calls cannot all
+	// pass a nearly spent budget: what each estimate fixed at admission,
+	// and how many requests estimate their output as their model's typical
+	// one.
+	reserved         Micros
+	typical          map[typicalHold]int
 	dayEnd, monthEnd time.Time // when the current windows end; zero: none started
 
 	// Fleet mode: the project's spend in the windows ending fleetDayEnd and
@@ -180,7 +196,8 @@ func (s *spendBudget) reported(ok bool, r LeaseRequest, l Lease) {
 }
 
 // check returns a *budgetError when a budget is spent at now, and whether
-// the spend has reached SteerAt of a budget.
+// the spend has reached SteerAt of a budget; the estimated cost of the
+// requests in flight (inFlight) counts as spent.
 func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) {
 	if s == nil {
 		return nil, false
@@ -189,6 +206,8 @@ func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) 
 	defer s.mu.Unlock()
 	s.roll(now)
 	day, month := s.spent()
+	inFlight := s.inFlight(now)
+	day, month = day+inFlight, month+inFlight
 	for _, w := range [...]struct {
 		name         string
 		spent, limit Micros
@@ -198,13 +217,120 @@ func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) 
 		case w.limit == 0:
 		case w.spent >= w.limit:
 			if exhausted == nil { // the month first: it ends last
-				exhausted = &budgetError{Window: w.name, Spent: w.spent, Limit: w.limit, Until: w.end}
+				exhausted = &budgetError{Window: w.name, Spent: w.spent - inFlight, InFlight: inFlight, Limit: w.limit, Until: w.end}
 			}
 		case float64(w.spent) >= s.b.SteerAt*float64(w.limit):
 			steer = true
 		}
 	}
 	return exhausted, steer
+}
+
+// budgetHold is the estimated cost of one request, reserved against the
+// budgets (spendBudget.reserve) from its admission until its response is
+// billed. Its zero value holds nothing. A shared reservation (the
+// project's, in fleet mode) would plug in here: reserve takes the
+// estimate, release gives it back.
+type budgetHold struct {
+	s     *spendBudget
+	fixed Micros       // what the estimate fixed at admission: the input, and a bounded output
+	typ   *typicalHold // the output estimated as the model's typical one when billed; nil: none
+}
+
+// typicalHold names the requests in flight whose output is estimated as
+// their model's typical output (modelSpend.typicalOutput), priced as the
+// model's at the time of each check: a hold taken before the model's first
+// answer counts its typical output from that answer on.
+type typicalHold struct {
+	m    *modelState
+	tier genai.ServiceTier
+	long bool // the prompt is priced at the long-prompt rates
+}
+
+// reserve counts h's estimate against the budgets until h is released,
+// and returns h bound to s. Nil-safe: no budget holds nothing.
+func (s *spendBudget) reserve(h budgetHold) budgetHold {
+	if s == nil || (h.fixed <= 0 && h.typ == nil) {
+		return budgetHold{}
+	}
+	s.mu.Lock()
+	s.reserved += h.fixed
+	if h.typ != nil {
+		if s.typical == nil {
+			s.typical = make(map[typicalHold]int)
+		}
+		s.typical[*h.typ]++
+	}
+	s.mu.Unlock()
+	h.s = s
+	return h
+}
+
+// release gives the hold's estimate back, once: the request's response, if
+// any, was billed (or it never left). Safe to call again, and on the zero
+// hold.
+func (h *budgetHold) release() {
+	s := h.s
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.reserved -= h.fixed
+	if h.typ != nil {
+		if s.typical[*h.typ]--; s.typical[*h.typ] == 0 {
+			delete(s.typical, *h.typ)
+		}
+	}
+	s.mu.Unlock()
+	*h = budgetHold{}
+}
+
+// inFlight returns the estimated cost at now of the requests in flight.
+// Called with s.mu held.
+func (s *spendBudget) inFlight(now time.Time) Micros {
+	total := s.reserved
+	for t, n := range s.typical {
+		out, _ := t.m.spent.typicalOutput()
+		if p, ok := priceAt(t.m.prices, now); ok && out > 0 {
+			prompt := int64(0)
+			if t.long {
+				prompt = int64(p.LongPrompt) + 1
+			}
+			total += Micros(n) * p.cost(Tokens{Output: out}, prompt, t.tier)
+		}
+	}
+	return total
+}
+
+// holdBudget reserves the estimated cost at call.now of the generate
+// request the call is about to send to m: its input tokens as the limiter
+// estimates them (estimateTokens), and its output (thinking included) as
+// m's typical answer (modelSpend.typicalOutput, as of each later check),
+// or the config's MaxOutputTokens when it sets one and m's typical answer
+// is longer or not known yet. The zero hold when the Client has no budget
+// or m has no price.
+func (call *call[R]) holdBudget(m *modelState) budgetHold {
+	if call.c.spending == nil || call.endpoint != endpointGenerate {
+		return budgetHold{}
+	}
+	p, ok := priceAt(m.prices, call.now)
+	if !ok {
+		return budgetHold{}
+	}
+	in := int64(call.tokens)
+	if in < 0 {
+		in = int64(estimateTokens(call.contents, call.user))
+	}
+	tier := serviceTier(call.user)
+	tk := Tokens{Input: in}
+	var typ *typicalHold
+	out, learned := m.spent.typicalOutput()
+	if cfg := call.user; cfg != nil && cfg.MaxOutputTokens > 0 && (!learned || out > int64(cfg.MaxOutputTokens)) {
+		tk.Output = int64(cfg.MaxOutputTokens)
+	} else {
+		typ = &typicalHold{m: m, tier: tier, long: p.LongPrompt > 0 && in > int64(p.LongPrompt)}
+	}
+	return call.c.spending.reserve(budgetHold{fixed: p.cost(tk, in, tier), typ: typ})
 }
 
 // stats returns the spend at now.
@@ -224,12 +350,21 @@ func (s *spendBudget) stats(now time.Time) BudgetStats {
 type budgetError struct {
 	Window       string // "day" or "month"
 	Spent, Limit Micros
+	InFlight     Micros // the estimated cost of the requests in flight, counted as spent
 	Until        time.Time
 }
 
 func (e *budgetError) Error() string {
-	return fmt.Sprintf("geminiguard: budget exhausted: %s spent of the %sly budget %s, until %s (WithBudget)",
-		e.Spent, e.Window, e.Limit, e.Until.UTC().Format(time.RFC3339))
+	budget := "monthly"
+	if e.Window == "day" {
+		budget = "daily"
+	}
+	var inFlight string
+	if e.InFlight > 0 {
+		inFlight = fmt.Sprintf(" and %s committed to requests in flight", e.InFlight)
+	}
+	return fmt.Sprintf("geminiguard: budget exhausted: %s spent%s of the %s budget %s, until %s (WithBudget)",
+		e.Spent, inFlight, budget, e.Limit, e.Until.UTC().Format(time.RFC3339))
 }
 
 // Is reports ErrBudgetExhausted.

@@ -3,12 +3,15 @@ package geminiguard_test
 import (
 	"errors"
 	"math"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/geminitest"
@@ -80,6 +83,7 @@ func TestBudgetDayRefusesUntilPacificMidnight(t *testing.T) {
 		_, _, err := ask(t.Context(), c, "")
 		// The fake clock starts at 2000-01-01 00:00 UTC, 16:00 PST.
 		assert.ErrorContains(t, err, "until 2000-01-01T08:00:00Z")
+		assert.ErrorContains(t, err, "of the daily budget", "the window is named in English")
 		st := c.Stats().Budget
 		assert.Equal(t, geminiguard.Micros(10_000), st.SpentToday)
 		assert.Equal(t, geminiguard.Micros(10_000), st.PerDay)
@@ -143,6 +147,7 @@ func TestBudgetMonthRefusesUntilTheFirst(t *testing.T) {
 		requireRefused(t, c, srv)
 		_, _, err := ask(t.Context(), c, "")
 		assert.ErrorContains(t, err, "until 2000-02-01T08:00:00Z")
+		assert.ErrorContains(t, err, "of the monthly budget")
 
 		time.Sleep(time.Until(time.Date(2000, time.January, 31, 12, 0, 0, 0, pst))) // a new day, the same month
 		requireRefused(t, c, srv)
@@ -178,4 +183,45 @@ func TestBudgetBadValuesAreNewErrors(t *testing.T) {
 			assert.False(t, errors.Is(err, geminiguard.ErrBudgetExhausted))
 		})
 	}
+}
+
+// TestBudgetCountsCallsInFlight: 48 callers call at once until the daily
+// budget refuses them; the calls in flight count against it from their
+// admission (their estimated cost), so the day ends at most one call's
+// worth above the budget, not up to 47 calls above it.
+func TestBudgetCountsCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			perCall = geminiguard.Micros(2000) // 1000 prompt tokens at $1/1M, 100 output tokens at $10/1M
+			budget  = 50 * perCall
+			callers = 48
+		)
+		srv := geminitest.New(always(dearModel, geminitest.Step{Text: answer400, Latency: time.Second}))
+		c := newClient(t, srv, nil, geminiguard.WithCascade(dearModel),
+			geminiguard.WithPrices(dearModel, geminiguard.Price{Input: 1 * geminiguard.Dollar, Output: 10 * geminiguard.Dollar}),
+			geminiguard.WithBudget(geminiguard.Budget{PerDay: budget, SteerAt: 1}))
+		prompt := genai.Text(strings.Repeat("word", 1000)) // 1000 tokens, to the fake and to the estimate
+
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				for {
+					var rec geminiguard.CallRecord
+					_, err := c.GenerateContent(geminiguard.WithCallRecord(t.Context(), &rec), "", prompt, nil)
+					if err != nil {
+						assert.ErrorIs(t, err, geminiguard.ErrBudgetExhausted)
+						return
+					}
+					assert.Equal(t, perCall, rec.Cost)
+				}
+			})
+		}
+		wg.Wait()
+
+		spent := c.Stats().Budget.SpentToday
+		t.Logf("spent %s of %s with %d callers", spent, budget, callers)
+		assert.LessOrEqual(t, spent, budget+perCall, "at most one call's worth above the budget")
+		assert.GreaterOrEqual(t, spent, budget-perCall, "the budget is spent, not left unused")
+		assert.Equal(t, int(spent/perCall), srv.Hits(dearModel, geminitest.VerbGenerate))
+	})
 }

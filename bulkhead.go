@@ -35,10 +35,12 @@ type Bulkhead struct {
 	// between 1 and MaxConcurrent, to the latency of the bulkhead's calls,
 	// each measured from its slot to its end (retries included), so that a
 	// model that slows down under load gets fewer of the feature's calls.
-	// An adaptive limit reads only latency: a call that fails fast counts
-	// as a fast call. Default: LimitFixed, the best of the three whenever
-	// MaxConcurrent is sized for the model (BENCHMARKS.md, "Adaptive
-	// bulkhead limits").
+	// LimitAIMD also backs off on a call that ended on a sign of overload
+	// (a 503, another 5xx, a 429 or an attempt timeout), however fast it
+	// failed; LimitGradient reads latency alone, so a call that fails fast
+	// counts for it as a fast call. Default: LimitFixed, the best of the
+	// three whenever MaxConcurrent is sized for the model (BENCHMARKS.md,
+	// "Adaptive bulkhead limits").
 	Limit Limit
 	// MaxQueue is how many calls may wait for a slot. 0: none, a call that
 	// finds every slot taken is refused at once.

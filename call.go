@@ -220,7 +220,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	}
 	if l := call.c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: attempt", slog.String("model", m.name),
-			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()))
+			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()), slog.String("rule", v.Rule))
 	}
 	return resp, v, elapsed, err
 }
@@ -261,6 +261,18 @@ var errCallTimeout = fmt.Errorf("geminiguard: the call timeout (WithTimeouts) pa
 func (call *call[R]) skip(m *modelState, err error, delay time.Duration) {
 	call.attempts = append(call.attempts, Attempt{Model: m.name, Err: err, Delay: delay, Skipped: true})
 	m.counters.skipped.Add(1)
+}
+
+// unsent records the end of a call before its request to m left: the
+// caller's context (err) ended the wait for it after waited, or its
+// deadline had passed. The request was never sent: the record says skipped,
+// with the time actually waited. It returns the error recorded.
+func (call *call[R]) unsent(m *modelState, err error, waited time.Duration) error {
+	if _, ok := err.(*ModelError); !ok {
+		err = &ModelError{Model: m.name, Verdict: Classify(err), Err: err}
+	}
+	call.skip(m, err, waited)
+	return err
 }
 
 // fail records a failed attempt and returns its error.
@@ -342,6 +354,7 @@ func (call *call[R]) recordUnfinished() {
 // sleep waits d or until ctx is done, whichever is first, and then reads
 // the clock into call.now.
 func (call *call[R]) sleep(ctx context.Context, d time.Duration) error {
+	sharedSleep(ctx, call.now.Add(d), call.attempts) // a shared call's waiters whose deadline comes first give up (dedup.go)
 	err := sleep(ctx, d)
 	call.now = time.Now()
 	return err

@@ -110,8 +110,8 @@ var errNoTimeForRound = errors.New("geminiguard: no time left for another round"
 // pause waits the backoff between two rounds of a call. It returns nil to
 // start the next round; errNoTimeForRound, without waiting, when the wait
 // would overrun the call's deadline (the last failure is then marked as cut
-// short by it); the caller's context error, recorded, when it ended during
-// the wait.
+// short by it); the caller's context error, recorded as unsent with the
+// time waited, when it ended during the wait.
 func (call *call[R]) pause(ctx context.Context, round int) error {
 	c := call.c
 	first := &call.later[0]
@@ -132,8 +132,9 @@ func (call *call[R]) pause(ctx context.Context, round int) error {
 	}
 	first.delay = d
 	c.retrying(ctx, RetryEvent{Model: first.m.name, Attempt: first.tries, Err: call.attempts[len(call.attempts)-1].Err, Delay: d})
+	start := call.now
 	if err := call.sleep(ctx, d); err != nil {
-		return call.fail(first.m.name, err, d, 0)
+		return call.unsent(first.m, err, call.now.Sub(start))
 	}
 	return nil
 }

@@ -101,8 +101,12 @@ type ModelReport struct {
 // whose announced shutdown is within 90 days or past. A model listed again
 // ends its cool-down when that lasts until a recheck (a 404, a limit of zero)
 // and keeps any other (a spent daily quota runs to midnight); a successful
-// listing ends a project cool-down.
+// listing ends a project cool-down. A nil ctx, or a Client not made by New,
+// is refused before anything is sent.
 func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	listed, err := c.listModels(ctx, c.api)
 	if err != nil {
 		return nil, fmt.Errorf("geminiguard: listing models for the cascade check: %w", err)
@@ -301,8 +305,12 @@ func (c *Client) runRecheck(ctx context.Context) {
 // state's notifications and a pending report of the spend. The Client keeps working: calls made during or after
 // Close are served as before, and CheckCascade can still be called. Close is
 // idempotent and safe for concurrent use, also with calls in flight; it
-// returns nil (the error is io.Closer's).
+// returns nil (the error is io.Closer's), or on a Client not made by New
+// the error that says so.
 func (c *Client) Close() error {
+	if !c.made() {
+		return errNotNew
+	}
 	c.tel.stop()
 	if c.fleet != nil {
 		c.fleet.close()

@@ -15,10 +15,10 @@ import (
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
-// TestDefect13CheckCascadeKeepsADailyQuotaCoolDown: CheckCascade lists a
+// TestCheckCascadeKeepsADailyQuotaCoolDown: CheckCascade lists a
 // model whose daily quota is spent; the model stays out of rotation until
 // its quota resets, and hears no new request.
-func TestDefect13CheckCascadeKeepsADailyQuotaCoolDown(t *testing.T) {
+func TestCheckCascadeKeepsADailyQuotaCoolDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(
 			geminitest.Model{Name: pro, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.DailyQuota}, P: 1}}},
@@ -70,10 +70,10 @@ func TestCheckCascadeEndsANotFoundCoolDown(t *testing.T) {
 	})
 }
 
-// TestDefect14NewRidesOutAFlakyStartupCheck: the startup check's listing
+// TestNewRidesOutAFlakyStartupCheck: the startup check's listing
 // answers 503 once. New logs a warning and returns a Client that answers at
 // once; the check runs again 1s later, passes, and stops.
-func TestDefect14NewRidesOutAFlakyStartupCheck(t *testing.T) {
+func TestNewRidesOutAFlakyStartupCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
 		srv.ScriptList(geminitest.Step{Fault: geminitest.Overloaded})

@@ -150,10 +150,17 @@ type Verdict struct {
 	Retryable  bool          // worth another attempt on the same model after a delay
 	Scope      Scope         // how far the failure reaches
 	RetryAfter time.Duration // the server-stated delay (RetryInfo or "Please retry in 36.4s"), or for a local refusal the wait until the model may be sent a request; 0 when none
-	cool       coolDownKind  // how long to leave the model alone instead of counting a failure
-	counts     bool          // counts as a breaker failure (the model is unwell)
-	quotaLimit int           // the limit the server stated (QuotaFailure quotaValue), 0 when none
-	quotaID    string        // the quotaId that decided a quota verdict, "" when none
+	// Rule names the rule of the classifier that decided, for logs and
+	// tests: "quota_per_day", "unsupported_feature", "live_close/location",
+	// ... (Classify's doc lists them). The names are stable. It is "" for
+	// the errors this package makes itself (local refusals, the caller's
+	// cancellation, a request refused before sending), whose Class says it
+	// all.
+	Rule       string
+	cool       coolDownKind // how long to leave the model alone instead of counting a failure
+	counts     bool         // counts as a breaker failure (the model is unwell)
+	quotaLimit int          // the limit the server stated (QuotaFailure quotaValue), 0 when none
+	quotaID    string       // the quotaId that decided a quota verdict, "" when none
 }
 
 // attemptTimeoutError marks the failure of an attempt whose own timeout fired
@@ -197,27 +204,52 @@ func (e *attemptTimeoutError) Unwrap() error { return e.err }
 // Unavailable]") or the API's own wording ("Resource exhausted. Please try
 // again later."). Text that shows none of these is unknown.
 //
+// Scope rules beyond the status code: a 400 about a feature this model
+// lacks (a thinking level, a penalty, text output on a TTS model,
+// function_response.parts, a modality) is model scope, so the cascade moves
+// on; an IAM denial, a refusal of the project or of the account (Code
+// Assist's "forbidden"), and an embeddings quota held per project and region
+// are project scope; a 499 without the server's own backendError reason is
+// retried but not counted against the model. In a 429, a per-day quota or a
+// spend cap named anywhere, in the structure or the text (mangled or cut),
+// outranks a stated delay, which never makes an error retryable on its own.
+// A Live API close frame (1007, 1008, 1011) is read by its code and
+// Google's reason. NO_IMAGE and IMAGE_OTHER finishes are empty, request
+// scope, not retried.
+//
+// Verdict.Rule names the rule that decided: quota_limit_zero,
+// quota_per_day, spend_cap, migrate_for_quota, project_quota,
+// quota_per_minute, key_invalid, location, deadline_too_short,
+// unsupported_feature, bad_request, unauthenticated, service_disabled,
+// iam_denied, project_denied, account_forbidden, model_forbidden,
+// url_not_found, model_not_found, request_timeout, aborted, cancelled,
+// server_cancelled, deadline_expired, overloaded, gateway_timeout,
+// server_error, client_error, transport_timeout, transport_network,
+// stream_cut, malformed_body, unknown, blocked, empty, empty_by_request,
+// image_not_drawn, and "live_close/" followed by the rule the close
+// reason matched.
+//
 // The base verdict of each class (a few cases narrow it, as noted):
 //
 //	class             retryable  scope    cool-down       counts
 //	unknown           yes        model    -               yes
 //	canceled          no         request  -               no
-//	rate_limit        yes        model    retry_after     no
+//	rate_limit        yes        model    retry_after     no   (a per-project per-region embeddings quota: project, project)
 //	daily_quota       no         model    until_midnight  no
 //	no_quota          no         model    until_recheck   no
 //	spend_cap         no         project  project         no
 //	overloaded        yes        model    -               yes
-//	server_error      yes        model    -               yes
+//	server_error      yes        model    -               yes  (a 499 not of the server's making: no)
 //	timeout           yes        model    -               yes  (an attempt abandoned at its learned deadline: no)
 //	network           yes        model    -               yes
 //	stream_cut        yes        model    -               yes
-//	bad_request       no         request  -               no
+//	bad_request       no         request  -               no   (a feature this model lacks: model)
 //	auth              no         project  project         no   (a 403 without a key- or project-wide sign: model, until_recheck)
 //	service_disabled  no         project  project         no
 //	location          no         project  project         no
 //	not_found         no         model    until_recheck   no
 //	blocked           no         request  -               no
-//	empty             yes        model    -               no   (MAX_TOKENS, LANGUAGE: not retryable, request)
+//	empty             yes        model    -               no   (MAX_TOKENS, LANGUAGE, NO_IMAGE, IMAGE_OTHER: not retryable, request)
 //	circuit_open      no         model    -               no   (the whole project cooling down: project)
 //	local_rate_limit  no         model    -               no
 //	bulkhead_full     no         request  -               no
@@ -255,6 +287,12 @@ func base(c Class) Verdict {
 	case ClassBudgetExhausted:
 		v.Scope = ScopeProject
 	}
+	return v
+}
+
+// by returns v decided by the named rule.
+func (v Verdict) by(rule string) Verdict {
+	v.Rule = rule
 	return v
 }
 
@@ -367,14 +405,18 @@ func asAPIError(err error) (genai.APIError, bool) {
 // Kind, or an error matching it) and reason.
 func quietVerdict(kind error, reason string) Verdict {
 	if errors.Is(kind, ErrBlocked) {
-		return base(ClassBlocked)
+		return base(ClassBlocked).by("blocked")
 	}
-	v := base(ClassEmpty)
+	v := base(ClassEmpty).by("empty")
 	switch reason {
 	case string(genai.FinishReasonMaxTokens), string(genai.FinishReasonLanguage):
 		// The caller's maxOutputTokens (or thinking budget) or the prompt's
 		// language is the problem: the same request fails again anywhere.
-		v.Retryable, v.Scope = false, ScopeRequest
+		v.Retryable, v.Scope, v.Rule = false, ScopeRequest, "empty_by_request"
+	case string(genai.FinishReasonNoImage), string(genai.FinishReasonImageOther):
+		// An image model that would not draw what was asked: the same
+		// prompt is refused again, and the model is not unwell.
+		v.Retryable, v.Scope, v.Rule = false, ScopeRequest, "image_not_drawn"
 	}
 	return v
 }
@@ -386,34 +428,77 @@ func transportVerdict(err error) Verdict {
 	if errors.As(err, &ue) && ue != nil {
 		// The SDK's doRequest wraps the http.Client error: no response yet.
 		if ue.Timeout() {
-			return base(ClassTimeout)
+			return base(ClassTimeout).by("transport_timeout")
 		}
-		return base(ClassNetwork)
+		return base(ClassNetwork).by("transport_network")
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return base(ClassTimeout)
+		return base(ClassTimeout).by("transport_timeout")
 	}
 	text := err.Error()
 	if f, ok := embeddedFault(text); ok {
 		// An error body in the text outweighs the words around it.
 		return f.unnest().textVerdict()
 	}
+	if v, ok := closeVerdict(text); ok {
+		return v
+	}
 	switch {
 	case strings.Contains(text, "deserializeUnaryResponse: error unmarshalling response"):
 		// A 200 whose body is not JSON: the server's fault, retry.
-		return base(ClassServerError)
+		return base(ClassServerError).by("malformed_body")
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), cutText.MatchString(text):
 		// Outside a *url.Error the SDK only returns errors of reading a body
 		// that had started: the answer was cut.
-		return base(ClassStreamCut)
+		return base(ClassStreamCut).by("stream_cut")
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, io.EOF):
-		return base(ClassNetwork)
+		return base(ClassNetwork).by("transport_network")
 	}
 	if f, ok := textFault(text); ok {
 		return f.textVerdict()
 	}
-	return base(ClassUnknown)
+	return base(ClassUnknown).by("unknown")
+}
+
+// closeFrame matches a Live API WebSocket close frame of code 1007 (invalid
+// frame payload data: the server's INVALID_ARGUMENT and other refusals of
+// the setup), 1008 (policy violation: a model, project or session it will
+// not serve) or 1011 (internal error), as the SDKs and WebSocket libraries
+// print them: "received 1007 (invalid frame payload data) <reason>"
+// (Python websockets), "Close(code=1011, reason='...')", "websocket: close
+// 1008 (policy violation): <reason>" (gorilla/websocket), "code=1007
+// reason=...", "failed (1007): <reason>".
+var closeFrame = regexp.MustCompile(`(?:\bcode=|\()(100[78]|1011)\b|\b(100[78]|1011) \((?:invalid frame payload data|policy violation|internal error)\)`)
+
+// closeVerdict classifies a Live API close frame in text by its code and
+// the reason Google wrote in it, which is the text of the status the
+// HTTP API would have answered: the reason decides within the code. Its
+// Rule is "live_close/" and the rule the reason matched.
+func closeVerdict(text string) (Verdict, bool) {
+	m := closeFrame.FindStringSubmatch(text)
+	if m == nil {
+		return Verdict{}, false
+	}
+	f := fault{message: text}
+	switch code := m[1] + m[2]; {
+	case quotaText.MatchString(text), spendText.MatchString(text):
+		f.code = 429
+	case code == "1011":
+		f.code = 500
+		if overloadText.MatchString(text) || unavailableText.MatchString(text) || deadlineText.MatchString(text) {
+			f.code = 503
+		}
+	case code == "1008" && projectText.MatchString(text), code == "1008" && permissionText.MatchString(text):
+		f.code = 403
+	case code == "1008" && liveModelText.MatchString(text):
+		f.code = 404
+	default: // 1007, and a 1008 about the request (a stale session) or the model's abilities
+		f.code = 400
+	}
+	v := f.textVerdict()
+	v.Rule = "live_close/" + v.Rule
+	return v, true
 }
 
 // textVerdict classifies a fault read from an error's text.
@@ -439,6 +524,7 @@ type fault struct {
 	status  string // canonical google.rpc code name ("RESOURCE_EXHAUSTED"), "" when none was sent
 	message string
 	details []map[string]any
+	legacy  string // the first reason of the body's legacy "errors" list ("forbidden", "backendError"), "" when none
 }
 
 // maxNesting bounds how many error objects nested in messages are unwrapped
@@ -477,6 +563,9 @@ func (f fault) unnest() fault {
 		}
 		if len(in.details) > 0 {
 			f.details = in.details
+		}
+		if in.legacy != "" {
+			f.legacy = in.legacy
 		}
 		f.message = in.message
 	}
@@ -563,6 +652,11 @@ func bodyFault(body any) (fault, bool) {
 				f.details = append(f.details, m)
 			}
 		}
+		for _, x := range list(e["errors"]) {
+			if f.legacy = field(x, "reason"); f.legacy != "" {
+				break
+			}
+		}
 		return f, true
 	}
 	return fault{}, false
@@ -584,51 +678,77 @@ func (f fault) verdict() Verdict {
 	case c == 400:
 		switch {
 		case f.keyProblem():
-			return base(ClassAuth)
+			return base(ClassAuth).by("key_invalid")
 		case locationText.MatchString(f.message):
-			return base(ClassLocation)
+			return base(ClassLocation).by("location")
+		case deadlineShortText.MatchString(f.message):
+			return base(ClassBadRequest).by("deadline_too_short")
+		case unsupportedText.MatchString(f.message):
+			// A thinking level, a penalty, text output on a TTS model, a
+			// part shape this model does not take: the next model may.
+			v := base(ClassBadRequest).by("unsupported_feature")
+			v.Scope = ScopeModel
+			return v
 		}
-		return base(ClassBadRequest)
+		return base(ClassBadRequest).by("bad_request")
 	case c == 401:
-		return base(ClassAuth)
+		return base(ClassAuth).by("unauthenticated")
 	case c == 403:
 		switch {
 		case f.reason() == "SERVICE_DISABLED" || serviceDisabledText.MatchString(f.message):
-			return base(ClassServiceDisabled)
+			return base(ClassServiceDisabled).by("service_disabled")
 		case f.keyProblem():
-			return base(ClassAuth)
+			return base(ClassAuth).by("key_invalid")
+		case f.reason() == "IAM_PERMISSION_DENIED":
+			// The caller's role lacks the permission: for every model.
+			return base(ClassAuth).by("iam_denied")
+		case projectText.MatchString(f.message):
+			return base(ClassAuth).by("project_denied")
+		case f.legacy == "forbidden" || f.reason() == "forbidden":
+			// The legacy "errors" list of Google's front ends (Code Assist)
+			// refuses the account, whatever the model.
+			return base(ClassAuth).by("account_forbidden")
 		}
 		// "The caller does not have permission" also answers a key that may
 		// not use this one model (a preview) while the others answer.
-		v := base(ClassAuth)
+		v := base(ClassAuth).by("model_forbidden")
 		v.Scope, v.cool = ScopeModel, coolUntilRecheck
 		return v
 	case c == 404:
 		if pathText.MatchString(f.message) {
 			// The URL names no method of the API (a malformed path, a
 			// proxy's stray prefix): the request is wrong, not the model.
-			return base(ClassBadRequest)
+			return base(ClassBadRequest).by("url_not_found")
 		}
-		return base(ClassNotFound)
+		return base(ClassNotFound).by("model_not_found")
 	case c == 408:
-		return base(ClassTimeout)
-	case c == 409, c == 499:
-		// ABORTED: a conflict worth retrying. CANCELLED as an answer: the
-		// server gave up (our own cancellation never reads a response).
-		return base(ClassServerError)
+		return base(ClassTimeout).by("request_timeout")
+	case c == 409:
+		// ABORTED: a conflict worth retrying.
+		return base(ClassServerError).by("aborted")
+	case c == 499:
+		// CANCELLED as an answer (our own cancellation never reads one).
+		// With the server's own reason, the server gave up; without it, the
+		// caller's side (a timeout too short, a dropped connection) did: worth
+		// another attempt, but no sign that the model is unwell.
+		v := base(ClassServerError).by("server_cancelled")
+		if f.legacy != "backendError" {
+			v.counts, v.Rule = false, "cancelled"
+		}
+		return v
 	case c == 503:
 		if deadlineText.MatchString(f.message) {
-			return base(ClassTimeout)
+			return base(ClassTimeout).by("deadline_expired")
 		}
-		return base(ClassOverloaded)
+		return base(ClassOverloaded).by("overloaded")
 	case c == 504:
-		return base(ClassTimeout)
+		return base(ClassTimeout).by("gateway_timeout")
 	case c >= 500 && c <= 599:
-		return base(ClassServerError)
+		return base(ClassServerError).by("server_error")
 	case c >= 400 && c <= 499:
-		return base(ClassBadRequest)
+		return base(ClassBadRequest).by("client_error")
 	}
-	return base(ClassUnknown)
+	return base(ClassUnknown).by("unknown")
 }
 
 var (
@@ -649,6 +769,45 @@ var (
 	// deadlineText: 503 UNAVAILABLE "Deadline expired before operation could
 	// complete."
 	deadlineText = regexp.MustCompile(`(?i)deadline expired`)
+	// deadlineShortText: 400 INVALID_ARGUMENT "Manually set deadline 5s is
+	// too short. Minimum allowed deadline is 10s.": the caller's deadline.
+	deadlineShortText = regexp.MustCompile(`(?i)deadline \S+ is too short`)
+	// unsupportedText: 400s about a feature this model lacks: "Thinking
+	// level is not supported for this model.", "Unable to submit request
+	// because thinking_level MEDIUM is not supported by this model.",
+	// "Penalty is not enabled for models/gemini-2.5-flash", "The requested
+	// combination of response modalities is not supported by the model.",
+	// "`function_response.parts` is not supported for this model", and the
+	// Live API's "Operation is not implemented, or supported, or enabled.".
+	unsupportedText = regexp.MustCompile(`(?i)is not (?:supported|enabled) (?:by|for) (?:this|the) model|is not enabled for models/|operation\s+is\s+not\s+implemented,\s+or\s+supported,\s+or\s+enabled`)
+	// projectText: 403s that refuse the project itself: "Permission denied
+	// on resource project default." (CONSUMER_INVALID, also without its
+	// details), "Project 'projects/x' not found or deleted.".
+	projectText = regexp.MustCompile(`(?i)permission denied on resource project|project '[^']*' not found or deleted`)
+	// permissionText: "Permission denied" and "does not have permission",
+	// the Live API's 1008 refusals of the caller.
+	permissionText = regexp.MustCompile(`(?i)permission denied|does not have permission`)
+	// liveModelText: the Live API's 1008 for a model it does not serve:
+	// "models/X is not found for API version v1beta, or is not supported
+	// for bidiGenerateContent", "Publisher Model `projects/...` ...".
+	liveModelText = regexp.MustCompile(`(?i)models/\S+ is not found|publisher model`)
+	// unavailableText: 503's "The service is currently unavailable.".
+	unavailableText = regexp.MustCompile(`(?i)service is currently unavailable`)
+	// cancelText: 499 CANCELLED "The operation was cancelled.".
+	cancelText = regexp.MustCompile(`(?i)the operation was cancell?ed`)
+	// perDayText: a per-day quota named in words or ids anywhere in a 429's
+	// text: "... limit 'Gemini 2.5 Pro Requests per day per user per tier'",
+	// "GenerateRequestsPerDayPerProjectPerModel", "requests_per_day".
+	perDayText = regexp.MustCompile(`(?i)per[ _-]?day`)
+	// migrateText: "You exceeded your current quota. Please migrate to
+	// Gemini 2.5 Pro Preview (...) for higher quota limits.": an
+	// experimental model's daily free quota, gone until tomorrow.
+	migrateText = regexp.MustCompile(`(?i)please migrate to .{1,200}? for higher quota`)
+	// projectQuotaText: quotas of embeddings held per project and region,
+	// shared by every embedding model: "BatchEmbedContentsRequestsPerMinute
+	// PerProjectPerRegion", "Batch embed contents request limit per minute
+	// for a region".
+	projectQuotaText = regexp.MustCompile(`(?i)embed\w*PerProjectPerRegion|embed contents? request limit per minute for a region`)
 	// spendText: 429s of a spend or prepay cap, which carry no details:
 	// "Your project has exceeded its monthly spending cap.", "Your billing
 	// account has exceeded its monthly spending cap.", "Your prepayment
@@ -699,30 +858,50 @@ type quota struct {
 }
 
 // quotaVerdict classifies a 429: which quota, and whether waiting helps.
+// Precedence: a limit of 0, then a per-day quota or a spend cap named
+// anywhere (structure or text: a stated delay never makes either one
+// retryable), then a project-wide quota, then the per-minute quota.
 func (f fault) quotaVerdict() Verdict {
 	qs := f.quotas()
 	if len(qs) == 0 && spendText.MatchString(f.message) {
-		return base(ClassSpendCap)
+		return base(ClassSpendCap).by("spend_cap")
 	}
-	pick := func(c Class, q quota) Verdict {
-		v := base(c)
+	pick := func(c Class, q quota, rule string) Verdict {
+		v := base(c).by(rule)
 		v.quotaID, v.quotaLimit = q.id, q.limit
 		return v
 	}
 	for _, q := range qs {
 		if q.known && q.limit == 0 {
-			return pick(ClassNoQuota, q)
+			return pick(ClassNoQuota, q, "quota_limit_zero")
 		}
 	}
 	for _, q := range qs {
-		if strings.Contains(strings.ToLower(q.id), "perday") {
-			return pick(ClassDailyQuota, q)
+		if perDayText.MatchString(q.id) {
+			return pick(ClassDailyQuota, q, "quota_per_day")
 		}
 	}
-	if len(qs) > 0 {
-		return pick(ClassRateLimit, qs[0])
+	switch {
+	case perDayText.MatchString(f.message):
+		return base(ClassDailyQuota).by("quota_per_day")
+	case spendText.MatchString(f.message):
+		return base(ClassSpendCap).by("spend_cap")
+	case len(qs) == 0 && migrateText.MatchString(f.message):
+		// Only the message: the same answer lists its quotas when it has
+		// them (a per-minute one as well as a per-day one).
+		return base(ClassDailyQuota).by("migrate_for_quota")
 	}
-	return base(ClassRateLimit)
+	var q quota
+	if len(qs) > 0 {
+		q = qs[0]
+	}
+	if projectQuotaText.MatchString(q.id) || projectQuotaText.MatchString(f.message) {
+		// Every model under the project shares it: cool the project.
+		v := pick(ClassRateLimit, q, "project_quota")
+		v.Scope, v.cool = ScopeProject, coolProject
+		return v
+	}
+	return pick(ClassRateLimit, q, "quota_per_minute")
 }
 
 // quotas lists the quotas f says were exceeded: QuotaFailure violations and
@@ -1061,6 +1240,14 @@ func statusOf(text string) int {
 		if statusCodes[m[2]] == code || strings.HasPrefix(strings.ToLower(m[2]), strings.ToLower(http.StatusText(code))) && http.StatusText(code) != "" {
 			return code
 		}
+		// The code name in words, as Python's api_core prints it: "504
+		// Deadline Exceeded", "429 Resource Exhausted".
+		words := strings.ToUpper(strings.ReplaceAll(m[2], " ", "_"))
+		for name, c := range statusCodes {
+			if c == code && strings.HasPrefix(words, name) {
+				return code
+			}
+		}
 	}
 	if m := codeLabel.FindStringSubmatch(text); m != nil {
 		code, _ := strconv.Atoi(m[1])
@@ -1074,10 +1261,12 @@ func statusOf(text string) int {
 		return 429
 	case overloadText.MatchString(text), deadlineText.MatchString(text):
 		return 503
-	case serviceDisabledText.MatchString(text):
+	case serviceDisabledText.MatchString(text), projectText.MatchString(text):
 		return 403
-	case keyText.MatchString(text), locationText.MatchString(text):
+	case keyText.MatchString(text), locationText.MatchString(text), unsupportedText.MatchString(text), deadlineShortText.MatchString(text):
 		return 400
+	case cancelText.MatchString(text):
+		return 499
 	}
 	return 0
 }

@@ -30,7 +30,10 @@ type modelsAPI interface {
 // It is safe for concurrent use by many goroutines; create one per process
 // (or per API key) and share it: the limiter, breakers and retry budget only
 // protect what goes through the same Client. The zero value is not usable:
-// create it with New.
+// create it with New. On a Client not made by New (the zero value, a nil
+// pointer), every method that returns an error returns one saying so
+// (Classify reads it as ClassBadRequest), Stats returns zero Stats and
+// GenAI nil.
 type Client struct {
 	api      modelsAPI
 	sdk      func() *genai.Client // the SDK client api belongs to, for GenAI; a func so that no fmt verb prints its config (the key)
@@ -70,8 +73,12 @@ type Client struct {
 // after 1s, then at doubling intervals up to 1 minute, at most 10 times,
 // until it completes. A cascade model it then finds missing is left out of
 // the cascade as CheckCascade does, and logged at Error. Close, or the end of
-// ctx, stops the re-check. New never panics and never logs the API key.
+// ctx, stops the re-check. New never panics and never logs the API key; a
+// nil ctx is refused with an error that says to pass context.Background().
 func New(ctx context.Context, opts ...Option) (*Client, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
@@ -135,6 +142,31 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// errNilContext refuses a nil context, as net/http.NewRequestWithContext
+// does, before anything is sent. Classify reads it as ClassBadRequest.
+var errNilContext error = &requestError{where: "nil Context", what: "given", fix: "pass context.Background(), or the context of the request being served"}
+
+// errNotNew refuses a call on a Client not made by New.
+var errNotNew error = &requestError{where: "Client must be made with New", what: "(it is the zero value or nil)", fix: "create it with geminiguard.New"}
+
+// usable returns the error of a call that cannot be made: on a Client not
+// made by New (errNotNew), or with a nil ctx (errNilContext). Every
+// exported method that takes a context calls it first.
+func (c *Client) usable(ctx context.Context) error {
+	switch {
+	case !c.made():
+		return errNotNew
+	case ctx == nil:
+		return errNilContext
+	}
+	return nil
+}
+
+// made reports whether New made c.
+func (c *Client) made() bool {
+	return c != nil && c.sdk != nil
+}
+
 // newGenAIClient builds the SDK client from the options, with the SDK's own
 // retry off (ours runs instead) and nothing taken from the environment that
 // the options set explicitly. Its errors never carry the API key: some of the
@@ -184,8 +216,12 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // Under WithDedup, or with WithIdempotencyKey, the answer (or error) may be
 // another call's; see there. An idempotency key reused for a different
 // request fails the call with an error that Classify reads as
-// ClassBadRequest.
+// ClassBadRequest. A nil ctx, or a Client not made by New, is refused
+// before anything is sent, as a malformed request is.
 func (c *Client) GenerateContent(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	if err := checkGenerate(contents, config); err != nil {
 		return nil, err
 	}
@@ -222,6 +258,9 @@ func (c *Client) generate(ctx context.Context, model string, contents []*genai.C
 // Errors: those of GenerateContent, where a *CascadeError lists the one
 // model's attempts; a refusal, as for a malformed request, when model is "".
 func (c *Client) EmbedContent(ctx context.Context, model string, contents []*genai.Content, config *genai.EmbedContentConfig) (*genai.EmbedContentResponse, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	if err := checkEmbed(contents, config); err != nil {
 		return nil, err
 	}
@@ -245,6 +284,7 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 }
 
 // CountTokens counts the tokens of contents as model would, through the
+// call's bulkhead (WithBulkheadName) as GenerateContent goes, the
 // breaker of the model's countTokens endpoint (separate from its generation
 // and embedding breakers) and classifier-driven retries; not through the
 // limiter, as countTokens is free of quota. There is no cascade and no
@@ -253,6 +293,9 @@ func (c *Client) EmbedContent(ctx context.Context, model string, contents []*gen
 //
 // Errors: those of EmbedContent.
 func (c *Client) CountTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.CountTokensConfig) (*genai.CountTokensResponse, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	sent := countConfig(config, c.sdkRetries)
 	return tokenCall(ctx, c, "CountTokens", model, contents, func(ctx context.Context, api modelsAPI, wire string) (*genai.CountTokensResponse, error) {
 		return api.CountTokens(ctx, wire, contents, sent)
@@ -263,7 +306,7 @@ func (c *Client) CountTokens(ctx context.Context, model string, contents []*gena
 // their ids, one TokensInfo per content. Only Vertex AI serves it: model
 // must be called through a Vertex AI SDK client (the Client's own, or a
 // WithModelBackend entry's). It goes as CountTokens does: through the
-// breaker of the model's countTokens endpoint (the one CountTokens uses) and
+// call's bulkhead, the breaker of the model's countTokens endpoint (the one CountTokens uses) and
 // classifier-driven retries, not through the limiter, with no cascade and
 // no Fallback. The caller's config is never mutated.
 //
@@ -271,6 +314,9 @@ func (c *Client) CountTokens(ctx context.Context, model string, contents []*gena
 // sent, an error that Classify reads as ClassBadRequest, saying to count
 // with CountTokens instead.
 func (c *Client) ComputeTokens(ctx context.Context, model string, contents []*genai.Content, config *genai.ComputeTokensConfig) (*genai.ComputeTokensResponse, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	if model != "" && !c.vertex(c.model(strings.TrimPrefix(model, "models/"))) {
 		return nil, &requestError{where: fmt.Sprintf("ComputeTokens' model %q", model), what: "is called on the Gemini API, which has no computeTokens (Vertex AI only)",
 			fix: "count tokens with CountTokens, or call the model through a Vertex AI SDK client (WithGenAIClient, WithModelBackend)"}
@@ -286,17 +332,22 @@ func (c *Client) ComputeTokens(ctx context.Context, model string, contents []*ge
 }
 
 // tokenCall sends one request of model's countTokens endpoint (CountTokens,
-// ComputeTokens, named by method in errors) through its breaker and
-// classifier-driven retries: not the limiter (free of quota), no cascade,
-// no Fallback. send makes the request through api as the model named wire.
-func tokenCall[R any](ctx context.Context, c *Client, method, model string, contents []*genai.Content, send func(ctx context.Context, api modelsAPI, wire string) (R, error)) (R, error) {
-	var zero R
+// ComputeTokens, named by method in errors) through the call's bulkhead,
+// the endpoint's breaker and classifier-driven retries: not the limiter
+// (free of quota), no cascade, no Fallback. send makes the request through
+// api as the model named wire.
+func tokenCall[R any](ctx context.Context, c *Client, method, model string, contents []*genai.Content, send func(ctx context.Context, api modelsAPI, wire string) (R, error)) (resp R, err error) {
 	if err := checkContents(contents); err != nil {
-		return zero, err
+		return resp, err
 	}
 	if model == "" {
-		return zero, &requestError{where: method + "' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
+		return resp, &requestError{where: method + "' model", what: "is empty", fix: `give the model's name, e.g. "gemini-2.5-flash"`}
 	}
+	bh, err := c.enterBulkhead(ctx)
+	if err != nil {
+		return resp, err
+	}
+	defer bh.leave(&err)
 	tc := newCall[R](ctx, c, endpointCount, model, contents)
 	tc.only = true
 	tc.send = func(ctx context.Context, _ *call[R], m *modelState) (R, error) {
@@ -310,7 +361,11 @@ func tokenCall[R any](ctx context.Context, c *Client, method, model string, cont
 // Calls made on it bypass the chain: no limiter, breaker, retry, cascade or
 // Fallback, and Stats does not see them. With WithGenAIClient it is the
 // client given; otherwise the one New built, whose own retry is off. Safe for concurrent use, as the SDK's client is.
+// Nil on a Client not made by New.
 func (c *Client) GenAI() *genai.Client {
+	if !c.made() {
+		return nil
+	}
 	return c.sdk()
 }
 

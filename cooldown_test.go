@@ -12,10 +12,10 @@ import (
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
-// TestDefect12ServerStatedCoolDownIsCapped: a per-minute 429 that states a
+// TestServerStatedCoolDownIsCapped: a per-minute 429 that states a
 // delay of a century cools its model down for the documented maximum (5
 // minutes), not for the century: the model is asked again after that.
-func TestDefect12ServerStatedCoolDownIsCapped(t *testing.T) {
+func TestServerStatedCoolDownIsCapped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
 		srv.Script(pro, geminitest.Step{Fault: geminitest.RateLimitMinute, RetryDelay: 100 * 365 * 24 * time.Hour})

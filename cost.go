@@ -285,6 +285,39 @@ func (s *spend) record(rec *CallRecord) {
 type modelSpend struct {
 	input, output, thinking, cached, cost, unpriced atomic.Int64
 	budget                                          *spendBudget // the Client's (WithBudget), which every cost is added to too; nil: none
+	// typical is a moving average of the output tokens (thinking
+	// included) of the model's responses, times typicalScale; 0 until the
+	// first. It estimates a request's cost (costEstimate).
+	typical atomic.Int64
+}
+
+// typicalScale is the fixed point of modelSpend.typical, and typicalWeight
+// the share of each response in its average.
+const (
+	typicalScale  = 1 << 10
+	typicalWeight = 8 // 1/8: the last few responses count most
+)
+
+// learnOutput adds a response's output tokens to the typical output.
+func (s *modelSpend) learnOutput(tokens int64) {
+	v := max(tokens, 0)*typicalScale + 1 // +1: a learned 0 is not "nothing learned"
+	for {
+		old := s.typical.Load()
+		next := v
+		if old > 0 {
+			next = old + (v-old)/typicalWeight
+		}
+		if s.typical.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// typicalOutput returns the typical output tokens of the model's responses;
+// false before the first.
+func (s *modelSpend) typicalOutput() (int64, bool) {
+	v := s.typical.Load()
+	return v / typicalScale, v > 0
 }
 
 // bill prices a response of m that reports usage u, arrived at the instant
@@ -305,6 +338,7 @@ func bill(m *modelState, u *genai.GenerateContentResponseUsageMetadata, at time.
 	m.spent.output.Add(s.tokens.Output)
 	m.spent.thinking.Add(s.tokens.Thinking)
 	m.spent.cached.Add(s.tokens.Cached)
+	m.spent.learnOutput(s.tokens.Output + s.tokens.Thinking)
 	m.spent.cost.Add(int64(s.cost))
 	m.spent.budget.add(at, s.cost)
 	return s

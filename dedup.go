@@ -48,8 +48,8 @@ func requestDigest(model string, contents []*genai.Content, config *genai.Genera
 }
 
 // flight is one GenerateContent call in flight that other calls wait for.
-// Its fields other than digest and done are written by the call before done
-// is closed, and only read after.
+// Its fields resp, err, rec and panicked are written by the call before
+// done is closed, and only read after.
 type flight struct {
 	digest   digest        // of the request it answers
 	done     chan struct{} // closed once the call has returned
@@ -57,49 +57,189 @@ type flight struct {
 	err      error
 	rec      CallRecord
 	panicked any // what the call panicked with; nil when it returned
+
+	// stoppable: the call stops when its last waiter leaves (WithDedup).
+	// Otherwise (an idempotency key's) a request it sent finishes even
+	// then, so that a retry of the key finds its answer, but it starts no
+	// new attempt for nobody: it stops at its next wait (idle).
+	stoppable bool
+	mu        sync.Mutex           // guards waiters, stop and waits
+	waiters   map[*waiter]struct{} // the callers waiting for the call
+	stop      context.CancelFunc   // cancels the call; nil until it started
+	waits     time.Time            // the end of the wait (backoff, pause, token wait) the call is in, if now is before it
+}
+
+// waiter is a caller waiting for a flight. gone receives the flight's
+// attempts so far when the flight is about to wait (a backoff, a pause, a
+// token wait) past the waiter's deadline: alone, the caller would have
+// given up on its models by then (sharedSleep).
+type waiter struct {
+	deadline time.Time // zero: none
+	gone     chan []Attempt
+}
+
+// flightKey names a flight: the bulkhead of the call that started it
+// (Client.flightKey) and what the calls share (the request digest, or the
+// idempotency key). A flight belongs to its bulkhead: a call of another
+// bulkhead never joins it, so that it never waits in, nor is refused by, a
+// bulkhead not its own.
+type flightKey struct {
+	bulkhead, key string
+}
+
+// flightKey returns the flight key of the call of ctx sharing key: its
+// bulkhead is the name its context carries (WithBulkheadName), else
+// "default" when the Client has that bulkhead, else "" (none).
+func (c *Client) flightKey(ctx context.Context, key string) flightKey {
+	name, named := ctx.Value(bulkheadKey{}).(string)
+	if !named && c.bulkheads[defaultBulkhead] != nil {
+		name = defaultBulkhead
+	}
+	return flightKey{bulkhead: name, key: key}
 }
 
 // flights are the calls in flight, by key. Safe for concurrent use; the zero
 // value is empty.
 //
-// It is golang.org/x/sync/singleflight's DoChan, written out for three
-// things DoChan lacks: the joining call needs the request digest of the call
-// in flight (a reused idempotency key), to know whether it started the call
-// (its CallRecord), and a panic of the call (the SDK's, a hook's, the
-// Fallback's) must reach the callers waiting for it, where DoChan's
-// goroutine re-panics and ends the process.
+// It is golang.org/x/sync/singleflight's DoChan, written out for what
+// DoChan lacks: the joining call needs the request digest of the call in
+// flight (a reused idempotency key), to know whether it started the call
+// (its CallRecord), to leave it when its own deadline comes first, a call
+// no caller waits for any more must stop (WithDedup), and a panic of the
+// call (the SDK's, a hook's, the Fallback's) must reach the callers waiting
+// for it, where DoChan's goroutine re-panics and ends the process.
 type flights struct {
-	mu sync.Mutex
-	m  map[string]*flight
+	mu sync.Mutex // guards m
+	m  map[flightKey]*flight
 }
 
-// join returns the flight of key, or starts one that runs run on a goroutine
-// of its own; lead is true when it started it. Once run returns (or panics),
-// the flight leaves fs and its done closes: calls that join later start a
-// new one.
-func (fs *flights) join(key string, d digest, run func(*flight)) (f *flight, lead bool) {
+// flightCtx is the context key of the flight a call runs for: a flightOf.
+type flightCtx struct{}
+
+// flightOf is a flight, its key and the flights it is in.
+type flightOf struct {
+	fs  *flights
+	key flightKey
+	f   *flight
+}
+
+// join returns the flight of key with w waiting for it, or starts one, with
+// w its first waiter, that runs send on a goroutine of its own, on ctx's
+// values (its bulkhead, its trace) without its cancellation nor its
+// deadline, bounded by the call timeout instead; lead is true when it
+// started it. A stoppable flight's call is cancelled when its last waiter
+// leaves (leave). Once send returns (or panics), the flight leaves fs and
+// its done closes: calls that join later start a new one.
+func (c *Client) join(ctx context.Context, fs *flights, key flightKey, d digest, w *waiter, stoppable bool, send func(context.Context, *flight) (*genai.GenerateContentResponse, error)) (f *flight, lead bool) {
 	fs.mu.Lock()
+	defer fs.mu.Unlock()
 	if f = fs.m[key]; f != nil {
-		fs.mu.Unlock()
+		f.mu.Lock()
+		f.waiters[w] = struct{}{}
+		f.mu.Unlock()
 		return f, false
 	}
-	f = &flight{digest: d, done: make(chan struct{})}
+	f = &flight{digest: d, done: make(chan struct{}), waiters: map[*waiter]struct{}{w: {}}, stoppable: stoppable}
 	if fs.m == nil {
-		fs.m = make(map[string]*flight)
+		fs.m = make(map[flightKey]*flight)
 	}
 	fs.m[key] = f
-	fs.mu.Unlock()
 	go func() {
 		defer func() {
 			f.panicked = recover()
-			fs.mu.Lock()
-			delete(fs.m, key)
-			fs.mu.Unlock()
+			fs.forget(key, f)
 			close(f.done)
 		}()
-		run(f)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout)
+		defer cancel()
+		f.mu.Lock()
+		f.stop = cancel
+		if stoppable && len(f.waiters) == 0 {
+			cancel() // every waiter left before the call started
+		}
+		f.mu.Unlock()
+		// The flight keeps its own CallRecord, never the caller's: the
+		// caller may leave before the call ends.
+		f.resp, f.err = send(context.WithValue(WithCallRecord(ctx, &f.rec), flightCtx{}, flightOf{fs, key, f}), f)
 	}()
 	return f, true
+}
+
+// forget removes f, the flight of key, from fs, if it is still there.
+func (fs *flights) forget(key flightKey, f *flight) {
+	fs.mu.Lock()
+	if fs.m[key] == f {
+		delete(fs.m, key)
+	}
+	fs.mu.Unlock()
+}
+
+// leave ends w's wait for f, the flight of key in fs: the last waiter of a
+// flight still running stops its call when it is stoppable, or waits
+// between two attempts (flight.stoppable). A stopped flight leaves fs at
+// once, so that a call joining after it starts a new one rather than meet
+// the cancellation.
+func (fs *flights) leave(key flightKey, f *flight, w *waiter) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.waiters, w)
+	if len(f.waiters) == 0 && (f.stoppable || time.Now().Before(f.waits)) {
+		fs.stopLocked(key, f)
+	}
+}
+
+// stopLocked removes f, the flight of key, from fs and cancels its call.
+// Called with fs.mu and f.mu held.
+func (fs *flights) stopLocked(key flightKey, f *flight) {
+	if fs.m[key] == f {
+		delete(fs.m, key)
+	}
+	if f.stop != nil {
+		f.stop()
+	}
+}
+
+// sharedSleep tells the waiters of the flight that ctx runs for (none when
+// it runs for none) that its call is about to wait until until, having
+// made attempts: those whose deadline comes first stop waiting for it. A
+// flight no caller waits for stops there. call.sleep calls it before every
+// wait of a call.
+func sharedSleep(ctx context.Context, until time.Time, attempts []Attempt) {
+	fl, _ := ctx.Value(flightCtx{}).(flightOf)
+	f := fl.f
+	if f == nil {
+		return
+	}
+	fl.fs.mu.Lock()
+	defer fl.fs.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.waiters) == 0 {
+		fl.fs.stopLocked(fl.key, f)
+		return
+	}
+	f.waits = until
+	var snapshot []Attempt
+	for w := range f.waiters {
+		if !w.deadline.IsZero() && !until.Before(w.deadline) {
+			if snapshot == nil {
+				snapshot = slices.Clone(attempts)
+			}
+			select {
+			case w.gone <- snapshot:
+			default: // told already
+			}
+		}
+	}
+}
+
+// newWaiter returns the waiter of the call of ctx.
+func newWaiter(ctx context.Context) *waiter {
+	w := &waiter{gone: make(chan []Attempt, 1)}
+	w.deadline, _ = ctx.Deadline()
+	return w
 }
 
 // generateShared answers a GenerateContent call that may share its answer:
@@ -118,40 +258,34 @@ func (c *Client) generateShared(ctx context.Context, model string, contents []*g
 }
 
 // generateDeduplicated joins the call in flight for the same request, or
-// starts it.
+// starts it; the call stops when no caller waits for it any more.
 func (c *Client) generateDeduplicated(ctx context.Context, start time.Time, d digest, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	f, lead := c.shared.inflight.join(string(d[:]), d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
+	key, w := c.flightKey(ctx, string(d[:])), newWaiter(ctx)
+	f, lead := c.join(ctx, &c.shared.inflight, key, d, w, true, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
 		return c.generate(ctx, model, contents, config)
-	}))
-	return await(ctx, start, f, lead, func(rec *CallRecord) { rec.Deduplicated = true })
+	})
+	defer c.shared.inflight.leave(key, f, w)
+	return c.await(ctx, start, f, w, lead, func(rec *CallRecord) { rec.Deduplicated = true }, model, contents, config)
 }
 
-// detached returns the run of a flight started by the call of ctx: send,
-// on a context that keeps ctx's values (its bulkhead, its trace) but not its
-// cancellation nor its deadline, bounded by the call timeout instead, so
-// that the callers waiting for it do not depend on the one that started it.
-// The flight keeps its own CallRecord, never the caller's: the caller may
-// have left before the call ends.
-func (c *Client) detached(ctx context.Context, send func(context.Context) (*genai.GenerateContentResponse, error)) func(*flight) {
-	return func(f *flight) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout)
-		defer cancel()
-		f.resp, f.err = send(WithCallRecord(ctx, &f.rec))
-	}
-}
-
-// await waits for f, or for the end of ctx (then it returns ctx's error and
-// leaves f running, and the caller's CallRecord holds only the wait), and
-// returns f's answer: a copy of its response of its
+// await waits for f and returns its answer: a copy of its response of its
 // own, or its error (the same value for every caller). The caller's
 // CallRecord is f's when lead; otherwise it names the model that answered
 // and whether the Fallback did, with no attempts, tokens nor cost (the call
 // sent nothing), and mark sets its flag. A panic of f's call goes on in the
 // caller.
-func await(ctx context.Context, start time.Time, f *flight, lead bool, mark func(*CallRecord)) (*genai.GenerateContentResponse, error) {
+//
+// A caller does not wait for f past what it would have waited alone: when
+// its context ends first, it returns the context's error (its CallRecord
+// holding only the wait); when f's call is about to wait past the caller's
+// deadline (sharedSleep), the caller ends as a call alone whose models all
+// failed would (giveUp), at once.
+func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waiter, lead bool, mark func(*CallRecord), model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	rec := callRecordFrom(ctx)
 	select {
 	case <-f.done:
+	case attempts := <-w.gone:
+		return c.giveUp(ctx, start, attempts, model, contents, config)
 	case <-ctx.Done():
 		if rec != nil {
 			*rec = CallRecord{Latency: time.Since(start), CostKnown: true}
@@ -177,6 +311,21 @@ func await(ctx context.Context, start time.Time, f *flight, lead bool, mark func
 		return nil, f.err
 	}
 	return copyResponse(f.resp), nil
+}
+
+// giveUp ends a call that stopped waiting for its shared call, which made
+// attempts, as the call alone would have ended once every model failed:
+// with the answer cache's answer (WithAnswerCache), the Fallback's, or a
+// *CascadeError holding the shared call's attempts so far. It is counted
+// in Stats as a call of its own.
+func (c *Client) giveUp(ctx context.Context, start time.Time, attempts []Attempt, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+	call := c.newGenerateCall(ctx, model, contents, config)
+	defer releaseGenerateCall(call)
+	call.start = start
+	call.attempts = append(call.attempts, attempts...)
+	c.stats.calls.Add(1)
+	defer call.recordUnfinished()
+	return call.finish(ctx, nil, nil, nil)
 }
 
 // copyResponse returns a copy of resp's top-level struct: a caller that sets

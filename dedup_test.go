@@ -338,3 +338,103 @@ func TestDedupPanicReachesTheCaller(t *testing.T) {
 		require.NoError(t, err, "the next call starts a new shared call")
 	})
 }
+
+// TestSharedCallsStayInTheirBulkhead: a call of one bulkhead never joins an
+// identical call (WithDedup) or a call with the same idempotency key that
+// waits in another bulkhead's full queue: it goes through its own bulkhead,
+// which has room, and is answered; the queued call alone meets its
+// bulkhead's refusal.
+func TestSharedCallsStayInTheirBulkhead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []geminiguard.Option
+		ctx  func(context.Context) context.Context
+	}{
+		{"dedup", []geminiguard.Option{geminiguard.WithDedup(true)}, func(ctx context.Context) context.Context { return ctx }},
+		{"idempotency key", nil, func(ctx context.Context) context.Context { return keyed(ctx, "order-42") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+				c := newClient(t, srv, nil, append(tc.opts, geminiguard.WithCascade(flash),
+					geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Second}),
+					geminiguard.WithBulkhead("chat", geminiguard.Bulkhead{MaxConcurrent: 1}))...)
+
+				var wg sync.WaitGroup
+				wg.Go(func() { // holds batch's one slot
+					_, _, _, err := askWith(feature("batch"), c, "Summarise the logs", nil)
+					assert.NoError(t, err)
+				})
+				synctest.Wait()
+				wg.Go(func() { // waits in batch's queue, then is refused
+					_, _, _, err := askWith(tc.ctx(feature("batch")), c, "Say hi", nil)
+					assert.ErrorIs(t, err, geminiguard.ErrBulkheadFull)
+				})
+				synctest.Wait()
+
+				text, rec, took, err := askWith(tc.ctx(feature("chat")), c, "Say hi", nil)
+				require.NoError(t, err, "chat's bulkhead has room: batch's full queue is not chat's")
+				assert.Equal(t, srv.FullText(flash), text)
+				assert.Equal(t, flash, rec.Model)
+				assert.False(t, rec.Deduplicated)
+				assert.False(t, rec.Replayed)
+				assert.Equal(t, answerTime, took)
+				wg.Wait()
+				assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "batch's first call and chat's")
+			})
+		})
+	}
+}
+
+// TestSharedCallShortDeadlineGetsTheFallback: in an outage a call with a
+// 300 ms deadline gets the Fallback at once alone (its first backoff, 1 s,
+// would overrun its deadline); with an idempotency key
+// or under WithDedup it gets the same, at once, though the shared call it
+// started goes on backing off for its longer deadline.
+func TestSharedCallShortDeadlineGetsTheFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		dedup bool
+		ctx   func(context.Context) context.Context
+	}{
+		{"alone", false, func(ctx context.Context) context.Context { return ctx }},
+		{"dedup", true, func(ctx context.Context) context.Context { return ctx }},
+		{"idempotency key", false, func(ctx context.Context) context.Context { return keyed(ctx, "order-42") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(always(flash, geminitest.Step{Fault: geminitest.Overloaded}))
+				c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(tc.dedup),
+					geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: time.Second, Jitter: geminiguard.JitterNone}),
+					geminiguard.WithFallback(geminiguard.TextFallback("busy")))
+				ctx, cancel := context.WithTimeout(tc.ctx(t.Context()), 300*time.Millisecond)
+				defer cancel()
+				var rec geminiguard.CallRecord
+				start := time.Now()
+				resp, err := c.GenerateContent(geminiguard.WithCallRecord(ctx, &rec), "", genai.Text("Say hi"), nil)
+				require.NoError(t, err)
+				assert.True(t, geminiguard.IsFallback(resp))
+				assert.Equal(t, "busy", resp.Text())
+				assert.True(t, rec.Fallback)
+				assert.Zero(t, time.Since(start), "at once, as alone")
+			})
+		})
+	}
+}
+
+// TestDedupSharedCallStopsWhenNoCallerWaits: a shared call whose every
+// caller left stops sending; one with an idempotency key runs to its end,
+// so that a retry of the key finds its answer.
+func TestDedupSharedCallStopsWhenNoCallerWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(always(flash, geminitest.Step{Fault: geminitest.Overloaded, Latency: time.Second}))
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(true))
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		_, _, took, err := askWith(ctx, c, "Say hi", nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 500*time.Millisecond, took)
+		time.Sleep(time.Minute)
+		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "no retry for a caller that left")
+	})
+}

@@ -36,8 +36,12 @@
 // ErrCircuitOpen, ErrAllModelsFailed, ErrBlocked, ErrEmptyResponse,
 // ErrStreamInterrupted, ErrBulkheadFull, ErrBudgetExhausted) with errors.Is,
 // and carry details in *CascadeError, *ModelError, *ResponseError,
-// *StreamError and *CoolingError. Classify reads any error into a Verdict.
-// A call the Fallback answered returns err == nil: IsFallback tells.
+// *StreamError and *CoolingError. Classify reads any error into a Verdict,
+// which names the rule that decided it (Verdict.Rule, e.g. quota_per_day,
+// unsupported_feature); the Debug log lines of attempts and retries show it.
+// A call the Fallback answered returns err == nil: IsFallback tells. A nil
+// context, or a Client not made by New, is refused before anything is sent
+// with an error that says what to pass; nothing panics.
 //
 // # Testing
 //

@@ -101,7 +101,7 @@ type Attempt struct {
 	Err     error         // nil for the attempt that answered
 	Delay   time.Duration // wait before this attempt (backoff, server-stated delay or token wait)
 	Elapsed time.Duration // time the upstream request took; 0 when skipped
-	Skipped bool          // no request was sent (breaker open, cooling down, out of tokens)
+	Skipped bool          // no request was sent (breaker open, cooling down, out of tokens; or the call ended first: the caller cancelled during the wait before it, Delay then the time waited, or the deadline passed)
 }
 
 // CascadeError is returned when every model failed or was skipped and no

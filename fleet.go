@@ -488,7 +488,7 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 			return stepNext, err
 		}
 		if err := call.sleep(ctx, wait); err != nil {
-			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+			return stepStop, call.unsent(m, err, sl.delay+call.now.Sub(now))
 		}
 		sl.delay += wait
 	}

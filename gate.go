@@ -26,6 +26,7 @@ type admission struct {
 	permit       permit
 	endpoint     endpoint
 	opened       *transition     // the change allow made (open → half-open), reported once the request goes
+	hold         budgetHold      // the request's estimated cost, counted against the budget until abandon
 	sent         bool            // the request left: its grant is spent whatever comes back
 	settled      bool            // the permit was handed back
 	ctx          context.Context // the call's, for the reports of settle
@@ -38,7 +39,8 @@ const stepGo step = -1
 // admit decides whether the call may send its next request to sl's model
 // now. It fills a (which must be zero) and returns stepGo; or, having
 // recorded why, and leaving a holding nothing, stepNext
-// when the model cannot take the request for this call (cooling down, open,
+// when the model cannot take the request for this call (its WithModelConfig
+// adjustment makes it malformed (adjustFlaw), cooling down, open,
 // throttled for its recent failures while another model can answer (see
 // route.go), out of tokens before the deadline, or out of tokens now while
 // another model can answer), or stepStop with the error that ends the call (its
@@ -53,14 +55,18 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	now := call.now
 	if !now.Before(call.deadline) {
 		if err := ctx.Err(); err != nil {
-			return stepStop, call.fail(m.name, err, sl.delay, 0)
+			return stepStop, call.unsent(m, err, sl.delay)
 		}
 		if d, ok := ctx.Deadline(); ok && !d.After(call.deadline) {
 			// The caller's deadline, reached before its context says so
 			// (its timer is about to fire): the caller's error, not ours.
-			return stepStop, call.fail(m.name, context.DeadlineExceeded, sl.delay, 0)
+			return stepStop, call.unsent(m, context.DeadlineExceeded, sl.delay)
 		}
-		return stepStop, call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay, 0)
+		return stepStop, call.unsent(m, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeRequest}, Err: errCallTimeout}, sl.delay)
+	}
+	if err := call.adjustFlaw(m); err != nil {
+		call.skip(m, err, sl.delay)
+		return stepNext, err
 	}
 	if next, err := call.overBudget(ctx, m); next != stepGo {
 		call.skip(m, err, sl.delay)
@@ -102,6 +108,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		return stepNext, err
 	}
 	a.m, a.br, a.permit, a.endpoint, a.opened, a.ctx = m, br, p, call.endpoint, tr, ctx
+	a.hold = call.holdBudget(m)
 	return stepGo, nil
 }
 
@@ -132,7 +139,7 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 		if err := call.sleep(ctx, wait); err != nil {
 			g.cancel()
 			*g = grant{}
-			return stepStop, call.fail(m.name, err, sl.delay+wait, 0)
+			return stepStop, call.unsent(m, err, sl.delay+call.now.Sub(now))
 		}
 		sl.delay += wait
 		call.c.tel.limiterWaited(ctx, m, wait)
@@ -182,8 +189,10 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 // abandon settles an admission that a panic left unsettled, saying nothing
 // about the model: its permit (a probe's slot included) is freed, and a
 // grant whose request never left is given back. Deferred wherever an
-// admission is held; it does nothing once settle ran.
+// admission is held, it also releases the budget hold, after the response
+// was billed; it does nothing else once settle ran.
 func (a *admission) abandon() {
+	a.hold.release()
 	if a.settled || a.br == nil {
 		return
 	}

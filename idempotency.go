@@ -24,7 +24,9 @@ type idempotencyKey struct{}
 // with it, answer at most once per key: a call with a key whose call
 // already succeeded (within WithIdempotencyTTL) gets that call's answer
 // again without sending anything, and one whose call is still in flight
-// waits for it. So a caller that retries after its own timeout, or after
+// in the same bulkhead (WithBulkheadName) waits for it; a call of another
+// bulkhead sends its own, so that no feature waits in, or is refused by,
+// another's bulkhead. So a caller that retries after its own timeout, or after
 // losing the answer, does not pay twice. key "" means no key.
 //
 // Such an answer (a replay) is a copy of the stored response's top-level
@@ -33,10 +35,14 @@ type idempotencyKey struct{}
 // replay's CallRecord has Replayed set, the model that answered, and no
 // attempts, tokens nor cost; it is not counted in Stats nor in metrics.
 //
-// The call of a key runs to its end (within the call timeout of
-// WithTimeouts) even when its caller gives up, so that a retry can find its
-// answer: it keeps the values of its caller's context (its bulkhead, its
-// trace), not its cancellation nor its deadline. Only answers from a model
+// The call of a key keeps the values of its caller's context (its
+// bulkhead, its trace), not its cancellation nor its deadline, within the
+// call timeout of WithTimeouts; a caller waits for it as under WithDedup
+// (never longer than it would alone: its deadline coming first, it gets
+// the answer cache's answer, the Fallback's or a typed error). A request
+// the call sent finishes even when no caller waits any more, so that a
+// retry can find its answer; but a call no caller waits for starts no new
+// attempt: it stops at its next wait (a backoff, a pause). Only answers from a model
 // are stored: neither errors nor the Fallback's answer, so a retry after a
 // failure tries again.
 //
@@ -110,7 +116,8 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 			return copyResponse(a.resp), nil
 		}
 	}
-	f, lead := c.shared.keyed.join(key, d, c.detached(ctx, func(ctx context.Context) (*genai.GenerateContentResponse, error) {
+	fk, w := c.flightKey(ctx, key), newWaiter(ctx)
+	f, lead := c.join(ctx, &c.shared.keyed, fk, d, w, false, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
 		if a, ok := c.loadAnswer(ctx, key); ok {
 			// Another replica's answer (WithSharedState): kept here too.
 			if a.digest != d {
@@ -134,11 +141,12 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 			c.storeAnswer(ctx, key, a)
 		}
 		return resp, err
-	}))
+	})
+	defer c.shared.keyed.leave(fk, f, w)
 	if f.digest != d {
 		return nil, errKeyReused()
 	}
-	return await(ctx, start, f, lead, func(rec *CallRecord) { rec.Replayed = true })
+	return c.await(ctx, start, f, w, lead, func(rec *CallRecord) { rec.Replayed = true }, model, contents, config)
 }
 
 // wireAnswer is a storedAnswer as an AnswerStore keeps it.

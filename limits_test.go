@@ -27,9 +27,9 @@ func allocated(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// Defect 5: a quotaValue the server states is learned within a bound: a huge
+// A quotaValue the server states is learned within a bound: a huge
 // one neither panics nor allocates in proportion to it.
-func TestDefect5HugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
+func TestHugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
 	for _, fault := range []geminitest.Fault{geminitest.RateLimitMinute, geminitest.RateLimitTokens} {
 		for _, value := range []string{"2147483647", "9223372036854775807", "99999999999999999999999"} {
 			t.Run(fault.String()+"/"+value, func(t *testing.T) {
@@ -57,8 +57,8 @@ func TestDefect5HugeQuotaValueIsLearnedWithinBounds(t *testing.T) {
 	}
 }
 
-// Defect 5: any configured limit works, math.MaxInt included.
-func TestDefect5MaxIntLimits(t *testing.T) {
+// Any configured limit works, math.MaxInt included.
+func TestMaxIntLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
 		huge := geminiguard.Limits{RPM: math.MaxInt, TPM: math.MaxInt, RPD: math.MaxInt}
@@ -81,9 +81,9 @@ func prompt(tokens int) []*genai.Content {
 	return genai.Text(strings.Repeat("abcd", tokens))
 }
 
-// Defect 8: a request whose limiter wait is cancelled gives its tokens and
+// A request whose limiter wait is cancelled gives its tokens and
 // its place in line back: the next small request does not wait for it.
-func TestDefect8CancelledWaitGivesBackTokens(t *testing.T) {
+func TestCancelledWaitGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),
@@ -109,9 +109,9 @@ func TestDefect8CancelledWaitGivesBackTokens(t *testing.T) {
 	})
 }
 
-// Defect 8: when every caller queued behind a TPM limit gives up at once,
+// When every caller queued behind a TPM limit gives up at once,
 // whatever the order their waits end in, the limiter is as they found it.
-func TestDefect8EveryCancelledWaitGivesBackTokens(t *testing.T) {
+func TestEveryCancelledWaitGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),
@@ -142,9 +142,9 @@ func TestDefect8EveryCancelledWaitGivesBackTokens(t *testing.T) {
 	})
 }
 
-// Defect 8: a model skipped because its limiter would make the call wait
+// A model skipped because its limiter would make the call wait
 // gives its tokens back: the next small request is answered by it at once.
-func TestDefect8SkippedModelGivesBackTokens(t *testing.T) {
+func TestSkippedModelGivesBackTokens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash}, geminitest.Model{Name: lite})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash, lite), geminiguard.WithHeadroom(1),
@@ -167,9 +167,9 @@ func TestDefect8SkippedModelGivesBackTokens(t *testing.T) {
 	})
 }
 
-// Defect 15: a call refused by a local limit never matches a context error,
+// A call refused by a local limit never matches a context error,
 // and says when the model can take it.
-func TestDefect15LocalRefusalIsNotAContextError(t *testing.T) {
+func TestLocalRefusalIsNotAContextError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithHeadroom(1),

@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"fmt"
 	"slices"
 	"sync/atomic"
 
@@ -101,4 +102,22 @@ func (c *Client) otherModels() []string {
 	names := c.others.Keys()
 	slices.Sort(names)
 	return names
+}
+
+// adjustFlaw returns, as m's failure of scope model, what is wrong with the
+// config m's WithModelConfig adjustment makes of the call's, checked as the
+// caller's config is (checkGenerate); nil when m has no adjustment, the
+// call sends no GenerateContentConfig (embeddings, counts), or the
+// adjusted config is fine. A call whose adjusted config is malformed sends
+// nothing to m and goes on to the next model.
+func (call *call[R]) adjustFlaw(m *modelState) error {
+	if m.adjust == nil || call.config == nil {
+		return nil
+	}
+	e := generateConfigFlaw(configFor(m, call.user, call.config, call.c.sdkRetries))
+	if e == nil {
+		return nil
+	}
+	e.under(fmt.Sprintf("WithModelConfig(%q)'s GenerateContentConfig", m.name))
+	return &ModelError{Model: m.name, Verdict: Verdict{Class: ClassBadRequest, Scope: ScopeModel}, Err: e}
 }

@@ -125,7 +125,7 @@ type ModelStats struct {
 	Successes      int64           // requests answered
 	Failures       map[Class]int64 // failed requests by class
 	Retries        int64           // retries of this model
-	Skipped        int64           // times the model was skipped (open, cooling, out of tokens)
+	Skipped        int64           // times the model was skipped (open, cooling, out of tokens, the call ended before its request left): CallRecord's skipped attempts
 	CoolDownUntil  time.Time       // zero when not cooling down
 	CoolDownReason Class
 	TokensUsed     int64 // input tokens granted by the limiter (0 without a token limit); Tokens counts what the API reported
@@ -189,8 +189,11 @@ func (s *clientStats) window() []time.Duration {
 
 // Stats returns a snapshot of the Client's counters. Safe for concurrent use;
 // it copies and sorts the latency window, so call it for dashboards, not per
-// request.
+// request. Zero on a Client not made by New.
 func (c *Client) Stats() Stats {
+	if !c.made() {
+		return Stats{}
+	}
 	now := time.Now()
 	st := Stats{Calls: c.stats.calls.Load(), Successes: c.stats.successes.Load(), Fallbacks: c.stats.fallbacks.Load()}
 	if st.Calls > 0 {
@@ -284,7 +287,7 @@ func (c *Client) cooledDown(ctx context.Context, ev CoolDownEvent) {
 func (c *Client) retrying(ctx context.Context, ev RetryEvent) {
 	if l := c.cfg.logger; l != nil && l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "geminiguard: retrying", slog.String("model", ev.Model), slog.Int("attempt", ev.Attempt),
-			slog.String("class", ev.Verdict.Class.String()), slog.Duration("delay", ev.Delay))
+			slog.String("class", ev.Verdict.Class.String()), slog.String("rule", ev.Verdict.Rule), slog.Duration("delay", ev.Delay))
 	}
 	c.tel.count(ctx, func(ins *instruments) metric.Int64Counter { return ins.retries }, ev.Model, ev.Verdict.Class)
 	if h := c.cfg.hooks.OnRetry; h != nil {

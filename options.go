@@ -184,8 +184,14 @@ func WithCascade(models ...string) Option {
 // fields and replace pointers, maps and slices, but do not write through
 // them, as they are the caller's. The caller's config is never modified;
 // the SDK's own retry and automatic continuation stay off whatever adjust
-// sets. adjust must be safe for concurrent use; it is called on the call's
-// goroutine. The last WithModelConfig for a model wins; a nil adjust
+// sets. The adjusted config is checked as the caller's is (numbers JSON
+// cannot encode, nil elements): a malformed one is that model's failure,
+// not the call's: nothing is sent to the model, the call records it as
+// skipped with an error that names the override and the field (Classify:
+// ClassBadRequest, ScopeModel) and goes on to the next model. adjust must
+// be safe for concurrent use and give the same config for the same input:
+// it is called on the call's goroutine, once to check the config and once
+// to send it. The last WithModelConfig for a model wins; a nil adjust
 // removes it. Default: every model gets the call's config as it is.
 func WithModelConfig(model string, adjust func(cfg *genai.GenerateContentConfig)) Option {
 	return optionFunc(func(cfg *config) {
@@ -281,17 +287,25 @@ func WithSharedState(s SharedState) Option {
 
 // WithDedup makes identical GenerateContent calls in flight at once share
 // one call: a call whose model, contents and config (compared by a SHA-256
-// of their JSON) are those of a call in flight sends nothing and gets that
-// call's answer or error. Default: off.
+// of their JSON) are those of a call in flight of the same bulkhead
+// (WithBulkheadName) sends nothing and gets that call's answer or error.
+// Calls of different bulkheads never share one: a feature's full bulkhead
+// never queues nor refuses another feature's call. Default: off.
 //
 // Each caller gets a copy of the response's top-level struct, so setting
 // its fields does not change another caller's answer; the values it points
 // to (Candidates, UsageMetadata, ...) are shared, so treat them as
-// read-only. The shared call runs to its end (within the call timeout of
-// WithTimeouts) even when the caller that started it gives up, and keeps
-// the values of that caller's context (its bulkhead, its trace), not its
-// cancellation nor its deadline. A caller whose context ends stops waiting
-// at once, without stopping the shared call. The caller that started it
+// read-only. The shared call keeps the values of the context of the caller
+// that started it (its bulkhead, its trace), not its cancellation nor its
+// deadline: it runs, within the call timeout of WithTimeouts, while any
+// caller waits for it, and stops when the last one leaves. A caller never
+// waits longer than it would alone: when its context ends it returns the
+// context's error at once; when the shared call is about to wait (a
+// backoff, a pause) past the caller's deadline, the caller gets at once
+// what a call alone whose models all failed gets: the answer cache's
+// answer (WithAnswerCache), the Fallback's, or a *CascadeError holding the
+// shared call's attempts so far; it is then counted in Stats as a call of
+// its own. The caller that started it
 // gets its CallRecord; the others get one with Deduplicated set, take no
 // bulkhead slot, and are not counted in Stats nor in metrics. Streams (GenerateContentStream) are never shared: a
 // stream's chunks are consumed at each caller's pace.

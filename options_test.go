@@ -12,9 +12,9 @@ import (
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
-// TestDefect16KeyNeverPrinted: printing the Client used to print the API
+// TestKeyNeverPrinted: printing the Client used to print the API
 // key.
-func TestDefect16KeyNeverPrinted(t *testing.T) {
+func TestKeyNeverPrinted(t *testing.T) {
 	srv := geminitest.New(geminitest.Model{Name: lite})
 	c := newClient(t, srv, nil, geminiguard.WithStartupCheck(false))
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {

@@ -41,7 +41,7 @@ func recovered(f func()) (v any) {
 	return nil
 }
 
-func TestDefect2PanicInStreamLoopBodyDuringProbeFreesTheProbeSlot(t *testing.T) {
+func TestPanicInStreamLoopBodyDuringProbeFreesTheProbeSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.Overloaded}}})
 		c := openedByOneFailure(t, srv)
@@ -82,7 +82,7 @@ func (p *panickingTransport) RoundTrip(req *http.Request) (*http.Response, error
 	return p.base.RoundTrip(req)
 }
 
-func TestDefect2PanicDuringUnaryProbeFreesTheProbeSlot(t *testing.T) {
+func TestPanicDuringUnaryProbeFreesTheProbeSlot(t *testing.T) {
 	for _, source := range []string{"the transport", "a state-change hook"} {
 		t.Run(source, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -125,7 +125,7 @@ func halfOf(text string) string {
 	return string(runes[:(len(runes)+1)/2])
 }
 
-func TestDefect3FailedContinuationHopNeverTakesTheFallback(t *testing.T) {
+func TestFailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
 		srv := geminitest.New(
@@ -154,7 +154,7 @@ func TestDefect3FailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 	})
 }
 
-func TestDefect3ContinuationHopsShareTheCallTimeout(t *testing.T) {
+func TestContinuationHopsShareTheCallTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 4 * time.Second,
 			Script: []geminitest.Step{{Continuation: true}, {Continuation: true}, {}}})
@@ -170,7 +170,7 @@ func TestDefect3ContinuationHopsShareTheCallTimeout(t *testing.T) {
 	})
 }
 
-func TestDefect3StreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
+func TestStreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
 		srv := geminitest.New(
@@ -192,7 +192,7 @@ func TestDefect3StreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 	})
 }
 
-func TestDefect4StreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
+func TestStreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
 	for _, fault := range []geminitest.Fault{geminitest.StopNoParts, geminitest.FinishOther, geminitest.FinishMalformedFunctionCall} {
 		t.Run(fault.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -213,7 +213,7 @@ func TestDefect4StreamQuietEndsFailAsUnaryAnswersDo(t *testing.T) {
 	}
 }
 
-func TestDefect4ResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
+func TestResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		other := geminitest.Step{Fault: geminitest.FinishOther}
 		srv := geminitest.New(geminitest.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,
@@ -230,7 +230,7 @@ func TestDefect4ResumedStreamEndingEmptyIsNoCompleteAnswer(t *testing.T) {
 	})
 }
 
-func TestDefect6FallbackResponseIsNeverWritten(t *testing.T) {
+func TestFallbackResponseIsNeverWritten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cached := &genai.GenerateContentResponse{Candidates: []*genai.Candidate{{
 			Content: genai.NewContentFromText("a cached answer", genai.RoleModel), FinishReason: genai.FinishReasonStop}}}
@@ -256,7 +256,7 @@ func TestDefect6FallbackResponseIsNeverWritten(t *testing.T) {
 	})
 }
 
-func TestDefect7ModelsOutsideTheCascadeKeepBoundedState(t *testing.T) {
+func TestModelsOutsideTheCascadeKeepBoundedState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash))
@@ -296,7 +296,7 @@ func (s *stallingCounts) RoundTrip(req *http.Request) (*http.Response, error) {
 	return s.base.RoundTrip(req)
 }
 
-func TestDefect10StalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.T) {
+func TestStalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
 		counts := &stallingCounts{base: srv.Transport()}
@@ -319,7 +319,7 @@ func TestDefect10StalledTokenCountIsBoundedByTheCallAndBlamesNoModel(t *testing.
 	})
 }
 
-func TestDefect11StreamNeverFallsBackOnceAChunkWasYielded(t *testing.T) {
+func TestStreamNeverFallsBackOnceAChunkWasYielded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
 		srv := geminitest.New(geminitest.Model{Name: flash, ChunkInterval: 100 * time.Millisecond,

@@ -73,7 +73,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	switch {
 	case err == nil && call.stream != nil:
 		call.stream.held = *a // its outcome is known when the stream ends
-		a.settled = true
+		a.settled, a.hold = true, budgetHold{}
 	default:
 		c.settle(a, end, err, v)
 	}
@@ -134,12 +134,13 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 }
 
 // backoff reports the retry of sl's model after its failure err and waits d
-// before it. It returns the caller's context error, recorded, when that
-// ended the wait.
+// before it. It returns the caller's context error, recorded as unsent
+// with the time waited, when that ended the wait.
 func (call *call[R]) backoff(ctx context.Context, sl *retrySlot, v Verdict, err error, d time.Duration) error {
 	call.c.retrying(ctx, RetryEvent{Model: sl.m.name, Attempt: sl.tries, Err: err, Verdict: v, Delay: d})
+	start := call.now
 	if err := call.sleep(ctx, d); err != nil {
-		return call.fail(sl.m.name, err, d, 0)
+		return call.unsent(sl.m, err, call.now.Sub(start))
 	}
 	sl.delay, sl.prev = d, d
 	return nil

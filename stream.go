@@ -40,9 +40,15 @@ import (
 // Breaking out of the loop releases the connection and the breaker permit,
 // and the slot of the call's bulkhead (WithBulkheadName), which a stream
 // holds from the start of the loop to its end; a full bulkhead ends the
-// stream at once with an error matching ErrBulkheadFull.
+// stream at once with an error matching ErrBulkheadFull. A nil ctx, or a
+// Client not made by New, ends it at once with the error GenerateContent
+// returns for it.
 func (c *Client) GenerateContentStream(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) iter.Seq2[*genai.GenerateContentResponse, error] {
 	return func(yield func(*genai.GenerateContentResponse, error) bool) {
+		if err := c.usable(ctx); err != nil {
+			yield(nil, err)
+			return
+		}
 		if err := checkGenerate(contents, config); err != nil {
 			yield(nil, err)
 			return

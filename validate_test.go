@@ -117,11 +117,11 @@ func unencodable() []struct {
 	}
 }
 
-// TestDefect1UnencodableRequestIsRefusedAtOnce: a request the SDK cannot
+// TestUnencodableRequestIsRefusedAtOnce: a request the SDK cannot
 // encode used to be posted as an empty body to a malformed path, and the
 // 404 cooled every cascade model down. Now nothing is sent, nothing cools,
 // and the next good call is answered by the primary.
-func TestDefect1UnencodableRequestIsRefusedAtOnce(t *testing.T) {
+func TestUnencodableRequestIsRefusedAtOnce(t *testing.T) {
 	for _, tc := range unencodable() {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -158,10 +158,10 @@ func TestDefect1UnencodableRequestIsRefusedAtOnce(t *testing.T) {
 	}
 }
 
-// TestDefect1MethodNotFoundIsNotARetiredModel: a 404 for a path the API
+// TestMethodNotFoundIsNotARetiredModel: a 404 for a path the API
 // does not have (here a base URL with a stray segment) is about the
 // request, not the model: one request, no cascade, nothing cools down.
-func TestDefect1MethodNotFoundIsNotARetiredModel(t *testing.T) {
+func TestMethodNotFoundIsNotARetiredModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
 		c, sent := newCountingClient(t, srv, geminiguard.WithBaseURL(geminitest.BaseURL+"/proxy"))
@@ -178,11 +178,11 @@ func TestDefect1MethodNotFoundIsNotARetiredModel(t *testing.T) {
 	})
 }
 
-// TestDefect17NilElementsAreRefused: nil contents or parts used to panic
+// TestNilElementsAreRefused: nil contents or parts used to panic
 // inside the SDK, and EmbedContent without contents returned an empty
 // response. Now each is a request-scoped error naming the problem, with
 // nothing sent.
-func TestDefect17NilElementsAreRefused(t *testing.T) {
+func TestNilElementsAreRefused(t *testing.T) {
 	hi := genai.NewContentFromText("hi", genai.RoleUser)
 	cases := []struct {
 		name     string

@@ -9,6 +9,8 @@
 //	go run ./examples/outage -all                   # every scenario and the retry storm
 //	go run ./examples/outage -all -markdown -svg '' # BENCHMARKS.md's tables
 //	GEMINI_API_KEY=... go run ./examples/outage     # then a live smoke test against the real API
+//	go run ./examples/outage -family 200 -seed 1    # the brownout family: 200 cells drawn from seed 1
+//	go run ./examples/outage -cell 1000017          # replay one cell of it, arm by arm
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
 // streamCut, slowBrownout, longThinking, batchFlood, and the fleet scenarios
@@ -50,7 +52,20 @@ func main() {
 	markdown := flag.Bool("markdown", false, "print Markdown tables")
 	live := flag.Bool("live", os.Getenv("GEMINI_API_KEY") != "", "then send a few calls to the real Gemini API through geminiguard (needs GEMINI_API_KEY; on by default when it is set)")
 	cascade := flag.String("cascade", "gemini-2.5-flash-lite", "with -live: the cascade, comma-separated, primary first")
+	family := flag.Int("family", 0, "play the brownout family of issue 19 with this many cells (200 is the issue's size) instead of a scenario")
+	seed := flag.Uint64("seed", 1, "with -family: the family's seed")
+	worst := flag.Int("worst", 3, "with -family: how many worst cells to name for each figure")
+	cell := flag.Uint64("cell", 0, "replay the family's cell of this seed (as the family's report names it) and print its arms' table")
 	flag.Parse()
+	if *family > 0 || *cell > 0 {
+		log.SetOutput(io.Discard)
+		withBubbles(func(bubble func(func(context.Context))) int {
+			if *cell > 0 {
+				return replay(bubble, *cell, *markdown)
+			}
+			return playFamily(bubble, *family, *seed, *worst, *markdown)
+		})
+	}
 
 	scenarios := scenario.All()
 	if !*all {
@@ -123,6 +138,35 @@ func report(w io.Writer, res *scenario.Result, markdown bool) error {
 	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// playFamily plays n cells of the brownout family of seed, each in its own
+// bubble, and prints the family's report with the worst cells, and how
+// long it took.
+func playFamily(bubble func(func(context.Context)), n int, seed uint64, worst int, markdown bool) int {
+	began := time.Now()
+	fr := &scenario.FamilyReport{Seed: seed}
+	for i, c := range scenario.Family(seed, n) {
+		bubble(func(ctx context.Context) { fr.Cells = append(fr.Cells, scenario.PlayCell(ctx, c)) })
+		if (i+1)%20 == 0 {
+			fmt.Fprintf(os.Stderr, "outage: %d of %d cells played\n", i+1, n)
+		}
+	}
+	if err := fr.Write(os.Stdout, markdown, worst); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("played in %v of wall time\n", time.Since(began).Round(100*time.Millisecond))
+	return 0
+}
+
+// replay plays the family's cell of seed and prints its arms' table.
+func replay(bubble func(func(context.Context)), seed uint64, markdown bool) int {
+	var res *scenario.Result
+	bubble(func(ctx context.Context) { res = scenario.Run(ctx, scenario.DrawCell(seed).Scenario()) })
+	if err := report(os.Stdout, res, markdown); err != nil {
+		return fail(err)
+	}
+	return 0
 }
 
 // smoke sends three short prompts to the real Gemini API through

@@ -20,13 +20,18 @@
 //   - RateLimiter, one per model with a per-minute quota: bursty, RPM
 //     permits per minute (NewBursty), the quota as the console shows it; no
 //     wait (the library's default), so a refusal goes to the next model.
-//   - HedgePolicy, only on a model with a HedgeAfter (the latency
-//     scenarios): one hedge (failsafe-go's default), to the same model,
-//     after that fixed delay (NewWithDelay), if the attempt has not
-//     answered; the first result wins and the other request is cancelled
-//     (the default). Inside the retry, so each attempt is hedged; outside
-//     the breaker and the rate limiter, so a hedge passes both like any
-//     request. No hedge budget: the delay alone bounds the hedges.
+//   - HedgePolicy, only on a model with a HedgeAfter or a HedgeQuantile:
+//     one hedge (failsafe-go's default), to the same model, if the attempt
+//     has not answered after that fixed delay (NewWithDelay; the latency
+//     scenarios), or after that quantile of the model's recent successful
+//     durations (NewBuilderWithDelayQuantile, remembering HedgeAge
+//     executions and hedging from the HedgeWarmup-th on) within a
+//     budget.New() at its defaults (hedges and retries at most 20% of the
+//     executions in flight, at least 3; the brownout family); the first
+//     result wins and the other request is cancelled (the default). Inside
+//     the retry, so each attempt is hedged; outside the breaker and the rate
+//     limiter, so a hedge passes both like any request. With a fixed delay
+//     no budget: the delay alone bounds the hedges.
 //   - Fallback: on any error, the next model's stack; the last model has
 //     none.
 //
@@ -43,6 +48,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/fallback"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
@@ -59,6 +65,10 @@ const (
 	Jitter    = 0.25
 	Threshold = 5
 	OpenFor   = 30 * time.Second
+	// HedgeAge and HedgeWarmup are the quantile hedge's memory and the
+	// executions it records before it hedges.
+	HedgeAge    = 200
+	HedgeWarmup = 20
 )
 
 // Model is one model of the cascade the stack falls back along.
@@ -69,6 +79,11 @@ type Model struct {
 	// Attempts run concurrently when it is set: an Attempt must not share
 	// state between the attempts of a call.
 	HedgeAfter time.Duration
+	// HedgeQuantile, in (0, 1), is the quantile of the model's recent
+	// successful durations after which its HedgePolicy hedges, within a
+	// budget; 0: HedgeAfter decides. Attempts run concurrently as with
+	// HedgeAfter.
+	HedgeQuantile float64
 }
 
 // Stack runs calls through the per-model failsafe-go stacks, each falling
@@ -119,7 +134,12 @@ func New[R any](models []Model, openFor time.Duration) *Stack[R] {
 			WithDelay(openFor).
 			Build()
 		policies = append(policies, retry)
-		if m.HedgeAfter > 0 {
+		switch {
+		case m.HedgeQuantile > 0:
+			policies = append(policies, hedgepolicy.NewBuilderWithDelayQuantile[R](m.HedgeQuantile, HedgeAge, HedgeWarmup).
+				WithBudget(budget.New()).
+				Build())
+		case m.HedgeAfter > 0:
 			policies = append(policies, hedgepolicy.NewWithDelay[R](m.HedgeAfter))
 		}
 		policies = append(policies, s.Breakers[i])

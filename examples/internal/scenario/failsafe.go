@@ -12,9 +12,11 @@ import (
 // around the genai SDK (SDK retry off), over the scenario's cascade and its
 // per-minute quotas. In the latency scenarios (Scenario.HedgeAfter set)
 // each model's stack has a HedgePolicy with that fixed delay, the way a
-// developer who measured the primary's p95 on ordinary requests sets it;
-// streams are never hedged (the attempts of a stream share what the user
-// sees).
+// developer who measured the primary's p95 on ordinary requests sets it; in
+// the brownout family (Scenario.HedgeQuantile set) one that hedges after
+// that quantile of the model's recent durations, within a budget, the way a
+// developer who read failsafe-go's documentation sets it. Streams are never
+// hedged (the attempts of a stream share what the user sees).
 func FailsafeArm() Arm {
 	return Arm{Name: "failsafe", New: func(ctx context.Context, env Env) (Caller, error) {
 		c, err := newClient(ctx, env, nil)
@@ -36,7 +38,7 @@ func newFailsafeCaller(api *genai.Models, sc *Scenario) *failsafeCaller {
 	for i, m := range sc.Models {
 		models[i] = failsafestack.Model{Name: m.Name, RPM: m.Quota.RPM}
 		if !sc.Workload.Stream {
-			models[i].HedgeAfter = sc.HedgeAfter
+			models[i].HedgeAfter, models[i].HedgeQuantile = sc.HedgeAfter, sc.HedgeQuantile
 		}
 	}
 	return &failsafeCaller{stack: failsafestack.New[Outcome](models, failsafestack.OpenFor), api: api}

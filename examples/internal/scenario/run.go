@@ -124,9 +124,19 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 		}
 		wg.Wait()
 	} else {
-		for i := range ar.Calls {
-			do(i)
+		callers := max(sc.Workload.Callers, 1)
+		var wg sync.WaitGroup
+		for k := range callers {
+			wg.Go(func() {
+				for i := k; i < len(ar.Calls); i += callers {
+					if i >= callers && sc.Workload.Think > 0 {
+						time.Sleep(sc.Workload.Think)
+					}
+					do(i)
+				}
+			})
 		}
+		wg.Wait()
 	}
 	ar.Upstream = rec.entries()
 	if fr, ok := caller.(figureReporter); ok {

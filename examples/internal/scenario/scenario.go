@@ -34,6 +34,10 @@ type Scenario struct {
 	// HedgeAfter, when > 0, gives the failsafe arm a HedgePolicy on every
 	// model with this fixed delay (the latency scenarios): see FailsafeArm.
 	HedgeAfter time.Duration
+	// HedgeQuantile, when > 0, gives the failsafe arm instead a HedgePolicy
+	// on every model that hedges after this quantile of the model's recent
+	// durations, within a budget (the brownout family): see FailsafeArm.
+	HedgeQuantile float64
 	// Measures are the scenario's own columns of the report.
 	Measures []Measure
 }
@@ -73,6 +77,11 @@ type Workload struct {
 	Arrivals []time.Duration
 	// Calls is the number of back-to-back calls when Arrivals is nil.
 	Calls int
+	// Callers, with Calls, is the number of users sending them at once
+	// (0: one): caller k sends calls k, k+Callers, k+2·Callers, ..., each
+	// Think after its previous one returned.
+	Callers int
+	Think   time.Duration
 	// Stream sends GenerateContentStream calls instead of GenerateContent.
 	Stream bool
 	// Feature, when set, names the feature of the app that sends call (e.g.

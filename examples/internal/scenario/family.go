@@ -1,0 +1,341 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/geminiguard/geminiguard/geminitest"
+)
+
+// The brownout family of issue 19: brownouts drawn at random from ranges
+// instead of one script each, so that a defence is judged on brownouts it
+// was not tuned on. Each cell is a Scenario played against geminiguard at
+// its defaults, the failsafe-go stack with failsafe-go's quantile
+// HedgePolicy, and the oracle.
+
+// Cell is one brownout of the family: its parameters, all drawn from Seed
+// by DrawCell, so that the seed alone replays it. It is a plain value.
+type Cell struct {
+	Seed uint64
+	// Thinking cells have nothing wrong: every request of both models is
+	// slow (long thinking, Secondary's median on both); the brownout fields
+	// are zero.
+	Thinking bool
+	// Fail is the share of the primary's requests that fail with 503
+	// during the brownout. With Burst > 0 the failures come in bad spells
+	// in which the primary fails every request, Burst requests long on
+	// average (at the workload's mean rate of calls); otherwise each
+	// request fails independently.
+	Fail  float64
+	Burst float64
+	// SecondaryFail is the share of the secondary's requests that fail
+	// with 503, independently, for the whole run.
+	SecondaryFail float64
+	// Secondary is the secondary's median latency; Ratio the primary's
+	// over it.
+	Secondary time.Duration
+	Ratio     float64
+	// Stall is the share of the primary's requests during the brownout
+	// that stall StallFor before they answer, drawn per request.
+	Stall    float64
+	StallFor time.Duration
+	// Callers users send the calls back to back, each Think after its
+	// previous call returned; 0: Poisson arrivals at Rate calls a second.
+	Callers int
+	Think   time.Duration
+	Rate    float64
+	// Run is the run's length as drawn; Calls the calls sent over it (see
+	// familyCalls for how a long run is thinned).
+	Run   time.Duration
+	Calls int
+	// Onset is the brownout's start since the run's; 0: it is there from
+	// the Client's start.
+	Onset time.Duration
+}
+
+// The family's ranges (issue 19) and bounds.
+const (
+	familyFailMin, familyFailMax     = 0.05, 0.60
+	familyBurstMin, familyBurstMax   = 1.0, 20.0
+	familySecondaryFailMax           = 0.10
+	familyRatioMin, familyRatioMax   = 0.3, 3.0
+	familyStallMax                   = 0.30
+	familyStallMin, familyStallLong  = 5 * time.Second, 60 * time.Second
+	familyCallersMax                 = 64
+	familyRunMin, familyRunMax       = 20 * time.Second, 20 * time.Minute
+	familySecondaryMin, familySecMax = 500 * time.Millisecond, 2 * time.Second
+	// Thinking cells' median latency: under the 60s attempt timeout of
+	// geminiguard's defaults even at the spread's ceiling (1.87×).
+	familyThinkMin, familyThinkMax = 10 * time.Second, 30 * time.Second
+	// familyMaxCalls bounds a cell's calls, so that a family of 200 cells
+	// plays in minutes: a longer or busier cell keeps its run length and
+	// its concurrency, and its users pause between calls (Think) or its
+	// arrivals thin out. familyMinCalls is the fewest calls a cell sends: a
+	// short run of one slow user lasts longer than drawn.
+	familyMaxCalls = 400
+	familyMinCalls = 10
+	// FamilyHedgeQuantile is the quantile after which the failsafe arm's
+	// HedgePolicy hedges in the family: The Tail at Scale's p95.
+	FamilyHedgeQuantile = 0.95
+)
+
+// The family's kinds of cells, by the share of cells they take: 503
+// brownouts, latency brownouts (stalls, no errors), both at once, and
+// long thinking (nothing wrong).
+const (
+	familyThinkingShare = 0.10
+	familyErrorsShare   = 0.35
+	familyStallsShare   = 0.25
+	// the rest: both errors and stalls
+)
+
+// CellSeed returns the seed of cell i (from 0) of the family of seed:
+// seed·1,000,000 + i + 1, so that it reads as both.
+func CellSeed(seed uint64, i int) uint64 {
+	return seed*1_000_000 + uint64(i) + 1
+}
+
+// Family returns the n cells of the family of seed, drawn by DrawCell from
+// CellSeed(seed, i).
+func Family(seed uint64, n int) []Cell {
+	out := make([]Cell, n)
+	for i := range out {
+		out[i] = DrawCell(CellSeed(seed, i))
+	}
+	return out
+}
+
+// DrawCell returns the cell of seed: each parameter drawn from its range
+// (uniform, or log-uniform for scales: bursts, latencies, callers, runs).
+func DrawCell(seed uint64) Cell {
+	r := rng(seed, "cell")
+	logUniform := func(lo, hi float64) float64 { return lo * math.Exp(r.Float64()*math.Log(hi/lo)) }
+	uniform := func(lo, hi float64) float64 { return lo + r.Float64()*(hi-lo) }
+	c := Cell{Seed: seed, Ratio: 1}
+	c.Run = time.Duration(logUniform(float64(familyRunMin), float64(familyRunMax))).Round(time.Second)
+	kind := r.Float64()
+	switch {
+	case kind < familyThinkingShare:
+		c.Thinking = true
+		c.Secondary = time.Duration(uniform(float64(familyThinkMin), float64(familyThinkMax))).Round(time.Second)
+	default:
+		c.Secondary = time.Duration(logUniform(float64(familySecondaryMin), float64(familySecMax))).Round(10 * time.Millisecond)
+		c.Ratio = math.Round(100*logUniform(familyRatioMin, familyRatioMax)) / 100
+		c.SecondaryFail = uniform(0, familySecondaryFailMax)
+		stalls := kind >= familyThinkingShare+familyErrorsShare
+		errs := kind < familyThinkingShare+familyErrorsShare || kind >= familyThinkingShare+familyErrorsShare+familyStallsShare
+		if errs {
+			c.Fail = uniform(familyFailMin, familyFailMax)
+			if r.Float64() < 0.5 {
+				c.Burst = math.Round(10*logUniform(familyBurstMin, familyBurstMax)) / 10
+			}
+		}
+		if stalls {
+			c.Stall = uniform(0, familyStallMax)
+			c.StallFor = time.Duration(uniform(float64(familyStallMin), float64(familyStallLong))).Round(time.Second)
+		}
+		if r.Float64() >= 0.5 {
+			c.Onset = time.Duration(uniform(0.1, 0.6) * float64(c.Run)).Round(time.Second)
+		}
+	}
+	// Concurrency: users back to back, or Poisson arrivals that keep as
+	// many calls in flight on average.
+	load := logUniform(1, familyCallersMax+1)
+	closed := r.Float64() < 0.5
+	c.familyCalls(int(load), load, closed)
+	return c
+}
+
+// familyCalls sets the workload of c: callers users back to back (closed)
+// or Poisson arrivals with load calls in flight on average, over c.Run,
+// within familyMinCalls and familyMaxCalls (see them).
+func (c *Cell) familyCalls(callers int, load float64, closed bool) {
+	latency := c.primaryLatency().Seconds()
+	run := c.Run.Seconds()
+	if closed {
+		c.Callers = max(1, min(callers, familyCallersMax))
+		natural := int(float64(c.Callers) * run / latency)
+		c.Calls = max(familyMinCalls, min(natural, familyMaxCalls))
+		if natural > familyMaxCalls {
+			c.Think = time.Duration((float64(c.Callers)*run/float64(c.Calls) - latency) * float64(time.Second)).Round(10 * time.Millisecond)
+		}
+		return
+	}
+	c.Calls = max(familyMinCalls, min(int(load/latency*run), familyMaxCalls))
+	c.Rate = float64(c.Calls) / run
+}
+
+// primaryLatency is the primary's median latency.
+func (c Cell) primaryLatency() time.Duration {
+	return time.Duration(float64(c.Secondary) * c.Ratio).Round(10 * time.Millisecond)
+}
+
+// String names c by its seed and its parameters.
+func (c Cell) String() string {
+	return fmt.Sprintf("cell %d: %s", c.Seed, c.params())
+}
+
+// params describes c's parameters in one line.
+func (c Cell) params() string {
+	var b strings.Builder
+	switch {
+	case c.Thinking:
+		fmt.Fprintf(&b, "long thinking %v on both", c.Secondary)
+	default:
+		var parts []string
+		if c.Fail > 0 {
+			spell := "independent"
+			if c.Burst > 0 {
+				spell = fmt.Sprintf("bursts of %.1f", c.Burst)
+			}
+			parts = append(parts, fmt.Sprintf("503 %.0f%% %s", 100*c.Fail, spell))
+		}
+		if c.Stall > 0 {
+			parts = append(parts, fmt.Sprintf("stall %.0f%%×%v", 100*c.Stall, c.StallFor))
+		}
+		onset := "from start"
+		if c.Onset > 0 {
+			onset = "from " + c.Onset.String()
+		}
+		fmt.Fprintf(&b, "primary %s %s (%v, %.2f×); secondary 503 %.1f%% %v", strings.Join(parts, ", "), onset,
+			c.primaryLatency(), c.Ratio, 100*c.SecondaryFail, c.Secondary)
+	}
+	if c.Callers > 0 {
+		fmt.Fprintf(&b, "; %d callers", c.Callers)
+		if c.Think > 0 {
+			fmt.Fprintf(&b, " think %v", c.Think)
+		}
+	} else {
+		fmt.Fprintf(&b, "; Poisson %.2f/s", c.Rate)
+	}
+	fmt.Fprintf(&b, "; run %v, %d calls", c.Run, c.Calls)
+	return b.String()
+}
+
+// FamilyArms are the arms a cell is played against: geminiguard at its
+// defaults, the failsafe-go stack with its HedgePolicy, the oracle.
+func FamilyArms() []Arm {
+	return []Arm{GeminiguardArm("geminiguard"), FailsafeArm(), OracleArm()}
+}
+
+// Scenario returns c as a scenario of FamilyArms: the primary Flash and the
+// secondary gemini-2.5-flash at c's latencies, c's workload and script.
+func (c Cell) Scenario() *Scenario {
+	sc := &Scenario{
+		Name:    fmt.Sprintf("cell %d", c.Seed),
+		Summary: c.params(),
+		Anchor:  "issue 19: a user's brownout is a draw from a distribution, not one script",
+		Models: []Model{
+			{Name: flash, Latency: c.primaryLatency()},
+			{Name: flash25, Latency: c.Secondary},
+		},
+		Arms:          FamilyArms(),
+		HedgeQuantile: FamilyHedgeQuantile,
+	}
+	if c.Callers > 0 {
+		sc.Workload = Workload{Calls: c.Calls, Callers: c.Callers, Think: c.Think}
+	} else {
+		sc.Workload = Workload{Arrivals: poisson(c.Seed, c.Calls, c.Rate)}
+	}
+	if !c.Thinking {
+		sc.Window = [2]time.Duration{c.Onset, c.Run}
+	}
+	sc.Script = c.script(sc)
+	return sc
+}
+
+// script returns c's script for sc (c.Scenario()).
+func (c Cell) script(sc *Scenario) Script {
+	spells := c.spells()
+	primary := sc.Models[0].Name
+	return func(r Request) geminitest.Step {
+		step := answer(c.Seed, sc.mustModel(r.Model), r)
+		switch {
+		case c.Thinking:
+			return step
+		case r.Model != primary:
+			if draw(c.Seed, "503", r.Model, r.Call, r.At) < c.SecondaryFail {
+				return overloaded()
+			}
+			return step
+		case r.At < c.Onset:
+			return step
+		case c.fails(spells, r):
+			return overloaded()
+		case draw(c.Seed, "stall", r.Model, r.Call, r.At) < c.Stall:
+			step.Latency = c.StallFor
+		}
+		return step
+	}
+}
+
+// fails reports whether the primary's request r fails: in a bad spell when
+// the failures come in bursts, else by a draw of its own.
+func (c Cell) fails(spells []time.Duration, r Request) bool {
+	if c.Burst == 0 {
+		return draw(c.Seed, "503", r.Model, r.Call, r.At) < c.Fail
+	}
+	// spells alternate bad, good, bad, ... from the first boundary on:
+	// before the i-th boundary with i odd, a bad spell runs.
+	i, found := slices.BinarySearch(spells, r.At)
+	if found { // a boundary belongs to the spell it starts
+		i++
+	}
+	return i < len(spells) && i%2 == 1
+}
+
+// spells returns the boundaries of c's bad spells when its failures come
+// in bursts, nil otherwise: [start₀, end₀, start₁, end₁, ...], from the
+// brownout's onset to well past any run's end. A bad spell lasts Burst
+// times the workload's mean gap between calls on average, a good one as
+// long as makes bad spells take Fail of the time; both exponential.
+func (c Cell) spells() []time.Duration {
+	if c.Burst == 0 {
+		return nil
+	}
+	r := rng(c.Seed, "spells")
+	gap := float64(c.Run) / float64(c.Calls)
+	bad := c.Burst * gap
+	good := bad * (1 - c.Fail) / c.Fail
+	end := 3*c.Run + 10*time.Minute
+	at := c.Onset
+	var out []time.Duration
+	if r.Float64() >= c.Fail { // the brownout may begin in a good spell
+		at += time.Duration(r.ExpFloat64() * good)
+	}
+	for at < end {
+		out = append(out, at)
+		at += time.Duration(r.ExpFloat64() * bad)
+		out = append(out, at)
+		at += time.Duration(r.ExpFloat64() * good)
+	}
+	return out
+}
+
+// CellResult is one cell played: each arm's summary.
+type CellResult struct {
+	Cell                    Cell
+	Guard, Failsafe, Oracle Summary
+}
+
+// PlayCell plays c against FamilyArms. Like Run, it must be called inside a
+// testing/synctest bubble.
+func PlayCell(ctx context.Context, c Cell) CellResult {
+	res := Run(ctx, c.Scenario())
+	out := CellResult{Cell: c}
+	for _, s := range res.Summaries() {
+		switch s.Arm {
+		case "geminiguard":
+			out.Guard = s
+		case "failsafe":
+			out.Failsafe = s
+		case "oracle":
+			out.Oracle = s
+		}
+	}
+	return out
+}
