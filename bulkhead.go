@@ -215,6 +215,8 @@ func (b *bulkhead) enter(ctx context.Context) error {
 		return fmt.Errorf("geminiguard: bulkhead %q: %d calls running and %d queued: %w", b.name, b.limit.Load(), b.maxQueue, ErrBulkheadFull)
 	}
 	defer b.queued.Add(-1)
+	sharedQueue(ctx, b) // a shared call's waiters whose deadline passes in the queue are refused as it would be (dedup.go)
+	defer sharedQueue(ctx, nil)
 	t := time.NewTimer(b.wait)
 	defer t.Stop()
 	select {
@@ -227,11 +229,18 @@ func (b *bulkhead) enter(ctx context.Context) error {
 	case <-ctx.Done():
 		err := ctx.Err()
 		if errors.Is(err, context.DeadlineExceeded) {
-			b.rejected.Add(1)
-			return fmt.Errorf("geminiguard: bulkhead %q: no slot before the caller's deadline: %w: %w", b.name, ErrBulkheadFull, err)
+			return b.refuseAtDeadline(err)
 		}
 		return fmt.Errorf("geminiguard: bulkhead %q: cancelled while queued: %w", b.name, err)
 	}
+}
+
+// refuseAtDeadline counts and returns the refusal of a queued call whose
+// deadline passed (err, its context's error) before it got a slot: an
+// error matching ErrBulkheadFull and err.
+func (b *bulkhead) refuseAtDeadline(err error) error {
+	b.rejected.Add(1)
+	return fmt.Errorf("geminiguard: bulkhead %q: no slot before the caller's deadline: %w: %w", b.name, ErrBulkheadFull, err)
 }
 
 // leave gives the slot back; an adaptive bulkhead learns how long the call

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -63,19 +64,26 @@ type flight struct {
 	// then, so that a retry of the key finds its answer, but it starts no
 	// new attempt for nobody: it stops at its next wait (idle).
 	stoppable bool
-	mu        sync.Mutex           // guards waiters, stop and waits
+	mu        sync.Mutex           // guards waiters, stop, waits, attempts, queued and inner
 	waiters   map[*waiter]struct{} // the callers waiting for the call
 	stop      context.CancelFunc   // cancels the call; nil until it started
 	waits     time.Time            // the end of the wait (backoff, pause, token wait) the call is in, if now is before it
+	attempts  []Attempt            // the call's attempts when that wait began
+	queued    *bulkhead            // the bulkhead whose queue the call waits in (sharedQueue); nil when none
+	inner     *flight              // the flight the call waits for (a key's call sharing a call of WithDedup); nil when none
 }
 
 // waiter is a caller waiting for a flight. gone receives the flight's
 // attempts so far when the flight is about to wait (a backoff, a pause, a
-// token wait) past the waiter's deadline: alone, the caller would have
-// given up on its models by then (sharedSleep).
+// token wait), or is found waiting, past the waiter's deadline: alone, the
+// caller would have given up on its models by then (flightOf.waiting).
 type waiter struct {
 	deadline time.Time // zero: none
 	gone     chan []Attempt
+	// of is the flight the waiting call runs for, when it is itself a
+	// shared call (a key's call waiting for a call of WithDedup): the
+	// flight's waits are of's waits too. Zero when it runs for none.
+	of flightOf
 }
 
 // flightKey names a flight: the bulkhead of the call that started it
@@ -129,15 +137,37 @@ type flightOf struct {
 // deadline, bounded by the call timeout instead; lead is true when it
 // started it. A stoppable flight's call is cancelled when its last waiter
 // leaves (leave). Once send returns (or panics), the flight leaves fs and
-// its done closes: calls that join later start a new one.
+// its done closes: calls that join later start a new one. A w that joins
+// a call in a wait past w's deadline is told at once, as if the call had
+// just begun it; so are the waiters of the flight w's call runs for.
 func (c *Client) join(ctx context.Context, fs *flights, key flightKey, d digest, w *waiter, stoppable bool, send func(context.Context, *flight) (*genai.GenerateContentResponse, error)) (f *flight, lead bool) {
+	f, lead, until, attempts := c.joinLocked(ctx, fs, key, d, w, stoppable, send)
+	if of := w.of.f; of != nil {
+		of.mu.Lock()
+		of.inner = f
+		of.mu.Unlock()
+		if !until.IsZero() {
+			w.of.waiting(until, attempts)
+		}
+	}
+	return f, lead
+}
+
+// joinLocked is join under fs.mu. For a w that joined a call in a wait, it
+// also returns the end of the wait and the call's attempts then, having told
+// w when its deadline comes first.
+func (c *Client) joinLocked(ctx context.Context, fs *flights, key flightKey, d digest, w *waiter, stoppable bool, send func(context.Context, *flight) (*genai.GenerateContentResponse, error)) (f *flight, lead bool, until time.Time, attempts []Attempt) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f = fs.m[key]; f != nil {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		f.waiters[w] = struct{}{}
-		f.mu.Unlock()
-		return f, false
+		if time.Now().Before(f.waits) {
+			until, attempts = f.waits, f.attempts
+			w.tell(until, attempts)
+		}
+		return f, false, until, attempts
 	}
 	f = &flight{digest: d, done: make(chan struct{}), waiters: map[*waiter]struct{}{w: {}}, stoppable: stoppable}
 	if fs.m == nil {
@@ -162,7 +192,7 @@ func (c *Client) join(ctx context.Context, fs *flights, key flightKey, d digest,
 		// caller may leave before the call ends.
 		f.resp, f.err = send(context.WithValue(RecordCall(ctx, &f.rec), flightCtx{}, flightOf{fs, key, f}), f)
 	}()
-	return f, true
+	return f, true, time.Time{}, nil
 }
 
 // forget removes f, the flight of key, from fs, if it is still there.
@@ -176,18 +206,35 @@ func (fs *flights) forget(key flightKey, f *flight) {
 
 // leave ends w's wait for f, the flight of key in fs: the last waiter of a
 // flight still running stops its call when it is stoppable, or waits
-// between two attempts (flight.stoppable). A stopped flight leaves fs at
-// once, so that a call joining after it starts a new one rather than meet
-// the cancellation.
+// between two attempts or in its bulkhead's queue, having sent nothing yet
+// (flight.stoppable). A stopped flight leaves fs at once, so that a call
+// joining after it starts a new one rather than meet the cancellation.
 func (fs *flights) leave(key flightKey, f *flight, w *waiter) {
+	queued := f.queuedIn() != nil // read first: it locks the flights f waits for
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.waiters, w)
-	if len(f.waiters) == 0 && (f.stoppable || time.Now().Before(f.waits)) {
+	if len(f.waiters) == 0 && (f.stoppable || queued || time.Now().Before(f.waits)) {
 		fs.stopLocked(key, f)
 	}
+}
+
+// queuedIn returns the bulkhead in whose queue f's call waits, itself or
+// through the flight it waits for (flight.inner); nil when it waits in
+// none.
+func (f *flight) queuedIn() *bulkhead {
+	for f != nil {
+		f.mu.Lock()
+		b, inner := f.queued, f.inner
+		f.mu.Unlock()
+		if b != nil {
+			return b
+		}
+		f = inner
+	}
+	return nil
 }
 
 // stopLocked removes f, the flight of key, from fs and cancels its call.
@@ -203,10 +250,62 @@ func (fs *flights) stopLocked(key flightKey, f *flight) {
 
 // sharedSleep tells the waiters of the flight that ctx runs for (none when
 // it runs for none) that its call is about to wait until until, having
-// made attempts: those whose deadline comes first stop waiting for it. A
-// flight no caller waits for stops there. call.sleep calls it before every
-// wait of a call.
+// made attempts (flightOf.waiting). call.sleep calls it before every wait
+// of a call.
 func sharedSleep(ctx context.Context, until time.Time, attempts []Attempt) {
+	if fl, _ := ctx.Value(flightCtx{}).(flightOf); fl.f != nil {
+		fl.waiting(until, slices.Clone(attempts))
+	}
+}
+
+// waiting records that fl's call waits until until, having made attempts
+// (which fl keeps: the caller gives up its slice), and tells the waiters
+// whose deadline comes first: they stop waiting for it. A flight no caller
+// waits for stops there. A waiter whose call is itself a shared call (a
+// key's, waiting for a call of WithDedup) waits as long: its flight's
+// waiters are told in turn.
+func (fl flightOf) waiting(until time.Time, attempts []Attempt) {
+	var outer []flightOf
+	func() {
+		fl.fs.mu.Lock()
+		defer fl.fs.mu.Unlock()
+		f := fl.f
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.waiters) == 0 {
+			fl.fs.stopLocked(fl.key, f)
+			return
+		}
+		f.waits, f.attempts = until, attempts
+		for w := range f.waiters {
+			w.tell(until, attempts)
+			if w.of.f != nil {
+				outer = append(outer, w.of)
+			}
+		}
+	}()
+	for _, o := range outer { // after unlocking: a flight's lock is never held while another's is taken
+		o.waiting(until, attempts)
+	}
+}
+
+// tell gives w the attempts of its flight, about to wait until until,
+// when w's deadline comes first; at most once.
+func (w *waiter) tell(until time.Time, attempts []Attempt) {
+	if w.deadline.IsZero() || until.Before(w.deadline) {
+		return
+	}
+	select {
+	case w.gone <- attempts:
+	default: // told already
+	}
+}
+
+// sharedQueue records that the call of the flight ctx runs for, if any,
+// waits in b's queue (nil: no longer): a waiter whose deadline passes
+// meanwhile is refused as b would refuse it (await). A flight no caller
+// waits for stops there. bulkhead.enter calls it around its queue's wait.
+func sharedQueue(ctx context.Context, b *bulkhead) {
 	fl, _ := ctx.Value(flightCtx{}).(flightOf)
 	f := fl.f
 	if f == nil {
@@ -216,22 +315,9 @@ func sharedSleep(ctx context.Context, until time.Time, attempts []Attempt) {
 	defer fl.fs.mu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.waiters) == 0 {
+	f.queued = b
+	if b != nil && len(f.waiters) == 0 {
 		fl.fs.stopLocked(fl.key, f)
-		return
-	}
-	f.waits = until
-	var snapshot []Attempt
-	for w := range f.waiters {
-		if !w.deadline.IsZero() && !until.Before(w.deadline) {
-			if snapshot == nil {
-				snapshot = slices.Clone(attempts)
-			}
-			select {
-			case w.gone <- snapshot:
-			default: // told already
-			}
-		}
 	}
 }
 
@@ -239,6 +325,7 @@ func sharedSleep(ctx context.Context, until time.Time, attempts []Attempt) {
 func newWaiter(ctx context.Context) *waiter {
 	w := &waiter{gone: make(chan []Attempt, 1)}
 	w.deadline, _ = ctx.Deadline()
+	w.of, _ = ctx.Value(flightCtx{}).(flightOf)
 	return w
 }
 
@@ -275,11 +362,14 @@ func (c *Client) generateDeduplicated(ctx context.Context, start time.Time, d di
 // sent nothing), and mark sets its flag. A panic of f's call goes on in the
 // caller.
 //
-// A caller does not wait for f past what it would have waited alone: when
-// its context ends first, it returns the context's error (its CallRecord
-// holding only the wait); when f's call is about to wait past the caller's
-// deadline (sharedSleep), the caller ends as a call alone whose models all
-// failed would (giveUp), at once.
+// A caller does not wait for f past what it would have waited alone, and
+// gets what it would have got alone: when f's call waits, or is about to,
+// past the caller's deadline (flightOf.waiting), the caller ends at once as
+// a call alone whose models all failed would (giveUp); when its deadline
+// passes while f's call waits in its bulkhead's queue (the caller's
+// bulkhead: flightKey), the bulkhead refuses it (ErrBulkheadFull); when its
+// context ends otherwise, it returns the context's error. Refused or
+// ended, its CallRecord holds only the wait.
 func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waiter, lead bool, mark func(*CallRecord), model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	rec := callRecordFrom(ctx)
 	select {
@@ -287,13 +377,22 @@ func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waite
 	case attempts := <-w.gone:
 		return c.giveUp(ctx, start, attempts, model, contents, config)
 	case <-ctx.Done():
+		select {
+		case attempts := <-w.gone: // told before its context ended
+			return c.giveUp(ctx, start, attempts, model, contents, config)
+		default:
+		}
 		if rec != nil {
 			*rec = CallRecord{Latency: time.Since(start), CostKnown: true}
 			if !lead {
 				mark(rec)
 			}
 		}
-		return nil, ctx.Err()
+		err := ctx.Err()
+		if b := f.queuedIn(); b != nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, b.refuseAtDeadline(err)
+		}
+		return nil, err
 	}
 	if f.panicked != nil {
 		panic(f.panicked)

@@ -389,8 +389,9 @@ func TestSharedCallsStayInTheirBulkhead(t *testing.T) {
 // TestSharedCallShortDeadlineGetsTheFallback: in an outage a call with a
 // 300 ms deadline gets the Fallback at once alone (its first backoff, 1 s,
 // would overrun its deadline); with an idempotency key
-// or under WithDedup it gets the same, at once, though the shared call it
-// started goes on backing off for its longer deadline.
+// or under WithDedup (or both: the key's call then shares a call of
+// WithDedup) it gets the same, at once, though the shared call it started
+// goes on backing off for its longer deadline.
 func TestSharedCallShortDeadlineGetsTheFallback(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -400,6 +401,7 @@ func TestSharedCallShortDeadlineGetsTheFallback(t *testing.T) {
 		{"alone", false, func(ctx context.Context) context.Context { return ctx }},
 		{"dedup", true, func(ctx context.Context) context.Context { return ctx }},
 		{"idempotency key", false, func(ctx context.Context) context.Context { return keyed(ctx, "order-42") }},
+		{"idempotency key and dedup", true, func(ctx context.Context) context.Context { return keyed(ctx, "order-42") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -437,4 +439,102 @@ func TestDedupSharedCallStopsWhenNoCallerWaits(t *testing.T) {
 		time.Sleep(time.Minute)
 		assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "no retry for a caller that left")
 	})
+}
+
+// sameCtx is a caller's context as it is; withKey gives it the idempotency
+// key "order-42".
+func sameCtx(ctx context.Context) context.Context { return ctx }
+func withKey(ctx context.Context) context.Context { return keyed(ctx, "order-42") }
+
+// TestSharedCallJoinedDuringItsBackoffGivesTheFallback: in an outage, a
+// call that joins a shared call already backing off past the newcomer's
+// deadline gets the Fallback at once, as it would alone (its own backoff
+// would overrun its deadline), sending nothing, rather than wait for the
+// backoff until its deadline.
+func TestSharedCallJoinedDuringItsBackoffGivesTheFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		dedup         bool
+		first, joiner func(context.Context) context.Context
+	}{
+		{"dedup", true, sameCtx, sameCtx},
+		{"idempotency key", false, withKey, withKey},
+		{"idempotency key joining a call of dedup", true, sameCtx, withKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(always(flash, geminitest.Step{Fault: geminitest.Overloaded}))
+				c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(tc.dedup),
+					geminiguard.WithRetry(geminiguard.RetryPolicy{BaseDelay: time.Second, Jitter: geminiguard.JitterNone}),
+					geminiguard.WithFallback(geminiguard.TextFallback("busy")))
+				var wg sync.WaitGroup
+				wg.Go(func() { // no deadline: it backs off 1 s after its first attempt
+					_, _, _, err := askWith(tc.first(t.Context()), c, "Say hi", nil)
+					assert.NoError(t, err)
+				})
+				time.Sleep(100 * time.Millisecond)
+
+				ctx, cancel := context.WithTimeout(tc.joiner(t.Context()), 300*time.Millisecond)
+				defer cancel()
+				var rec geminiguard.CallRecord
+				start := time.Now()
+				resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text("Say hi"), nil)
+				if assert.NoError(t, err) { // not require: the first caller must end before the test
+					assert.True(t, geminiguard.IsFallback(resp))
+					assert.Equal(t, "busy", resp.Text())
+				}
+				assert.True(t, rec.Fallback)
+				assert.Zero(t, time.Since(start), "at once, as alone")
+				assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "the newcomer sent nothing")
+				wg.Wait()
+			})
+		})
+	}
+}
+
+// TestSharedCallQueuedInItsBulkheadRefusesAtTheDeadline: a call whose
+// bulkhead is full waits in its queue and, alone, is refused with
+// ErrBulkheadFull when its deadline comes first. Sharing its call (under
+// WithDedup, with an idempotency key, or both), it gets the same refusal
+// at its deadline while the shared call is still queued, not a bare
+// context error; and the shared call, which no caller waits for any more,
+// leaves the queue rather than send for nobody once the slot frees.
+func TestSharedCallQueuedInItsBulkheadRefusesAtTheDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		dedup bool
+		ctx   func(context.Context) context.Context
+	}{
+		{"alone", false, sameCtx},
+		{"dedup", true, sameCtx},
+		{"idempotency key", false, withKey},
+		{"idempotency key and dedup", true, withKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
+				c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithDedup(tc.dedup),
+					geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Minute}))
+				var wg sync.WaitGroup
+				wg.Go(func() { // holds batch's one slot for answerTime
+					_, _, _, err := askWith(feature("batch"), c, "Summarise the logs", nil)
+					assert.NoError(t, err)
+				})
+				synctest.Wait()
+
+				ctx, cancel := context.WithTimeout(tc.ctx(feature("batch")), 300*time.Millisecond)
+				defer cancel()
+				_, _, took, err := askWith(ctx, c, "Say hi", nil)
+				require.ErrorIs(t, err, geminiguard.ErrBulkheadFull, "as alone: refused by its bulkhead")
+				assert.Equal(t, 300*time.Millisecond, took)
+				st := c.Stats().Bulkheads
+				require.Len(t, st, 1)
+				assert.Equal(t, int64(1), st[0].Rejected)
+
+				wg.Wait()
+				time.Sleep(time.Minute)
+				assert.Equal(t, 1, srv.Hits(flash, geminitest.VerbGenerate), "the slot holder's request only: nothing sent for nobody")
+			})
+		})
+	}
 }

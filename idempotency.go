@@ -42,7 +42,8 @@ type idempotencyKey struct{}
 // the answer cache's answer, the Fallback's or a typed error). A request
 // the call sent finishes even when no caller waits any more, so that a
 // retry can find its answer; but a call no caller waits for starts no new
-// attempt: it stops at its next wait (a backoff, a pause). Only answers from a model
+// attempt: it stops at its next wait (a backoff, a pause, its bulkhead's
+// queue). Only answers from a model
 // are stored: neither errors nor the Fallback's answer, so a retry after a
 // failure tries again.
 //

@@ -330,8 +330,10 @@ func WithSharedState(s SharedState) Option {
 // deadline: it runs, within the call timeout of WithTimeouts, while any
 // caller waits for it, and stops when the last one leaves. A caller never
 // waits longer than it would alone: when its context ends it returns the
-// context's error at once; when the shared call is about to wait (a
-// backoff, a pause) past the caller's deadline, the caller gets at once
+// context's error at once (an error matching ErrBulkheadFull too when its
+// deadline passed while the shared call waits in the bulkhead's queue, as
+// alone); when the shared call waits, or is about to wait (a backoff, a
+// pause), past the caller's deadline, the caller gets at once
 // what a call alone whose models all failed gets: the answer cache's
 // answer (WithAnswerCache), the Fallback's, or a *CascadeError holding the
 // shared call's attempts so far; it is then counted in Stats as a call of

@@ -155,7 +155,7 @@ func (f *soakFigures) class(cfg string, err error) {
 // -soak.seed=N.
 func TestSoak(t *testing.T) {
 	seed := *soakSeed
-	tally := newSoakTally()
+	tally := newSoakTally(soakInvariants)
 	var figs soakFigures
 	for _, cfg := range soakConfigs() {
 		t.Run("chaos/"+cfg.name, func(t *testing.T) {
@@ -186,6 +186,10 @@ type soakCall struct {
 	breakAfter int           // streams: the caller breaks after this many chunks; 0: never
 	panicAfter int           // streams: the loop body panics after this many chunks; 0: never
 	think      time.Duration // pause before the call
+	prompt     int           // the number in its prompt: its own id, or a prompt it shares with other calls
+	bulkhead   string        // the bulkhead it names (InBulkhead); "": none
+	key        string        // its idempotency key (Idempotent); "": none
+	queue      time.Duration // how long its bulkhead may queue it (the call timeout starts after)
 }
 
 func (sc soakCall) String() string {
@@ -193,14 +197,14 @@ func (sc soakCall) String() string {
 	if sc.stream {
 		kind = "stream"
 	}
-	return fmt.Sprintf("cfg=%s call=%d g=%d %s model=%q deadline=%v cancel=%v break=%d", sc.cfg, sc.id, sc.g, kind, sc.model, sc.deadline, sc.cancel, sc.breakAfter)
+	return fmt.Sprintf("cfg=%s call=%d prompt=%d g=%d %s model=%q deadline=%v cancel=%v break=%d bulkhead=%q key=%q", sc.cfg, sc.id, sc.prompt, sc.g, kind, sc.model, sc.deadline, sc.cancel, sc.breakAfter, sc.bulkhead, sc.key)
 }
 
 // planSoakCall draws call id's shape. Calls with id%7 in {2, 5} are
 // streams: 2 in 7.
 func planSoakCall(seed uint64, cfg string, id int) soakCall {
 	r := rand.New(rand.NewPCG(seed, 1<<40|uint64(id)))
-	sc := soakCall{cfg: cfg, id: id, g: id % soakGoroutines, stream: id%7 == 2 || id%7 == 5}
+	sc := soakCall{cfg: cfg, id: id, prompt: id, g: id % soakGoroutines, stream: id%7 == 2 || id%7 == 5}
 	if r.IntN(3) == 0 {
 		sc.model = soakCascade[r.IntN(len(soakCascade))]
 	}
@@ -224,16 +228,28 @@ func planSoakCall(seed uint64, cfg string, id int) soakCall {
 
 // soakRun is one configuration's run.
 type soakRun struct {
-	cfg     soakConfig
-	seed    uint64
-	srv     *geminitest.Server
-	c       *geminiguard.Client
-	tally   *soakTally
-	figs    *soakFigures
-	texts   map[string]string // model → its full text
-	callsOK atomic.Int64      // calls that returned an answer (streams: ended without error)
-	callsFB atomic.Int64      // of which the Fallback's
-	calls   atomic.Int64      // calls made
+	cfg    soakConfig
+	seed   uint64
+	srv    *geminitest.Server
+	c      *geminiguard.Client
+	tally  *soakTally
+	figs   *soakFigures
+	texts  map[string]string // model → its full text
+	faults *soakFaults
+	// shared: calls may share answers (WithDedup, idempotency keys), so
+	// a caller's CallRecord need not show the requests sent for it;
+	// cached: the answer cache (WithAnswerCache) may answer as the Fallback.
+	shared, cached bool
+	// outage, when set, says which prompts are in an outage (soakFaults.outage).
+	outage  func(id int) bool
+	mu      sync.Mutex          // guards sent
+	sent    map[soakSeenKey]int // per model and call (by prompt): the requests its CallRecord shows; without sharing
+	maxCost atomic.Int64        // the most one call's CallRecord cost, in Micros
+	// spentAtChaosEnd is the day's spend once the chaos was over.
+	spentAtChaosEnd geminiguard.Micros
+	callsOK         atomic.Int64 // calls that returned an answer (streams: ended without error)
+	callsFB         atomic.Int64 // of which the Fallback's
+	calls           atomic.Int64 // calls made
 }
 
 // errConsumerPanic is what the soak's stream loop bodies panic with.
@@ -251,7 +267,7 @@ func runSoak(t *testing.T, seed uint64, cfg soakConfig, tally *soakTally, figs *
 			Quota: geminitest.Quota{RPM: 20_000, RPD: 1_000_000, PaidTier: true}})
 	}
 	srv := geminitest.New(models...)
-	r := &soakRun{cfg: cfg, seed: seed, srv: srv, c: newClient(t, srv, nil, cfg.opts...), tally: tally, figs: figs, texts: make(map[string]string)}
+	r := &soakRun{cfg: cfg, seed: seed, srv: srv, c: newClient(t, srv, nil, cfg.opts...), tally: tally, figs: figs, texts: make(map[string]string), faults: faults}
 	for _, m := range soakCascade {
 		r.texts[m] = srv.FullText(m)
 	}
@@ -335,7 +351,76 @@ func (r *soakRun) checkCoverage(t *testing.T, f *soakFaults) {
 }
 
 func (r *soakRun) prompt(sc soakCall) []*genai.Content {
-	return genai.Text(fmt.Sprintf("soak call %d: tell me something", sc.id))
+	return genai.Text(fmt.Sprintf("soak call %d: tell me something", sc.prompt))
+}
+
+// callOpts adds sc's bulkhead name and idempotency key to ctx.
+func callOpts(ctx context.Context, sc soakCall) context.Context {
+	if sc.bulkhead != "" {
+		ctx = geminiguard.InBulkhead(ctx, sc.bulkhead)
+	}
+	if sc.key != "" {
+		ctx = geminiguard.Idempotent(ctx, sc.key)
+	}
+	return ctx
+}
+
+// recorded keeps the requests the CallRecord of sc shows (its attempts not
+// skipped), per model, and the call's cost.
+func (r *soakRun) recorded(sc soakCall, rec *geminiguard.CallRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sent == nil {
+		r.sent = make(map[soakSeenKey]int)
+	}
+	if !r.shared {
+		for _, m := range soakCascade {
+			r.sent[soakSeenKey{m, sc.prompt}] += 0 // the call is known
+		}
+		for _, a := range rec.Attempts {
+			if !a.Skipped {
+				r.sent[soakSeenKey{a.Model, sc.prompt}]++
+			}
+		}
+	}
+	for c := int64(rec.Cost); ; {
+		m := r.maxCost.Load()
+		if c <= m || r.maxCost.CompareAndSwap(m, c) {
+			break
+		}
+	}
+}
+
+// checkIssue18 checks a call's error against the invariants of issue 18
+// that the error shows; got is what a stream yielded before it.
+func (r *soakRun) checkIssue18(sc soakCall, err error, got string, cancelled, callerDone bool, rec geminiguard.CallRecord) {
+	if err == nil {
+		return
+	}
+	// (1) A stream cut as stalled after it showed text, none of whose
+	// requests was made to stall (the fake's chunks come every 10ms, its
+	// first within 300ms, far inside the deadlines), before the caller's
+	// deadline (which shortens the attempt's).
+	if sc.stream && got != "" && !callerDone && strings.Contains(err.Error(), "stalled") && !r.faults.stalled(sc.prompt) {
+		r.tally.add("stalledAfterText", "seed=%d %v: %v after %d bytes, no stall drawn for its prompt; attempts=%s", r.seed, sc, err, len(got), attemptsOf(rec))
+	}
+	// (2) A call's bulkhead refusal must be its own bulkhead's; the
+	// interactive bulkhead is sized never to fill.
+	if errors.Is(err, geminiguard.ErrBulkheadFull) && (sc.bulkhead == soakInteractive || !strings.Contains(err.Error(), fmt.Sprintf("bulkhead %q", sc.bulkhead))) {
+		r.tally.add("foreignBulkhead", "seed=%d %v: %v", r.seed, sc, err)
+	}
+	// (4) In an outage every request fails at once, so a caller alone gets
+	// the Fallback (or the answer cache) before its deadline: never a bare
+	// context error.
+	if r.outage != nil && r.outage(sc.prompt) && sc.deadline > 0 && !cancelled && r.cfg.fallback && bareContextErr(err) {
+		r.tally.add("fallbackLost", "seed=%d %v: %v in an outage with a Fallback; record deduplicated=%v replayed=%v attempts=%s", r.seed, sc, err, rec.Deduplicated, rec.Replayed, attemptsOf(rec))
+	}
+}
+
+// bareContextErr reports whether err is a context error and no more: none
+// of the package's sentinels.
+func bareContextErr(err error) bool {
+	return (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !typedErr(err, false, false)
 }
 
 // callCtx returns the caller's context of sc: its deadline, and its
@@ -377,8 +462,8 @@ func (r *soakRun) checkTimes(sc soakCall, rec *geminiguard.CallRecord, start, en
 			r.tally.add("overruns", "%v: returned %v after the caller cancelled", sc, d)
 		}
 	}
-	if !limitEnd.IsZero() && limitEnd.Sub(start) > r.cfg.callTimeout+slack {
-		r.tally.add("overruns", "%v: %s %v after the start, call timeout %v; attempts=%s", sc, limitWhat, limitEnd.Sub(start), r.cfg.callTimeout, attemptsOf(*rec))
+	if !limitEnd.IsZero() && limitEnd.Sub(start) > sc.queue+r.cfg.callTimeout+slack {
+		r.tally.add("overruns", "%v: %s %v after the start, queue %v + call timeout %v; attempts=%s", sc, limitWhat, limitEnd.Sub(start), sc.queue, r.cfg.callTimeout, attemptsOf(*rec))
 	}
 }
 
@@ -446,6 +531,9 @@ func (r *soakRun) checkAnswer(sc soakCall, text string, rec geminiguard.CallReco
 			r.tally.add("recordMismatch", "%v: the Fallback's text, record model=%q fallback=%v", sc, rec.Model, rec.Fallback)
 		}
 	default:
+		if r.cached && rec.Fallback && rec.Model == "" {
+			break // the answer cache's: a model's earlier answer, served as the Fallback
+		}
 		if rec.Fallback || rec.Model != who {
 			r.tally.add("recordMismatch", "%v: %s's text, record model=%q fallback=%v attempts=%s", sc, who, rec.Model, rec.Fallback, attemptsOf(rec))
 		}
@@ -466,14 +554,16 @@ func (r *soakRun) unary(parent context.Context, sc soakCall) {
 	r.calls.Add(1)
 	func() {
 		defer func() { panicked = recover() }()
-		resp, err = r.c.GenerateContent(geminiguard.RecordCall(ctx, &rec), sc.model, r.prompt(sc), nil)
+		resp, err = r.c.GenerateContent(geminiguard.RecordCall(callOpts(ctx, sc), &rec), sc.model, r.prompt(sc), nil)
 	}()
 	end := time.Now()
 	if panicked != nil {
 		r.tally.add("panics", "seed=%d %v: GenerateContent panicked: %v", r.seed, sc, panicked)
 		return
 	}
+	r.recorded(sc, &rec)
 	r.checkTimes(sc, &rec, start, end, cancelAt.Load(), end, "returned")
+	r.checkIssue18(sc, err, "", cancelAt.Load() != 0, callerDone(ctx, end), rec)
 	if err != nil {
 		r.figs.errors.Add(1)
 		r.figs.class(r.cfg.name, err)
@@ -522,7 +612,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 	r.calls.Add(1)
 	func() {
 		defer func() { panicked = recover() }()
-		for resp, e := range r.c.GenerateContentStream(geminiguard.RecordCall(ctx, &rec), sc.model, r.prompt(sc), nil) {
+		for resp, e := range r.c.GenerateContentStream(geminiguard.RecordCall(callOpts(ctx, sc), &rec), sc.model, r.prompt(sc), nil) {
 			if err != nil {
 				afterErr++
 			}
@@ -538,6 +628,9 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 			if firstAt.IsZero() {
 				firstAt = time.Now()
 			}
+			if (len(resp.Candidates) == 0 || resp.Candidates[0] == nil) && !geminiguard.IsFallback(resp) {
+				r.tally.add("emptyChunk", "seed=%d %v: chunk %d has no candidate; attempts so far unknown", r.seed, sc, chunks)
+			}
 			text.WriteString(resp.Text())
 			if len(resp.Candidates) > 0 && resp.Candidates[0] != nil {
 				finish = resp.Candidates[0].FinishReason
@@ -552,6 +645,9 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 		}
 	}()
 	end := time.Now()
+	if panicked == nil {
+		r.recorded(sc, &rec) // a loop body's panic leaves the record unfilled
+	}
 	if panicked != nil {
 		if panicked == errConsumerPanic {
 			r.figs.userPanics.Add(1) // ours, and it reached us: as it should
@@ -566,6 +662,7 @@ func (r *soakRun) stream(parent context.Context, sc soakCall) {
 		limitEnd, what = end, "ended without a chunk"
 	}
 	r.checkTimes(sc, &rec, start, end, cancelAt.Load(), limitEnd, what)
+	r.checkIssue18(sc, err, got, cancelAt.Load() != 0, callerDone(ctx, end), rec)
 	if afterErr > 0 || nilResponse > 0 {
 		r.tally.add("silent", "seed=%d %v: %d yields after the error, %d nil responses with nil error", r.seed, sc, afterErr, nilResponse)
 	}
@@ -636,6 +733,38 @@ func (r *soakRun) checkStats() {
 	for _, ms := range st.Models {
 		if hits := int64(r.srv.Total(ms.Model)); hits > ms.Requests {
 			r.tally.add("statsMismatch", "cfg=%s: the fake got %d requests for %s, its Stats count %d", r.cfg.name, hits, ms.Model, ms.Requests)
+		}
+	}
+	r.checkRecordRequests(st)
+}
+
+// checkRecordRequests compares the requests each call's CallRecord shows
+// with those the fake got for it, per model, and Stats' requests with the
+// fake's (issue 18, item 10). Only where every request belongs to one
+// caller's record: not under sharing; and not for the streams a loop
+// body's panic ended, whose records are not filled.
+func (r *soakRun) checkRecordRequests(st geminiguard.Stats) {
+	if r.shared {
+		return
+	}
+	for _, ms := range st.Models {
+		if hits := int64(r.srv.Total(ms.Model)); hits != ms.Requests {
+			r.tally.add("recordRequests", "seed=%d cfg=%s: %s: Stats count %d requests, the fake got %d", r.seed, r.cfg.name, ms.Model, ms.Requests, hits)
+		}
+	}
+	fake := make(map[soakSeenKey]int)
+	for _, m := range soakCascade {
+		for _, req := range r.srv.Requests(m) {
+			if id, ok := soakCallID(req.Contents); ok {
+				fake[soakSeenKey{m, id}]++
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, n := range r.sent {
+		if fake[k] != n {
+			r.tally.add("recordRequests", "seed=%d cfg=%s call=%d: its CallRecord shows %d requests to %s, the fake got %d", r.seed, r.cfg.name, k.call, n, k.model, fake[k])
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,18 +39,24 @@ var soakInvariants = []string{
 	"leaked",           // goroutines left behind in the bubble
 	"unclosedBreakers", // breakers not closed, or the primary not answering, once the fake is healthy
 	"badBreaksGood",    // a bad call or option after which a good call does not get the primary's answer at once
+	// Issue 18, for every configuration:
+	"stalledAfterText", // (1) a stream failed as stalled after it yielded text, though none of its upstream requests stalled
+	"emptyChunk",       // (3) a chunk without a candidate reached the caller's loop
+	"recordRequests",   // (10) the requests CallRecords show (attempts not skipped) differ from Stats' or the fake's; configurations without sharing
 }
 
 // soakTally counts invariant violations and keeps the first few examples of
 // each. Safe for concurrent use.
 type soakTally struct {
+	names    []string // the invariants, in order
 	mu       sync.Mutex
 	counts   map[string]int
 	examples map[string][]string
 }
 
-func newSoakTally() *soakTally {
-	return &soakTally{counts: make(map[string]int), examples: make(map[string][]string)}
+// newSoakTally returns a tally of the invariants names, in that order.
+func newSoakTally(names []string) *soakTally {
+	return &soakTally{names: names, counts: make(map[string]int), examples: make(map[string][]string)}
 }
 
 // soakExamples is how many examples of each invariant a failure shows.
@@ -58,6 +65,9 @@ var soakExamples = flag.Int("soak.examples", 3, "examples TestSoak shows of each
 func (t *soakTally) add(invariant, format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !slices.Contains(t.names, invariant) {
+		panic("soak: unknown invariant " + invariant)
+	}
 	t.counts[invariant]++
 	if len(t.examples[invariant]) < *soakExamples {
 		t.examples[invariant] = append(t.examples[invariant], fmt.Sprintf(format, args...))
@@ -69,7 +79,7 @@ func (t *soakTally) line() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var b strings.Builder
-	for i, inv := range soakInvariants {
+	for i, inv := range t.names {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
@@ -83,7 +93,7 @@ func (t *soakTally) failures() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
-	for _, inv := range soakInvariants {
+	for _, inv := range t.names {
 		if n := t.counts[inv]; n > 0 {
 			out = append(out, fmt.Sprintf("%s=%d, e.g.:\n\t%s", inv, n, strings.Join(t.examples[inv], "\n\t")))
 		}
@@ -109,6 +119,7 @@ func typedErr(err error, callerDone, timedOut bool) bool {
 		geminiguard.ErrCircuitOpen, geminiguard.ErrRateLimited, geminiguard.ErrQuotaExhausted,
 		geminiguard.ErrAllModelsFailed, geminiguard.ErrEmptyResponse, geminiguard.ErrBlocked,
 		geminiguard.ErrStreamInterrupted, geminiguard.ErrModelNotFound,
+		geminiguard.ErrBulkheadFull, geminiguard.ErrBudgetExhausted,
 	} {
 		if errors.Is(err, s) {
 			return true
@@ -188,6 +199,9 @@ type soakFaults struct {
 	late    int          // calls from this number on are late: their models may run out of daily quota
 	forced  []soakForced // kinds yet to be met for sure, by call number
 	healthy atomic.Bool  // every request answers normally
+	// outage, when set, says which prompts are in an outage: every request
+	// of theirs fails at once (503, no latency).
+	outage func(id int) bool
 
 	mu    sync.Mutex               // guards seen, drawn
 	seen  map[soakSeenKey]int      // requests per model and call
@@ -197,6 +211,7 @@ type soakFaults struct {
 	total float64                  // sum of soakFaultWeights
 	rates map[string]float64       // per model: the chance a request is faulty
 	index map[string]uint64        // per model: its number, for the seed
+	stall map[int]bool             // the prompts a stall was drawn for (StreamStallFirst, StreamStallBetween)
 }
 
 // soakForced is a fault the soak must meet, from call on.
@@ -211,7 +226,7 @@ type soakSeenKey struct {
 }
 
 func newSoakFaults(seed uint64, late int, rates map[string]float64) *soakFaults {
-	f := &soakFaults{seed: seed, late: late, seen: make(map[soakSeenKey]int), drawn: make(map[geminitest.Fault]int), rates: rates, index: make(map[string]uint64)}
+	f := &soakFaults{seed: seed, late: late, seen: make(map[soakSeenKey]int), drawn: make(map[geminitest.Fault]int), rates: rates, index: make(map[string]uint64), stall: make(map[int]bool)}
 	for k := range soakFaultWeights {
 		f.kinds = append(f.kinds, k)
 	}
@@ -251,6 +266,12 @@ func (f *soakFaults) decide(model string) func(geminitest.Request, int) geminite
 		if !ok {
 			return geminitest.Step{}
 		}
+		if f.outage != nil && f.outage(id) {
+			f.mu.Lock()
+			f.drawn[geminitest.Overloaded]++
+			f.mu.Unlock()
+			return geminitest.Step{Fault: geminitest.Overloaded}
+		}
 		f.mu.Lock()
 		k := soakSeenKey{model, id}
 		n := f.seen[k]
@@ -266,6 +287,9 @@ func (f *soakFaults) decide(model string) func(geminitest.Request, int) geminite
 		f.mu.Unlock()
 		f.mu.Lock()
 		f.drawn[st.Fault]++
+		if st.Fault == geminitest.StreamStallFirst || st.Fault == geminitest.StreamStallBetween {
+			f.stall[id] = true
+		}
 		if st.Continuation {
 			f.cont++
 		}
@@ -299,6 +323,13 @@ func (f *soakFaults) draw(r *rand.Rand, rate float64, late bool) geminitest.Step
 	st.Stall = [...]time.Duration{300 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Hour}[r.IntN(4)]
 	st.Continuation = r.Float64() < soakContinuation
 	return st
+}
+
+// stalled reports whether a stall was drawn for a request of prompt id.
+func (f *soakFaults) stalled(id int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stall[id]
 }
 
 // soakCallID reads the call number from a soak prompt ("soak call N").
