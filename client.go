@@ -104,7 +104,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		bulkheads:  newBulkheads(&cfg),
 		spending:   newSpendBudget(cfg.budget),
 	}
-	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig()))
+	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig(), cfg.project), cfg.fleetSize)
 	if c.fleet != nil && c.spending != nil {
 		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
 	}
@@ -131,7 +131,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.subscribe()
+	c.joinFleet(ctx)
 	return c, nil
 }
 

@@ -233,11 +233,12 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 		)
 		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
 		fleet := newFleet(t, srv, 4, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 50}))
-		for range 2 { // every replica registers, and hears of the others: 4 live
+		for range 2 { // every replica registers, and a second later hears of the others: 4 live
 			for _, c := range fleet {
 				_, _, err := ask(t.Context(), c, "")
 				require.NoError(t, err)
 			}
+			time.Sleep(time.Second)
 		}
 		require.Equal(t, 4, fleet[0].Stats().Fleet.Replicas)
 		time.Sleep(2 * time.Second) // the requests leased and not used lapse
@@ -269,8 +270,9 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 }
 
 // TestFleetHangingStoreDelaysACallOnce: a store that stops answering (Redis
-// paused) delays one call by the store's timeout; the calls after it do not
-// wait for the store at all.
+// paused) delays the calls that find it so by the store's bound, doubled
+// after each timeout (30, 60, 120 ms: one slow round trip is not a store
+// that failed); after the third the calls do not wait for the store at all.
 func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 100 * time.Millisecond})
@@ -287,7 +289,7 @@ func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
 			require.NoError(t, err)
 			took = append(took, time.Since(start))
 		}
-		assert.Equal(t, []time.Duration{130 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, took)
+		assert.Equal(t, []time.Duration{130 * time.Millisecond, 160 * time.Millisecond, 220 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, took)
 	})
 }
 
@@ -325,14 +327,15 @@ func TestOTelFleetFigures(t *testing.T) {
 		_, _, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
 		store.mode.Store(stateFails)
-		for range 3 {
+		for range 5 {
 			_, _, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 		}
 		ms := tel.metrics(t)
-		assert.Equal(t, map[string]int64{"": 3}, counts(t, ms, "geminiguard.fleet.uncoordinated", "{request}"))
-		assert.Equal(t, map[string]int64{"": 2}, counts(t, ms, "geminiguard.fleet.round_trips", "{call}"), "the store's breaker spares it the calls after the first failure")
-		assert.Equal(t, map[string]int64{"": 1}, counts(t, ms, "geminiguard.fleet.failures", "{call}"))
+		assert.Equal(t, map[string]int64{"": 5}, counts(t, ms, "geminiguard.fleet.uncoordinated", "{request}"))
+		// New's warm-up, the first call's lease, then three failures.
+		assert.Equal(t, map[string]int64{"": 5}, counts(t, ms, "geminiguard.fleet.round_trips", "{call}"), "the store's breaker spares it the calls after the third failure")
+		assert.Equal(t, map[string]int64{"": 3}, counts(t, ms, "geminiguard.fleet.failures", "{call}"))
 		connected := ms["geminiguard.fleet.connected"].Data.(metricdata.Gauge[int64]).DataPoints
 		require.Len(t, connected, 1)
 		assert.Zero(t, connected[0].Value)

@@ -61,6 +61,8 @@ type config struct {
 	problems        []error              // found while applying options; reported by validate
 	budget          *Budget              // WithBudget's, SteerAt defaulted; nil: none
 	shared          SharedState          // WithSharedState's; nil: none
+	fleetSize       int                  // WithFleetSize's; 0: none
+	project         string               // WithProject's; "": the key's hash
 	// sdkOptions names the options given that build the SDK client
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
@@ -273,6 +275,10 @@ func WithSharedState(s SharedState) Option {
 	return optionFunc(func(cfg *config) {
 		if s == nil {
 			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithSharedState(nil): pass a store (redisstore.New, NewMemoryState), or leave the option out"))
+			return
+		}
+		if _, err := storeSettingsOf(s); err != nil {
+			cfg.problems = append(cfg.problems, err)
 			return
 		}
 		cfg.shared = s
