@@ -35,8 +35,8 @@ import (
 // again.
 
 // errFleetSlow is why a call skipped a model whose lease the shared state
-// did not answer in time, the store's breaker still closed.
-var errFleetSlow = errors.New("geminiguard: the shared state did not answer in time: the next model answers rather than spend the fleet's quota uncoordinated")
+// did not answer, the store's breaker still closed.
+var errFleetSlow = errors.New("geminiguard: the shared state did not answer the lease: the next model answers rather than spend the fleet's quota uncoordinated")
 
 // Fleet tunables.
 const (
@@ -388,7 +388,8 @@ func (f *fleet) call(ctx context.Context, c *Client, fn func(ctx context.Context
 }
 
 // callWithin is call, bounded by warmUp instead when positive: New's first
-// round trip, whose latency teaches nothing of a warm connection's.
+// round trip, whose latency teaches nothing of a warm connection's. The
+// first round trip after carrying on alone is bounded by MaxTimeout.
 func (f *fleet) callWithin(ctx context.Context, c *Client, warmUp time.Duration, fn func(ctx context.Context) error) bool {
 	start := time.Now()
 	p, _, err := f.health.allow(start)
@@ -396,7 +397,11 @@ func (f *fleet) callWithin(ctx context.Context, c *Client, warmUp time.Duration,
 		return false
 	}
 	bound := warmUp
-	if bound <= 0 {
+	switch {
+	case bound > 0:
+	case p.probe:
+		bound = f.settings.MaxTimeout // the first try after carrying on alone: a cold connection, maybe a restarted server
+	default:
 		bound = f.rtt.bound()
 	}
 	sctx, cancel := context.WithTimeout(ctx, bound)
@@ -746,9 +751,10 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 			r := LeaseRequest{Requests: m.lease.batch(eff, tokens, f.share()), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD], DayEnd: day}
 			l, ok := c.sync(ctx, m, r)
 			if !ok && ctx.Err() == nil && call.hasNext(m) && f.health.state(time.Now()) == StateClosed {
-				// Slow, not known down: another model answers rather than
-				// this one spend, uncoordinated, a request the fleet may
-				// have granted to another replica.
+				// Slow or failing, not yet known down (the store's breaker
+				// closed): another model answers rather than this one
+				// spend, uncoordinated, a request the fleet may have
+				// granted to another replica.
 				err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: errFleetSlow}
 				call.skip(m, err, sl.delay)
 				return stepNext, err
