@@ -310,3 +310,39 @@ func TestRedisFleetColdStartWithRedisStopped(t *testing.T) {
 	assert.LessOrEqual(t, proAnswers-int(uncoordinated), 24, "the primary within its quota at the headroom")
 	assert.LessOrEqual(t, proAnswers, 30, "the primary within its quota")
 }
+
+// TestRedisFleetNilStoresRefused: New refuses a nil store of any shape
+// with an error (it used to panic at the first call).
+func TestRedisFleetNilStoresRefused(t *testing.T) {
+	var nilClient *redis.Client
+	for name, store := range map[string]geminiguard.SharedState{
+		"redisstore.New(nil)":         redisstore.New(nil),
+		"redisstore.New(nil *Client)": redisstore.New(nilClient),
+		"(*redisstore.Store)(nil)":    (*redisstore.Store)(nil),
+	} {
+		_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
+			geminiguard.WithSharedState(store))
+		assert.ErrorContains(t, err, "geminiguard: WithSharedState", name)
+	}
+}
+
+// TestRedisFleetNewDoesNotBlockOnAStoppedRedis: with Redis stopped
+// (SIGSTOP), New returns after its warm-up bound (and subscribes in the
+// background), calls are answered, and Close ends the subscription's
+// goroutine (goleak, at the package's end).
+func TestRedisFleetNewDoesNotBlockOnAStoppedRedis(t *testing.T) {
+	redisSrv := redisserver.Start(t)
+	srv := geminitest.New(geminitest.Model{Name: pro})
+	redisSrv.Pause()
+	defer redisSrv.Resume()
+	start := time.Now()
+	c := newClient(t, srv, nil, geminiguard.WithStartupCheck(false), geminiguard.WithCascade(pro),
+		geminiguard.WithSharedState(redisstore.New(redisClient(t, redisSrv), redisstore.WithWarmUp(200*time.Millisecond))))
+	took := time.Since(start)
+	_, _, err := ask(t.Context(), c, "")
+	require.NoError(t, err)
+	c.Close()
+	t.Logf("New took %v with Redis stopped", took)
+	assert.Less(t, took, time.Second, "New waits for its warm-up bound, not for Redis")
+	assert.False(t, c.Stats().Fleet.Connected, "the replica starts alone")
+}

@@ -395,3 +395,54 @@ func TestFleetSharesTheBudget(t *testing.T) {
 		assert.Equal(t, geminiguard.Micros(10_000), a.Stats().Budget.SpentToday, "the project's spend")
 	})
 }
+
+// TestFleetFactLearnedAlonePublishedOnRejoin: a daily quota one replica
+// learns while the store fails is published at its first round trip back,
+// so that the other replica sends the exhausted primary nothing.
+func TestFleetFactLearnedAlonePublishedOnRejoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro},
+			geminitest.Model{Name: flash},
+		)
+		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		fleet := newFleet(t, srv, 2, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100}))
+		store.mode.Store(stateFails)
+		srv.Script(pro, geminitest.Step{Fault: geminitest.DailyQuota})
+		_, rec, err := ask(t.Context(), fleet[0], "")
+		require.NoError(t, err)
+		require.Equal(t, flash, rec.Model, "the primary's daily quota, learned alone")
+
+		store.mode.Store(stateWorks)
+		time.Sleep(time.Minute) // the store's breaker lets the replica try again
+		_, rec, err = ask(t.Context(), fleet[0], "")
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+		_, rec, err = ask(t.Context(), fleet[1], "")
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "the other replica heard of the daily quota")
+		assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbGenerate), "requests to the exhausted primary")
+	})
+}
+
+// TestFleetProjectNamesTheFleet: Clients with different keys are one fleet
+// when WithProject names their project, two without.
+func TestFleetProjectNamesTheFleet(t *testing.T) {
+	srv := geminitest.New(geminitest.Model{Name: pro})
+	store := geminiguard.NewMemoryState()
+	client := func(key string, opts ...geminiguard.Option) *geminiguard.Client {
+		c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithAPIKey(key), geminiguard.WithStartupCheck(false),
+			geminiguard.WithCascade(pro), geminiguard.WithSharedState(store)}, opts...)...)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := client("key-one"), client("key-two")
+	assert.NotEqual(t, geminiguard.ProjectOf(a), geminiguard.ProjectOf(b), "two keys, two fleets by default")
+	a, b = client("key-one", geminiguard.WithProject("my-project")), client("key-two", geminiguard.WithProject("my-project"))
+	assert.Equal(t, geminiguard.ProjectOf(a), geminiguard.ProjectOf(b), "one named project, one fleet")
+	assert.NotContains(t, geminiguard.ProjectOf(a), "my-project", "a hash, not the id")
+	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithProject(""))
+	assert.ErrorContains(t, err, "WithProject")
+	_, err = geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithFleetSize(-1))
+	assert.ErrorContains(t, err, "WithFleetSize")
+}
