@@ -88,7 +88,7 @@
 //
 //	ACL SETUSER fleet-p on >secret ~geminiguard:{P}:* &geminiguard:{P}:changed +@read +@write +@scripting +@pubsub -@dangerous
 //
-// with P the project's id (geminiguard.ProjectOf is not exported: read it
-// from a key the fleet wrote), and connect with TLS and that user through
-// go-redis's own options (redis.Options.TLSConfig, Username, Password).
+// with P the project's id (the hash between braces in the fleet's keys), and
+// connect with TLS and that user through go-redis's own options
+// (redis.Options.TLSConfig, Username, Password).
 package redisstore
