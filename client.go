@@ -118,7 +118,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		spending:    newSpendBudget(cfg.budget),
 		imageLimits: newImageLimits(&cfg),
 	}
-	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig()))
+	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig(), cfg.project), cfg.fleetSize)
 	if c.fleet != nil && c.spending != nil {
 		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
 	}
@@ -145,7 +145,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.subscribe()
+	c.joinFleet(ctx)
 	return c, nil
 }
 

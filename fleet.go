@@ -1,12 +1,15 @@
 package geminiguard
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +34,10 @@ import (
 // live, counting what it lets through uncoordinated, until the store answers
 // again.
 
+// errFleetSlow is why a call skipped a model whose lease the shared state
+// did not answer, the store's breaker still closed.
+var errFleetSlow = errors.New("geminiguard: the shared state did not answer the lease: the next model answers rather than spend the fleet's quota uncoordinated")
+
 // Fleet tunables.
 const (
 	// leaseFor is how long leased requests stay usable, and how often at
@@ -41,28 +48,103 @@ const (
 	// replicaTTL is how long a replica counts as live after its last round
 	// trip.
 	replicaTTL = time.Minute
+	// coldShare is what a replica that has not seen the fleet, and was
+	// given no WithFleetSize, divides each limit by while alone.
+	coldShare = 10
 )
 
-// Variables for tests on a real store, which cannot run in fake time.
-var (
-	// sharedTimeout bounds every call to the store: a slow store costs a
-	// call at most this, once (the store's breaker then opens).
-	sharedTimeout = 30 * time.Millisecond
-	// storeOpenFor is how long the Client carries on alone after the store
-	// failed, before it tries the store again.
-	storeOpenFor = 2 * time.Second
+// StoreSettings' defaults.
+const (
+	defaultStoreTimeout    = 30 * time.Millisecond
+	defaultStoreMaxTimeout = 250 * time.Millisecond
+	defaultStoreWarmUp     = time.Second
+	defaultStoreFailures   = 3
+	defaultStoreAloneFor   = 2 * time.Second
 )
+
+// storeSettingsOf returns s's settings (SettledState) with defaults for
+// zero fields, or what is wrong with them or with s.
+func storeSettingsOf(s SharedState) (StoreSettings, error) {
+	if rv := reflect.ValueOf(s); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState(%T(nil)): pass a store made by its constructor (redisstore.New, NewMemoryState)", s)
+	}
+	var st StoreSettings
+	if ss, ok := s.(SettledState); ok {
+		var err error
+		if st, err = ss.StoreSettings(); err != nil {
+			return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: %w", err)
+		}
+	}
+	if st.Timeout < 0 || st.MaxTimeout < 0 || st.WarmUp < 0 || st.AloneFor < 0 || st.Failures < 0 {
+		return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: negative store settings %+v: use 0 for the defaults", st)
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&st.Timeout, defaultStoreTimeout)
+	def(&st.MaxTimeout, max(defaultStoreMaxTimeout, st.Timeout))
+	def(&st.WarmUp, defaultStoreWarmUp)
+	def(&st.AloneFor, defaultStoreAloneFor)
+	if st.Failures == 0 {
+		st.Failures = defaultStoreFailures
+	}
+	if st.MaxTimeout < st.Timeout {
+		return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: the store's MaxTimeout %v is below its Timeout %v", st.MaxTimeout, st.Timeout)
+	}
+	return st, nil
+}
+
+// WithFleetSize tells a replica of a fleet (WithSharedState) how many
+// replicas to expect, for the moments it has not seen the fleet yet: from
+// New until its round trips to the store have answered for a second, a
+// replica that cannot reach the store divides each limit by at least n.
+// Once it has seen the fleet, it divides by the most replicas it saw live
+// over about the last minute. Default: each limit divided by 10.
+func WithFleetSize(n int) Option {
+	return optionFunc(func(cfg *config) {
+		if n < 0 {
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithFleetSize(%d): pass the replicas expected, or 0 for the default", n))
+			return
+		}
+		cfg.fleetSize = n
+	})
+}
+
+// WithProject names the Google project (for Vertex AI, its project and
+// location, as one string) whose quota a fleet (WithSharedState) shares:
+// replicas given the same id are one fleet whatever key each uses, so a key
+// rotation, or two keys of one project, keep one fleet. The store keeps
+// state, idempotent answers and cached answers under a hash of the id,
+// never the id itself. Default: the project is a hash of the API key (or
+// of the Vertex AI project, location and key).
+func WithProject(id string) Option {
+	return optionFunc(func(cfg *config) {
+		if id == "" {
+			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithProject(\"\"): pass the Google project's id, or leave the option out"))
+			return
+		}
+		cfg.project = id
+	})
+}
 
 // fleet is a Client's part in its fleet. Safe for concurrent use.
 type fleet struct {
-	store   SharedState
-	project string
-	replica string
-	health  *breaker // the store's: open while it fails; the Client then carries on alone
+	store     SharedState
+	settings  StoreSettings
+	fleetSize int // WithFleetSize's; 0: coldShare
+	project   string
+	replica   string
+	health    *breaker // the store's: open while it fails; the Client then carries on alone
+	rtt       rttBound // the bound of each round trip
 
 	version  atomic.Uint64 // the project's version whose facts are applied
 	synced   atomic.Int64  // unix nanoseconds of the last round trip that answered
+	first    atomic.Int64  // unix nanoseconds of the first round trip that answered; 0 before
+	failEnd  atomic.Int64  // unix nanoseconds at which the last failure counted by health ended
 	replicas atomic.Int64  // live replicas at the last lease, this one included; 0 before the first
+	peak     replicaPeak
 
 	roundTrips    atomic.Int64
 	failures      atomic.Int64
@@ -75,6 +157,106 @@ type fleet struct {
 	reportMu    sync.Mutex
 	reportTimer *time.Timer // nil: none pending
 	closed      bool        // Close ran: no more reports
+
+	pendingMu sync.Mutex       // guards pending
+	pending   map[factKey]Fact // facts learned while the store was unreachable, to publish on rejoin
+}
+
+// rttBound learns the bound of a round trip to the store from the round
+// trips' latency, as TCP's retransmission timer does (RFC 6298): the
+// smoothed latency plus four of its mean deviations, within [floor, cap],
+// doubled after a timeout until a round trip answers, and the cap before
+// the first answer (as TCP's timer starts at a second). A cold or busy
+// connection's slow round trip so widens the bound instead of sending the
+// Client off alone. Safe for concurrent use.
+type rttBound struct {
+	mu           sync.Mutex    // guards the fields below
+	floor, cap   time.Duration // StoreSettings.Timeout and MaxTimeout
+	srtt, rttvar time.Duration
+	learned      bool          // srtt and rttvar hold an answer's latency
+	backoff      time.Duration // the bound after a timeout, until an answer; 0: none
+}
+
+// bound returns the bound of the next round trip.
+func (b *rttBound) bound() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.backoff > 0 {
+		return b.backoff
+	}
+	if !b.learned {
+		return b.cap
+	}
+	return min(max(b.srtt+4*b.rttvar, b.floor), b.cap)
+}
+
+// answered learns the latency d of a round trip that answered.
+func (b *rttBound) answered(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.backoff = 0
+	if !b.learned {
+		b.srtt, b.rttvar, b.learned = d, d/2, true
+		return
+	}
+	dev := b.srtt - d
+	if dev < 0 {
+		dev = -dev
+	}
+	b.rttvar = (3*b.rttvar + dev) / 4
+	b.srtt = (7*b.srtt + d) / 8
+}
+
+// timedOut doubles the bound after a round trip bounded by was timed out.
+func (b *rttBound) timedOut(was time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.backoff = min(max(b.backoff, 2*was), b.cap)
+}
+
+// replicaPeak is the most replicas seen live over about the last minute:
+// the largest count of the current unix minute and the one before, among
+// those answered (when the store stops answering, the last counts stay).
+// Safe for concurrent use.
+type replicaPeak struct {
+	mu        sync.Mutex // guards the fields below
+	minute    int64      // the unix minute of cur
+	cur, prev int
+}
+
+// saw records n replicas live at now.
+func (p *replicaPeak) saw(n int, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch m := now.Unix() / 60; {
+	case m == p.minute:
+	case m == p.minute+1:
+		p.minute, p.prev, p.cur = m, p.cur, 0
+	default:
+		p.minute, p.prev, p.cur = m, 0, 0
+	}
+	p.cur = max(p.cur, n)
+}
+
+// most returns the most replicas seen.
+func (p *replicaPeak) most() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.cur, p.prev)
+}
+
+// share returns what this replica divides each limit by, for what it
+// takes on its own (the store unreachable) and for the size of its leases:
+// the most replicas seen live over about the last minute, and, until it
+// has seen the fleet (round trips that answered over leaseFor, so that
+// replicas started with it have registered), at least the WithFleetSize
+// hint, else coldShare. Never the whole limit before the fleet is known.
+func (f *fleet) share() int {
+	n := f.peak.most()
+	if first := f.first.Load(); first == 0 || f.synced.Load()-first < int64(leaseFor) {
+		n = max(n, cmp.Or(f.fleetSize, coldShare))
+	}
+	return max(n, 1)
 }
 
 // reportSpendSoon makes sure this Client's spend reaches the fleet within
@@ -125,23 +307,46 @@ type FleetStats struct {
 }
 
 // newFleet returns the fleet part of a Client, nil without a store. project
-// names the Google project: derived from the key, never the key itself.
-func newFleet(store SharedState, project string) *fleet {
+// names the Google project: a hash, never a key.
+func newFleet(store SharedState, project string, fleetSize int) *fleet {
 	if store == nil {
 		return nil
 	}
+	st, _ := storeSettingsOf(store) // WithSharedState refused the store when it errs
 	return &fleet{
-		store:   store,
-		project: project,
-		replica: fmt.Sprintf("%016x", rand.Uint64()),
-		health:  newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: storeOpenFor, HalfOpenProbes: 1, DeadAfter: -1}),
+		store:     store,
+		settings:  st,
+		fleetSize: fleetSize,
+		project:   project,
+		replica:   fmt.Sprintf("%016x", rand.Uint64()),
+		health:    newBreaker(BreakerSettings{FailureThreshold: st.Failures, OpenFor: st.AloneFor, HalfOpenProbes: 1, DeadAfter: -1}),
+		rtt:       rttBound{floor: st.Timeout, cap: st.MaxTimeout},
 	}
+}
+
+// joinFleet makes New's one warm-up round trip to the store, within ctx and
+// bounded by StoreSettings.WarmUp: the replica registers and reads the
+// project's facts before its first call, on a connection warmed up. When
+// the store does not answer, the Client starts alone (for AloneFor, on a
+// conservative share: see fleet.share). Then it subscribes (Subscriber).
+func (c *Client) joinFleet(ctx context.Context) {
+	f := c.fleet
+	if f == nil {
+		return
+	}
+	if _, ok := c.roundTrip(ctx, c.states[0], LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
+		now := time.Now()
+		if tr := f.health.openTill(now, now.Add(f.settings.AloneFor)); tr != nil {
+			c.fleetChanged(ctx, tr, errors.New("geminiguard: the warm-up round trip to the shared state failed"))
+		}
+	}
+	c.subscribe()
 }
 
 // subscribe asks the store, when it is a Subscriber, to tell c at once when
 // the project's facts change: c then reads them in one round trip, so that
 // no leased request goes to a model another replica found exhausted. Close
-// ends it.
+// ends it. A Subscriber returns at once (see Subscriber).
 func (c *Client) subscribe() {
 	if c.fleet == nil {
 		return
@@ -158,27 +363,50 @@ func (c *Client) subscribe() {
 }
 
 // projectOf returns the id under which the project an SDK client calls
-// shares its state: a hash of what identifies the project (the API key, or
-// the Vertex AI project and location), so that no key reaches the store.
-func projectOf(cc genai.ClientConfig) string {
+// shares its state: a hash of what identifies the project (named, as
+// WithProject gave it; else the API key, or the Vertex AI project and
+// location), so that no key reaches the store.
+func projectOf(cc genai.ClientConfig, named string) string {
 	id := "gemini\x00" + cc.APIKey
-	if cc.Backend == genai.BackendVertexAI {
+	switch {
+	case named != "":
+		id = "named\x00" + named
+	case cc.Backend == genai.BackendVertexAI:
 		id = "vertex\x00" + cc.Project + "\x00" + cc.Location + "\x00" + cc.APIKey
 	}
 	h := sha256.Sum256([]byte("geminiguard project\x00" + id))
 	return hex.EncodeToString(h[:12])
 }
 
-// call runs fn against the store with the store's timeout and breaker. It
-// reports whether the store answered; false means the Client carries on
-// alone. A ctx that ends first says nothing about the store.
+// call runs fn against the store bounded by the learned bound and behind the store's breaker. It reports whether the store
+// answered; false means the Client carries on alone. A ctx that ends first
+// says nothing about the store; round trips that fail together (begun
+// before the last counted failure ended: one stall of the store) count once
+// for the breaker.
 func (f *fleet) call(ctx context.Context, c *Client, fn func(ctx context.Context) error) bool {
-	p, _, err := f.health.allow(time.Now())
+	return f.callWithin(ctx, c, 0, fn)
+}
+
+// callWithin is call, bounded by warmUp instead when positive: New's first
+// round trip, whose latency teaches nothing of a warm connection's. The
+// first round trip after carrying on alone is bounded by MaxTimeout.
+func (f *fleet) callWithin(ctx context.Context, c *Client, warmUp time.Duration, fn func(ctx context.Context) error) bool {
+	start := time.Now()
+	p, _, err := f.health.allow(start)
 	if err != nil {
 		return false
 	}
-	sctx, cancel := context.WithTimeout(ctx, sharedTimeout)
+	bound := warmUp
+	switch {
+	case bound > 0:
+	case p.probe:
+		bound = f.settings.MaxTimeout // the first try after carrying on alone: a cold connection, maybe a restarted server
+	default:
+		bound = f.rtt.bound()
+	}
+	sctx, cancel := context.WithTimeout(ctx, bound)
 	err = fn(sctx)
+	timedOut := sctx.Err() != nil
 	cancel()
 	f.roundTrips.Add(1)
 	now := time.Now()
@@ -186,11 +414,24 @@ func (f *fleet) call(ctx context.Context, c *Client, fn func(ctx context.Context
 	switch {
 	case err == nil:
 		f.synced.Store(now.UnixNano())
+		f.first.CompareAndSwap(0, now.UnixNano())
+		if warmUp <= 0 {
+			f.rtt.answered(now.Sub(start))
+		}
 	case ctx.Err() != nil:
 		o = outcomeIgnore // the caller gave up: nothing said of the store
 	default:
-		o = outcomeFailure
 		f.failures.Add(1)
+		if timedOut {
+			f.rtt.timedOut(bound)
+		}
+		o = outcomeIgnore
+		for e := f.failEnd.Load(); start.UnixNano() >= e; e = f.failEnd.Load() {
+			if f.failEnd.CompareAndSwap(e, now.UnixNano()) {
+				o = outcomeFailure
+				break
+			}
+		}
 	}
 	if tr := f.health.done(p, now, o); tr != nil {
 		c.fleetChanged(ctx, tr, err)
@@ -203,8 +444,8 @@ func (f *fleet) call(ctx context.Context, c *Client, fn func(ctx context.Context
 func (c *Client) fleetChanged(ctx context.Context, tr *transition, err error) {
 	switch tr.To {
 	case StateOpen:
-		c.log(ctx, slog.LevelWarn, "geminiguard: shared state unreachable; carrying on alone with each limit divided by the live replicas",
-			slog.Int64("replicas", max(1, c.fleet.replicas.Load())), slog.Duration("retry_in", storeOpenFor), slog.String("error", c.redact(err)))
+		c.log(ctx, slog.LevelWarn, "geminiguard: shared state unreachable; carrying on alone with each limit divided by share",
+			slog.Int("share", c.fleet.share()), slog.Duration("retry_in", c.fleet.settings.AloneFor), slog.String("error", c.redact(err)))
 	case StateClosed:
 		c.log(ctx, slog.LevelInfo, "geminiguard: shared state reachable again; limits are the fleet's",
 			slog.Int64("uncoordinated", c.fleet.uncoordinated.Load()))
@@ -244,12 +485,18 @@ type modelLease struct {
 	requests int       // leased requests left
 	tokens   int       // leased input tokens left
 	until    time.Time // the leased requests and tokens lapse then
-	debt     int       // input tokens responses reported beyond the leased estimates, for the next lease
-	second   int64     // the unix second uses counts
-	uses     int       // requests used in second
-	lastUses int       // requests used in the second before it: the next batch
-	alone    *limiter  // limits ÷ replicas while the store is unreachable; nil until first needed
-	aloneFor [numDims]int
+	day      time.Time // the end of the Pacific day the leased requests count in
+	debt     int       // input tokens responses reported beyond the leased estimates (and those of requests sent alone), for the next lease
+	unleased int       // requests sent alone (the store unreachable), for the next lease
+	// Leased requests (and their tokens) that lapsed unsent in the day
+	// ending unusedDay, to give back at the next lease.
+	unused, unusedTokens int
+	unusedDay            time.Time
+	second               int64    // the unix second uses counts
+	uses                 int      // requests used in second
+	lastUses             int      // requests used in the second before it: the next batch
+	alone                *limiter // limits ÷ replicas while the store is unreachable; nil until first needed
+	aloneFor             [numDims]int
 
 	// The fleet's last refusal: no lease is asked for before refusedUntil.
 	refusedUntil time.Time
@@ -296,13 +543,20 @@ func (l *modelLease) answer(now time.Time) bool {
 	return l.fleetFailures > 0
 }
 
-// report fills r with what the model has to tell the fleet (its token
-// debt, outcomes) and clears it; reported then says how the round trip went.
-func (l *modelLease) report(r *LeaseRequest) {
+// report fills r (its DayEnd set) with what the model has to tell the fleet
+// at now (its token debt, requests sent alone, leased requests that lapsed
+// unsent in r's day, outcomes) and clears it; reported then says how the
+// round trip went.
+func (l *modelLease) report(now time.Time, r *LeaseRequest) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r.Debt, r.Failures, r.Answered = l.debt, l.failed, l.answered
-	l.debt, l.failed, l.answered = 0, 0, time.Time{}
+	l.lapse(now)
+	r.Debt, r.Alone, r.Failures, r.Answered = l.debt, l.unleased, l.failed, l.answered
+	if l.unusedDay.Equal(r.DayEnd) {
+		r.Unused, r.UnusedTokens = l.unused, l.unusedTokens
+	}
+	l.debt, l.unleased, l.failed, l.answered = 0, 0, 0, time.Time{}
+	l.unused, l.unusedTokens = 0, 0
 }
 
 // reported puts back what r reported when it did not reach the store (ok
@@ -313,11 +567,39 @@ func (l *modelLease) reported(ok bool, r LeaseRequest, fl Lease) {
 	defer l.mu.Unlock()
 	if !ok {
 		l.debt += r.Debt
+		l.unleased += r.Alone
 		l.failed += r.Failures
 		l.answered = later(l.answered, r.Answered)
+		if r.Unused > 0 && (l.unused == 0 || l.unusedDay.Equal(r.DayEnd)) {
+			l.unused, l.unusedTokens, l.unusedDay = l.unused+r.Unused, l.unusedTokens+r.UnusedTokens, r.DayEnd
+		}
 		return
 	}
 	l.fleetFailures = fl.Failures
+}
+
+// lapse moves what the lease holds, when it lapsed at now, to what is to be
+// given back (only the last day's: a new day's count starts afresh).
+func (l *modelLease) lapse(now time.Time) {
+	if l.requests == 0 || now.Before(l.until) {
+		return
+	}
+	if !l.unusedDay.Equal(l.day) {
+		l.unused, l.unusedTokens = 0, 0
+	}
+	l.unused += l.requests
+	l.unusedTokens += l.tokens
+	l.unusedDay = l.day
+	l.requests, l.tokens = 0, 0
+}
+
+// sentAlone records a request sent with tokens input tokens on the
+// Client's own share, to report.
+func (l *modelLease) sentAlone(tokens int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unleased++
+	l.debt += max(tokens, 0)
 }
 
 // use takes one request and tokens from the lease at now, if it holds
@@ -328,7 +610,8 @@ func (l *modelLease) use(now time.Time, tokens int, first bool) bool {
 	if first {
 		l.count(now)
 	}
-	if l.requests == 0 || l.tokens < tokens || !now.Before(l.until) {
+	l.lapse(now)
+	if l.requests == 0 || l.tokens < tokens {
 		return false
 	}
 	l.requests--
@@ -352,9 +635,9 @@ func (l *modelLease) count(now time.Time) {
 // second uses (the last one, this one so far, or the calls waiting for
 // this lease, whichever is most), at most maxLeaseBatch, and at most a
 // quarter of this replica's share of each limit eff (over replicas, with
-// tokens per request): what a lease holds beyond the calls that take it is
-// spent in the project's window for nothing, which a quota the fleet
-// nearly fills cannot spare. At least one.
+// tokens per request; RPD's too): what a lease holds beyond the calls that
+// take it is held from the project's window until it lapses and is given
+// back, which a quota the fleet nearly fills cannot spare. At least one.
 func (l *modelLease) batch(eff [numDims]int, tokens, replicas int) int {
 	waiting := int(l.waiting.Load())
 	l.mu.Lock()
@@ -367,21 +650,23 @@ func (l *modelLease) batch(eff [numDims]int, tokens, replicas int) int {
 	if eff[dimTPM] > 0 {
 		b = min(b, share(eff[dimTPM], tokens))
 	}
+	if eff[dimRPD] > 0 {
+		b = min(b, share(eff[dimRPD], 1))
+	}
 	return max(b, 1)
 }
 
-// fill adds what a lease granted at now beyond the one request its asker
-// uses at once to what the lease holds (leases asked for at once by
-// concurrent calls add up), and keeps it all until leaseFor after now.
-func (l *modelLease) fill(now time.Time, requests, tokens int) {
+// fill adds what a lease granted at now, counted in the Pacific day ending
+// day, beyond the one request its asker uses at once to what the lease
+// holds (leases asked for at once by concurrent calls add up), and keeps it
+// all until leaseFor after now.
+func (l *modelLease) fill(now, day time.Time, requests, tokens int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !now.Before(l.until) {
-		l.requests, l.tokens = 0, 0 // lapsed
-	}
+	l.lapse(now)
 	l.requests += requests
 	l.tokens += tokens
-	l.until = now.Add(leaseFor)
+	l.until, l.day = now.Add(leaseFor), day
 }
 
 // giveBack returns one request and its tokens to the lease: the request was
@@ -462,18 +747,29 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		now := call.now
 		until, dim := m.lease.refused()
 		if !until.After(now) {
-			l, ok := c.sync(ctx, m, LeaseRequest{Requests: m.lease.batch(eff, tokens, int(f.replicas.Load())), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD]})
+			day := pacific.NextMidnight(now)
+			r := LeaseRequest{Requests: m.lease.batch(eff, tokens, f.share()), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD], DayEnd: day}
+			l, ok := c.sync(ctx, m, r)
+			if !ok && ctx.Err() == nil && call.hasNext(m) && f.health.state(time.Now()) == StateClosed {
+				// Slow or failing, not yet known down (the store's breaker
+				// closed): another model answers rather than this one
+				// spend, uncoordinated, a request the fleet may have
+				// granted to another replica.
+				err := &ModelError{Model: m.name, Verdict: Verdict{Class: ClassLocalRateLimit, Scope: ScopeModel}, Err: errFleetSlow}
+				call.skip(m, err, sl.delay)
+				return stepNext, err
+			}
 			if !ok {
 				return call.aloneAdmit(ctx, sl, m, tokens, eff, a)
 			}
 			if l.Facts != nil {
 				if next, err := call.unblocked(sl, m); next != stepGo {
-					m.lease.fill(now, l.Requests, l.Requests*tokens)
+					m.lease.fill(now, day, l.Requests, l.Requests*tokens)
 					return next, err
 				}
 			}
 			if l.Requests > 0 {
-				m.lease.fill(now, l.Requests-1, (l.Requests-1)*tokens)
+				m.lease.fill(now, day, l.Requests-1, (l.Requests-1)*tokens)
 				a.leased, a.leasedTokens = true, tokens
 				return stepGo, nil
 			}
@@ -513,15 +809,18 @@ func (call *call[R]) unblocked(sl *retrySlot, m *modelState) (step, error) {
 	return stepGo, nil
 }
 
-// aloneAdmit admits a request on the model's limits divided by the live
-// replicas, the store being unreachable, and counts it uncoordinated.
+// aloneAdmit admits a request on the model's limits divided by the
+// replicas' share (fleet.share), the store being unreachable, counts it
+// uncoordinated, and keeps it to report: the fleet's windows count it when
+// the store answers again.
 func (call *call[R]) aloneAdmit(ctx context.Context, sl *retrySlot, m *modelState, tokens int, eff [numDims]int, a *admission) (step, error) {
 	f := call.c.fleet
-	lim := m.lease.aloneLimiter(eff, int(max(1, f.replicas.Load())))
+	lim := m.lease.aloneLimiter(eff, f.share())
 	if next, err := call.reserve(ctx, sl, m, lim, tokens, &a.alone); next != stepGo {
 		return next, err
 	}
 	f.uncoordinated.Add(1)
+	m.lease.sentAlone(tokens)
 	return stepGo, nil
 }
 
@@ -530,17 +829,24 @@ func (call *call[R]) aloneAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 // leasing, counting the model's debt, registering the replica, and applying
 // the facts that changed. ok is false when the store did not answer.
 func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease, bool) {
+	return c.roundTrip(ctx, m, r, 0)
+}
+
+// roundTrip is sync, bounded by warmUp when positive (see fleet.call). A
+// round trip that answers also publishes the facts learned while the store
+// was unreachable.
+func (c *Client) roundTrip(ctx context.Context, m *modelState, r LeaseRequest, warmUp time.Duration) (Lease, bool) {
 	f := c.fleet
 	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
 	r.Version = f.version.Load()
-	m.lease.report(&r)
 	now := time.Now()
-	r.Spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
-	if r.RPD > 0 {
+	if r.DayEnd.IsZero() {
 		r.DayEnd = pacific.NextMidnight(now)
 	}
+	m.lease.report(now, &r)
+	r.Spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
 	var l Lease
-	ok := f.call(ctx, c, func(ctx context.Context) (err error) {
+	ok := f.callWithin(ctx, c, warmUp, func(ctx context.Context) (err error) {
 		l, err = f.store.Lease(ctx, r)
 		return err
 	})
@@ -550,6 +856,8 @@ func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease
 		return Lease{}, false
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
+	f.peak.saw(max(1, l.Replicas), now)
+	c.publishPending(ctx)
 	if l.Facts != nil {
 		// Applied, then the version stored: a concurrent round trip (a
 		// notification's, another call's) asks with the old version until
@@ -636,13 +944,40 @@ func (c *Client) apply(ctx context.Context, facts []Fact) {
 }
 
 // publish tells the fleet a fact, in one round trip; a failure is the
-// store's (counted, and the Client carries on alone).
+// store's (counted, and the Client carries on alone), and the fact is kept
+// to publish at the first round trip that answers.
 func (c *Client) publish(ctx context.Context, fact Fact) {
 	f := c.fleet
 	if f == nil {
 		return
 	}
-	f.call(ctx, c, func(ctx context.Context) error { return f.store.Publish(ctx, f.project, fact) })
+	if !f.call(ctx, c, func(ctx context.Context) error { return f.store.Publish(ctx, f.project, fact) }) {
+		f.pendingMu.Lock()
+		defer f.pendingMu.Unlock()
+		if f.pending == nil {
+			f.pending = make(map[factKey]Fact)
+		}
+		k := keyOf(fact)
+		if old, ok := f.pending[k]; !ok || replaces(fact, old) {
+			f.pending[k] = fact
+		}
+	}
+}
+
+// publishPending publishes the facts learned while the store was
+// unreachable that are still in force, each in one round trip.
+func (c *Client) publishPending(ctx context.Context) {
+	f := c.fleet
+	f.pendingMu.Lock()
+	pending := f.pending
+	f.pending = nil
+	f.pendingMu.Unlock()
+	now := time.Now()
+	for _, fact := range pending {
+		if factEnd(fact).After(now) {
+			c.publish(ctx, fact)
+		}
+	}
 }
 
 // publishTransition tells the fleet that a breaker of m opened or closed on

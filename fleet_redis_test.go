@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -29,16 +30,6 @@ func redisClient(t *testing.T, srv *redisserver.Server) *redis.Client {
 	return rdb
 }
 
-// patientStore lengthens the store's timeout for the test: bursts of
-// calls under -race on two cores can take Redis round trips past 30ms,
-// which would (rightly) send the replicas off on their own, and the test is
-// of sharing, not of a slow store.
-func patientStore(t *testing.T) {
-	old := *geminiguard.SharedTimeout
-	*geminiguard.SharedTimeout = time.Second
-	t.Cleanup(func() { *geminiguard.SharedTimeout = old })
-}
-
 // callAll sends calls calls at once, spread over the fleet, and returns
 // how many failed.
 func callAll(t *testing.T, fleet []*geminiguard.Client, calls int) int {
@@ -64,7 +55,6 @@ func callAll(t *testing.T, fleet []*geminiguard.Client, calls int) int {
 // more than its quota and collect server 429s; sharing Redis, they send it
 // the quota at the headroom (24) and get none.
 func TestRedisFleetSharesTheProjectQuota(t *testing.T) {
-	patientStore(t)
 	rdb := redisClient(t, redisserver.Start(t))
 	for _, shared := range []bool{false, true} {
 		srv := geminitest.New(
@@ -98,7 +88,6 @@ func TestRedisFleetSharesTheProjectQuota(t *testing.T) {
 // by one replica keeps the model out for all (one request from the fleet),
 // and so does a breaker one replica opened.
 func TestRedisFleetDailyQuotaAndOpenBreakerHoldForAll(t *testing.T) {
-	patientStore(t)
 	rdb := redisClient(t, redisserver.Start(t))
 	srv := geminitest.New(
 		geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.DailyQuota}}},
@@ -132,16 +121,13 @@ func TestRedisFleetDailyQuotaAndOpenBreakerHoldForAll(t *testing.T) {
 // every call is still answered, each replica on its share of the limit;
 // once Redis is back, the replicas rejoin and share again.
 func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
-	patientStore(t)
-	defer func(d time.Duration) { *geminiguard.StoreOpenFor = d }(*geminiguard.StoreOpenFor)
-	*geminiguard.StoreOpenFor = 50 * time.Millisecond
 	redisSrv := redisserver.Start(t)
 	rdb := redisClient(t, redisSrv)
 	srv := geminitest.New(
 		geminitest.Model{Name: pro},
 		geminitest.Model{Name: flash},
 	)
-	fleet := newFleet(t, srv, 3, redisstore.New(rdb, redisstore.WithPrefix(t.Name())),
+	fleet := newFleet(t, srv, 3, redisstore.New(rdb, redisstore.WithPrefix(t.Name()), redisstore.WithAloneFor(50*time.Millisecond)),
 		geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 300}))
 	for range 2 { // every replica registers, then hears of the others
 		for _, c := range fleet {
@@ -209,8 +195,9 @@ func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
 }
 
 // TestRedisFleetPausedRedisDelaysOneCall: with Redis paused (CLIENT PAUSE),
-// one call waits for the store's timeout; the calls after it do not ask the
-// store until its breaker lets them try again. So also with a go-redis
+// three calls wait for the store's bound (doubled after each timeout); the
+// calls after them do not ask the store until its breaker lets them try
+// again. So also with a go-redis
 // client left without ContextTimeoutEnabled, which on its own would hold
 // the call for the whole pause.
 func TestRedisFleetPausedRedisDelaysOneCall(t *testing.T) {
@@ -245,7 +232,117 @@ func testPausedRedis(t *testing.T, ctxTimeouts bool) {
 	}
 	after := c.Stats().Fleet
 	t.Logf("calls with Redis paused took %v", took)
-	assert.Equal(t, before.RoundTrips+1, after.RoundTrips, "one call asked the paused store")
-	assert.Equal(t, before.Failures+1, after.Failures, "and timed out")
+	assert.Equal(t, before.RoundTrips+3, after.RoundTrips, "three calls asked the paused store")
+	assert.Equal(t, before.Failures+3, after.Failures, "and timed out")
 	assert.Equal(t, before.Uncoordinated+5, after.Uncoordinated)
+}
+
+// TestRedisFleetColdStartWithRedisStopped: ten replicas start together
+// while their Redis is stopped (SIGSTOP) for its first 200 ms, each with a
+// connection of its own, and each sends its share of a burst of 60 calls at
+// once: none gets a server 429, and the primary serves no more than its
+// quota at the headroom (24 of RPM 30). A replica that has not seen the
+// fleet takes a small share of each limit, never the whole.
+func TestRedisFleetColdStartWithRedisStopped(t *testing.T) {
+	redisSrv := redisserver.Start(t)
+	srv := geminitest.New(
+		geminitest.Model{Name: pro, Quota: geminitest.Quota{RPM: 30}},
+		geminitest.Model{Name: flash},
+	)
+	const replicas, calls = 10, 60
+	redisSrv.Pause()
+	resumed := time.AfterFunc(200*time.Millisecond, redisSrv.Resume)
+	defer resumed.Stop()
+	defer redisSrv.Resume()
+
+	fleet := make([]*geminiguard.Client, replicas)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed int
+	var errs []error
+	for i := range fleet {
+		wg.Go(func() {
+			store := redisstore.New(redisClient(t, redisSrv), redisstore.WithPrefix(t.Name()))
+			c, err := geminiguard.New(t.Context(),
+				geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
+				geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithStartupCheck(false),
+				geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}),
+				geminiguard.WithSharedState(store))
+			mu.Lock()
+			fleet[i] = c
+			errs = append(errs, err)
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+			var cw sync.WaitGroup
+			for range calls / replicas {
+				cw.Go(func() {
+					if _, _, err := ask(t.Context(), c, ""); err != nil {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+					}
+				})
+			}
+			cw.Wait()
+		})
+	}
+	wg.Wait()
+	for _, c := range fleet {
+		if c != nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	require.NoError(t, errors.Join(errs...))
+	upstream429 := rateLimited(fleet, pro)
+	proAnswers := srv.Hits(pro, geminitest.VerbGenerate) - int(upstream429)
+	var uncoordinated int64
+	for _, c := range fleet {
+		uncoordinated += c.Stats().Fleet.Uncoordinated
+	}
+	t.Logf("%d server 429s, %d failed, the primary answered %d of %d, %d uncoordinated", upstream429, failed, proAnswers, calls, uncoordinated)
+	assert.Zero(t, failed)
+	assert.Zero(t, upstream429, "server 429s")
+	// What the fleet granted stays within the quota at the headroom; a
+	// replica that lost the store under load adds its own small share,
+	// which the headroom absorbs.
+	assert.LessOrEqual(t, proAnswers-int(uncoordinated), 24, "the primary within its quota at the headroom")
+	assert.LessOrEqual(t, proAnswers, 30, "the primary within its quota")
+}
+
+// TestRedisFleetNilStoresRefused: New refuses a nil store of any shape
+// with an error (it used to panic at the first call).
+func TestRedisFleetNilStoresRefused(t *testing.T) {
+	var nilClient *redis.Client
+	for name, store := range map[string]geminiguard.SharedState{
+		"redisstore.New(nil)":         redisstore.New(nil),
+		"redisstore.New(nil *Client)": redisstore.New(nilClient),
+		"(*redisstore.Store)(nil)":    (*redisstore.Store)(nil),
+	} {
+		_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
+			geminiguard.WithSharedState(store))
+		assert.ErrorContains(t, err, "geminiguard: WithSharedState", name)
+	}
+}
+
+// TestRedisFleetNewDoesNotBlockOnAStoppedRedis: with Redis stopped
+// (SIGSTOP), New returns after its warm-up bound (and subscribes in the
+// background), calls are answered, and Close ends the subscription's
+// goroutine (goleak, at the package's end).
+func TestRedisFleetNewDoesNotBlockOnAStoppedRedis(t *testing.T) {
+	redisSrv := redisserver.Start(t)
+	srv := geminitest.New(geminitest.Model{Name: pro})
+	redisSrv.Pause()
+	defer redisSrv.Resume()
+	start := time.Now()
+	c := newClient(t, srv, nil, geminiguard.WithStartupCheck(false), geminiguard.WithCascade(pro),
+		geminiguard.WithSharedState(redisstore.New(redisClient(t, redisSrv), redisstore.WithWarmUp(200*time.Millisecond))))
+	took := time.Since(start)
+	_, _, err := ask(t.Context(), c, "")
+	require.NoError(t, err)
+	c.Close()
+	t.Logf("New took %v with Redis stopped", took)
+	assert.Less(t, took, time.Second, "New waits for its warm-up bound, not for Redis")
+	assert.False(t, c.Stats().Fleet.Connected, "the replica starts alone")
 }

@@ -233,11 +233,12 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 		)
 		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
 		fleet := newFleet(t, srv, 4, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 50}))
-		for range 2 { // every replica registers, and hears of the others: 4 live
+		for range 2 { // every replica registers, and a second later hears of the others: 4 live
 			for _, c := range fleet {
 				_, _, err := ask(t.Context(), c, "")
 				require.NoError(t, err)
 			}
+			time.Sleep(time.Second)
 		}
 		require.Equal(t, 4, fleet[0].Stats().Fleet.Replicas)
 		time.Sleep(2 * time.Second) // the requests leased and not used lapse
@@ -269,8 +270,9 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 }
 
 // TestFleetHangingStoreDelaysACallOnce: a store that stops answering (Redis
-// paused) delays one call by the store's timeout; the calls after it do not
-// wait for the store at all.
+// paused) delays the calls that find it so by the store's bound, doubled
+// after each timeout (30, 60, 120 ms: one slow round trip is not a store
+// that failed); after the third the calls do not wait for the store at all.
 func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 100 * time.Millisecond})
@@ -287,7 +289,7 @@ func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
 			require.NoError(t, err)
 			took = append(took, time.Since(start))
 		}
-		assert.Equal(t, []time.Duration{130 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, took)
+		assert.Equal(t, []time.Duration{130 * time.Millisecond, 160 * time.Millisecond, 220 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, took)
 	})
 }
 
@@ -325,14 +327,15 @@ func TestOTelFleetFigures(t *testing.T) {
 		_, _, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
 		store.mode.Store(stateFails)
-		for range 3 {
+		for range 5 {
 			_, _, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 		}
 		ms := tel.metrics(t)
-		assert.Equal(t, map[string]int64{"": 3}, counts(t, ms, "geminiguard.fleet.uncoordinated", "{request}"))
-		assert.Equal(t, map[string]int64{"": 2}, counts(t, ms, "geminiguard.fleet.round_trips", "{call}"), "the store's breaker spares it the calls after the first failure")
-		assert.Equal(t, map[string]int64{"": 1}, counts(t, ms, "geminiguard.fleet.failures", "{call}"))
+		assert.Equal(t, map[string]int64{"": 5}, counts(t, ms, "geminiguard.fleet.uncoordinated", "{request}"))
+		// New's warm-up, the first call's lease, then three failures.
+		assert.Equal(t, map[string]int64{"": 5}, counts(t, ms, "geminiguard.fleet.round_trips", "{call}"), "the store's breaker spares it the calls after the third failure")
+		assert.Equal(t, map[string]int64{"": 3}, counts(t, ms, "geminiguard.fleet.failures", "{call}"))
 		connected := ms["geminiguard.fleet.connected"].Data.(metricdata.Gauge[int64]).DataPoints
 		require.Len(t, connected, 1)
 		assert.Zero(t, connected[0].Value)
@@ -391,4 +394,55 @@ func TestFleetSharesTheBudget(t *testing.T) {
 		assert.Equal(t, 5, srv.Hits(dearModel, geminitest.VerbGenerate), "the fleet spent its one budget")
 		assert.Equal(t, geminiguard.Micros(10_000), a.Stats().Budget.SpentToday, "the project's spend")
 	})
+}
+
+// TestFleetFactLearnedAlonePublishedOnRejoin: a daily quota one replica
+// learns while the store fails is published at its first round trip back,
+// so that the other replica sends the exhausted primary nothing.
+func TestFleetFactLearnedAlonePublishedOnRejoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro},
+			geminitest.Model{Name: flash},
+		)
+		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		fleet := newFleet(t, srv, 2, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100}))
+		store.mode.Store(stateFails)
+		srv.Script(pro, geminitest.Step{Fault: geminitest.DailyQuota})
+		_, rec, err := ask(t.Context(), fleet[0], "")
+		require.NoError(t, err)
+		require.Equal(t, flash, rec.Model, "the primary's daily quota, learned alone")
+
+		store.mode.Store(stateWorks)
+		time.Sleep(time.Minute) // the store's breaker lets the replica try again
+		_, rec, err = ask(t.Context(), fleet[0], "")
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+		_, rec, err = ask(t.Context(), fleet[1], "")
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "the other replica heard of the daily quota")
+		assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbGenerate), "requests to the exhausted primary")
+	})
+}
+
+// TestFleetProjectNamesTheFleet: Clients with different keys are one fleet
+// when WithProject names their project, two without.
+func TestFleetProjectNamesTheFleet(t *testing.T) {
+	srv := geminitest.New(geminitest.Model{Name: pro})
+	store := geminiguard.NewMemoryState()
+	client := func(key string, opts ...geminiguard.Option) *geminiguard.Client {
+		c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithAPIKey(key), geminiguard.WithStartupCheck(false),
+			geminiguard.WithCascade(pro), geminiguard.WithSharedState(store)}, opts...)...)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := client("key-one"), client("key-two")
+	assert.NotEqual(t, geminiguard.ProjectOf(a), geminiguard.ProjectOf(b), "two keys, two fleets by default")
+	a, b = client("key-one", geminiguard.WithProject("my-project")), client("key-two", geminiguard.WithProject("my-project"))
+	assert.Equal(t, geminiguard.ProjectOf(a), geminiguard.ProjectOf(b), "one named project, one fleet")
+	assert.NotContains(t, geminiguard.ProjectOf(a), "my-project", "a hash, not the id")
+	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithProject(""))
+	assert.ErrorContains(t, err, "WithProject")
+	_, err = geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithFleetSize(-1))
+	assert.ErrorContains(t, err, "WithFleetSize")
 }

@@ -114,7 +114,6 @@ func TestIdempotencyStoreDownKeepsKeysPerClient(t *testing.T) {
 // redis-server; the key's answer lives under a digest of the key, for the
 // hour of the TTL.
 func TestRedisIdempotencyReplayOnAnotherReplica(t *testing.T) {
-	patientStore(t)
 	rdb := redisClient(t, redisserver.Start(t))
 	srv := geminitest.New(geminitest.Model{Name: flash})
 	replayOnAnotherReplica(t, srv, redisstore.New(rdb, redisstore.WithPrefix(t.Name())))

@@ -185,6 +185,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	if r.Debt > 0 {
 		m.at(sec).tokens += r.Debt
 	}
+	m.settle(r, sec, now)
 	if r.Requests <= 0 {
 		return out, nil
 	}
@@ -229,6 +230,31 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	}
 	out.Requests = n
 	return out, nil
+}
+
+// settle counts r's requests sent alone in the window and r's day at once,
+// and takes r's unused leased requests and tokens off the window's latest
+// seconds and off r's day (none below zero).
+func (m *memModel) settle(r LeaseRequest, sec int64, now time.Time) {
+	day := !r.DayEnd.IsZero() && now.Before(r.DayEnd.Add(dayKeep))
+	if r.Alone > 0 {
+		m.at(sec).requests += r.Alone
+		if day {
+			m.days[r.DayEnd.Unix()] += r.Alone
+		}
+	}
+	reqs, toks := max(r.Unused, 0), max(r.UnusedTokens, 0)
+	for s := sec; s > sec-windowSeconds && reqs+toks > 0; s-- {
+		b := &m.secs[s%windowSeconds]
+		if b.sec != s {
+			continue
+		}
+		n, t := min(b.requests, reqs), min(b.tokens, toks)
+		b.requests, b.tokens, reqs, toks = b.requests-n, b.tokens-t, reqs-n, toks-t
+	}
+	if day && r.Unused > 0 {
+		m.days[r.DayEnd.Unix()] -= min(m.days[r.DayEnd.Unix()], r.Unused)
+	}
 }
 
 // spend adds spent to the window of windows ending at end, and returns the

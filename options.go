@@ -65,6 +65,8 @@ type config struct {
 	problems        []error              // found while applying options; reported by validate
 	budget          *Budget              // WithBudget's, SteerAt defaulted; nil: none
 	shared          SharedState          // WithSharedState's; nil: none
+	fleetSize       int                  // WithFleetSize's; 0: none
+	project         string               // WithProject's; "": the key's hash
 	// sdkOptions names the options given that build the SDK client
 	// (WithAPIKey, WithBaseURL, WithHTTPClient), in order, once each:
 	// validate rejects them next to WithGenAIClient.
@@ -296,19 +298,29 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // round trip a second while calls flow. What a replica learns from an error
 // costs a round trip when it learns it.
 //
-// The store never fails a call: each call to it is bounded by 30ms, and a
-// failed or slow one puts it behind a breaker for 2s, during which the
-// Client carries on alone, each limit divided by the replicas last seen
-// live (replicas count as live for a minute after their last call to the
-// store), and counts the requests it lets through (Stats.Fleet, a Warn log
-// line when it starts, an Info one when the store answers again, the
-// geminiguard.fleet.uncoordinated metric). Project ids are hashes: no key
+// The store never fails a call: New makes one warm-up round trip (bounded
+// by 1s within New's context) and subscribes in the background; each call
+// to the store is bounded by what its latency taught (30ms to 250ms), a
+// lease it does not answer sends the call to the next model, and three
+// failed round trips put it behind a breaker for 2s (StoreSettings, set by
+// the store's options), during which the Client carries on alone, each
+// limit divided by the most replicas seen live over about a minute (by
+// WithFleetSize, else 10, until it has seen the fleet), and counts the
+// requests it lets through (Stats.Fleet, a Warn log line when it starts,
+// an Info one when the store answers again, the
+// geminiguard.fleet.uncoordinated metric); they are reported to the fleet
+// when the store answers again, with the facts learned meanwhile. A nil or
+// typed-nil store is refused. Project ids are hashes (WithProject): no key
 // reaches the store.
 // Default: none; the Client's state is its own.
 func WithSharedState(s SharedState) Option {
 	return optionFunc(func(cfg *config) {
 		if s == nil {
 			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithSharedState(nil): pass a store (redisstore.New, NewMemoryState), or leave the option out"))
+			return
+		}
+		if _, err := storeSettingsOf(s); err != nil {
+			cfg.problems = append(cfg.problems, err)
 			return
 		}
 		cfg.shared = s

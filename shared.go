@@ -50,6 +50,38 @@ type Subscriber interface {
 	Subscribe(project string, changed func()) (stop func())
 }
 
+// StoreSettings say how a Client treats the round trips to its
+// SharedState. A zero field means its default; a negative one is refused
+// by New.
+type StoreSettings struct {
+	// Timeout and MaxTimeout bound each round trip: the Client learns the
+	// bound from the round trips' own latency (a smoothed mean plus four
+	// deviations, as TCP's retransmission timer does), at least Timeout
+	// and at most MaxTimeout, and doubles it after a round trip timed out,
+	// until one answers. Defaults: 30ms and 250ms.
+	Timeout, MaxTimeout time.Duration
+	// WarmUp bounds New's first round trip, within New's context: a cold
+	// connection (dial, handshake, a script the server has not seen) or a
+	// busy node may take longer than a warm round trip. Default: 1s.
+	WarmUp time.Duration
+	// Failures is how many round trips must fail in a row, each begun
+	// after the one before it failed (round trips failing together count
+	// once), before the Client carries on alone. Default: 3.
+	Failures int
+	// AloneFor is how long the Client then carries on alone before it
+	// tries the store again. Default: 2s.
+	AloneFor time.Duration
+}
+
+// SettledState is a SharedState with settings of its own (redisstore's
+// options). WithSharedState reads them once: a non-nil error says the
+// store cannot serve as it was made (a redisstore.Store without a Redis
+// client), and New fails with it.
+type SettledState interface {
+	SharedState
+	StoreSettings() (StoreSettings, error)
+}
+
 // AnswerStore is a SharedState that also keeps the answers of idempotency
 // keys (Idempotent), so that a key replayed on any replica of the
 // fleet gets the answer another replica stored, sending nothing, and a key
@@ -100,7 +132,7 @@ type LeaseRequest struct {
 	// never refused.
 	Debt          int
 	RPM, TPM, RPD int       // the fleet's limits, headroom applied; 0: none
-	DayEnd        time.Time // the end (a Pacific midnight) of the day RPD counts; needed when RPD > 0
+	DayEnd        time.Time // the end (a Pacific midnight) of the day RPD, Alone and Unused count; needed when any is > 0
 
 	// Probe, when positive, asks also for the model's half-open probe slot
 	// of Endpoint, held for Probe: while another replica holds it, Lease
@@ -131,6 +163,18 @@ type LeaseRequest struct {
 	Spent      Micros
 	SpendDay   time.Time
 	SpendMonth time.Time
+
+	// Alone is how many requests this replica sent to Model on its own,
+	// the store unreachable, since its last report (their input tokens
+	// come as Debt): the store counts them in the RPM window and the RPD
+	// day ending at DayEnd at once, never refused, so that the fleet does
+	// not grant them again.
+	Alone int
+	// Unused is how many requests earlier leases granted in the Pacific
+	// day ending at DayEnd lapsed unsent, with UnusedTokens input tokens:
+	// the store takes them off the RPM and TPM windows and that day's RPD
+	// count (none below zero), so that other replicas may send them.
+	Unused, UnusedTokens int
 }
 
 // Lease is Lease's answer.

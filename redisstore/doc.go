@@ -59,6 +59,12 @@
 //
 // # When Redis is down
 //
+// Round trips are bounded by the Client from their own latency, within
+// WithTimeouts (30 ms to 250 ms by default); New's first, on a cold
+// connection, by WithWarmUp (1 s); the Client goes alone after WithFailures
+// (3) failed round trips, for WithAloneFor (2 s). Subscribe returns at once
+// and subscribes in the background, retrying until Redis answers.
+//
 // The Store only returns errors: a Lease or Publish that cannot reach
 // Redis, or that outlasts its context, fails with the connection's or the
 // context's error, and a cancelled context fails at once without a round
@@ -69,4 +75,20 @@
 // starts from an empty state: windows and day counts refill from then on,
 // and replicas re-publish what they learn next. Neither the Store nor its
 // scripts store, log or return an API key.
+//
+// # Security
+//
+// Anyone who can write the fleet's keys can steer it: plant a low FactLimit
+// or a long FactCoolDown (the fleet then sends a model nothing), fill a
+// model's window (the fleet then waits or cascades), or hold a probe slot.
+// No key, prompt or API key is there to read (project ids and idempotency
+// keys are hashes), but answers (AnswerStore, NewAnswerCache) are. Give each
+// project a Redis user of its own whose ACL allows only its keys and
+// channel, for instance
+//
+//	ACL SETUSER fleet-p on >secret ~geminiguard:{P}:* &geminiguard:{P}:changed +@read +@write +@scripting +@pubsub -@dangerous
+//
+// with P the project's id (the hash between braces in the fleet's keys), and
+// connect with TLS and that user through go-redis's own options
+// (redis.Options.TLSConfig, Username, Password).
 package redisstore

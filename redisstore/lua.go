@@ -40,7 +40,8 @@ end
 // ARGV: 1 replica, 2 replica TTL ms, 3 requests, 4 tokens per request,
 // 5 debt, 6 RPM, 7 TPM, 8 RPD, 9 DayEnd unix ms (0: none), 10 probe ms,
 // 11 the version the replica saw, 12 failures, 13 answered unix ms (0: none),
-// 14 spent (Micros), 15 SpendDay and 16 SpendMonth unix ms (0: none).
+// 14 spent (Micros), 15 SpendDay and 16 SpendMonth unix ms (0: none),
+// 17 requests sent alone, 18 unused requests and 19 their tokens.
 //
 // Returns {granted, retry after µs, dimension, replicas, version,
 // has facts (0/1), failures, answered unix ms, day spent, month spent,
@@ -139,6 +140,43 @@ if debt > 0 then
   toks = toks + debt
   tsec[sec] = (tsec[sec] or 0) + debt
 end
+
+-- Requests sent alone count at once; unused leased ones are taken off the
+-- latest seconds of the window, and off the day.
+local alone, unused, unused_toks = tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+if alone > 0 then
+  redis.call('HINCRBY', KEYS[4], 'r:' .. t[1], alone)
+  redis.call('PEXPIREAT', KEYS[4], window_until)
+  reqs = reqs + alone
+  rsec[sec] = (rsec[sec] or 0) + alone
+  if day_end ~= 0 then
+    redis.call('INCRBY', KEYS[5], alone)
+    redis.call('PEXPIREAT', KEYS[5], day_end + 3600000)
+  end
+end
+local function give_back(counts, kind, need)
+  local total = 0
+  for s = sec, sec - 59, -1 do
+    if need <= 0 then break end
+    local v = counts[s]
+    if v and v > 0 then
+      local take = math.min(v, need)
+      counts[s] = v - take
+      need = need - take
+      total = total + take
+      redis.call('HINCRBY', KEYS[4], kind .. s, -take)
+    end
+  end
+  return total
+end
+if unused > 0 then
+  reqs = reqs - give_back(rsec, 'r:', unused)
+  if day_end ~= 0 then
+    local d = tonumber(redis.call('GET', KEYS[5]) or '0')
+    if d > 0 then redis.call('DECRBY', KEYS[5], math.min(d, unused)) end
+  end
+end
+if unused_toks > 0 then toks = toks - give_back(tsec, 't:', unused_toks) end
 if requests <= 0 then return out end
 
 if probe_ms > 0 then

@@ -1,11 +1,13 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -23,12 +25,18 @@ type Store struct {
 	rdb        redis.UniversalClient
 	prefix     string
 	watchesCtx bool // rdb ends a command when its context ends (ContextTimeoutEnabled)
+	settings   geminiguard.StoreSettings
+	err        error // why the Store cannot serve (made without a client); nil when it can
 }
 
 var (
-	_ geminiguard.SharedState = (*Store)(nil)
-	_ geminiguard.Subscriber  = (*Store)(nil)
+	_ geminiguard.SharedState  = (*Store)(nil)
+	_ geminiguard.Subscriber   = (*Store)(nil)
+	_ geminiguard.SettledState = (*Store)(nil)
 )
+
+// errNoClient is the error of a Store made without a Redis client.
+var errNoClient = errors.New("redisstore: New(nil): pass a go-redis client (redis.NewClient, redis.NewClusterClient, redis.NewFailoverClient)")
 
 // New returns a Store keeping the fleet's state in rdb, which may be a
 // *redis.Client, a *redis.ClusterClient or a failover client. The Store
@@ -41,12 +49,28 @@ var (
 // partitioned Redis would hold the call. Without it the Store still returns
 // at the deadline, and lets the command finish in the background within
 // rdb's own timeouts, at the cost of a goroutine per call.
+//
+// A nil rdb (or a typed nil, such as a nil *redis.Client) makes a Store
+// that geminiguard.New refuses with an error, and whose methods return it.
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{rdb: rdb, prefix: "geminiguard", watchesCtx: watchesCtx(rdb)}
+	s := &Store{rdb: rdb, prefix: "geminiguard"}
+	if rv := reflect.ValueOf(rdb); rdb == nil || rv.Kind() == reflect.Pointer && rv.IsNil() {
+		s.rdb, s.err = nil, errNoClient
+	} else {
+		s.watchesCtx = watchesCtx(rdb)
+	}
 	for _, o := range opts {
 		o.apply(s)
 	}
 	return s
+}
+
+// StoreSettings implements geminiguard.SettledState: the bounds and the
+// alone period WithTimeouts, WithWarmUp, WithFailures and WithAloneFor set
+// (zero: geminiguard's defaults), and an error for a Store made without a
+// client.
+func (s *Store) StoreSettings() (geminiguard.StoreSettings, error) {
+	return s.settings, s.err
 }
 
 // watchesCtx reports whether rdb ends a command when its context ends.
@@ -96,6 +120,35 @@ type optionFunc func(*Store)
 
 func (f optionFunc) apply(s *Store) { f(s) }
 
+// WithTimeouts sets the bounds of each round trip a Client makes to the
+// Store: the Client learns the bound from the round trips' latency, at
+// least least and at most most (geminiguard.StoreSettings). Raise them for
+// a Redis across zones or regions, whose p99 or a GC pause may pass 30 ms.
+// Default: 30ms and 250ms.
+func WithTimeouts(least, most time.Duration) Option {
+	return optionFunc(func(s *Store) { s.settings.Timeout, s.settings.MaxTimeout = least, most })
+}
+
+// WithWarmUp sets the bound of New's first round trip to the Store (a cold
+// connection: dial, TLS, HELLO, the scripts loaded), within New's context.
+// Default: 1s.
+func WithWarmUp(d time.Duration) Option {
+	return optionFunc(func(s *Store) { s.settings.WarmUp = d })
+}
+
+// WithFailures sets how many round trips must fail in a row (round trips
+// failing together count once) before a Client carries on alone. Default:
+// 3.
+func WithFailures(n int) Option {
+	return optionFunc(func(s *Store) { s.settings.Failures = n })
+}
+
+// WithAloneFor sets how long a Client carries on alone, once the Store
+// failed, before it tries the Store again. Default: 2s.
+func WithAloneFor(d time.Duration) Option {
+	return optionFunc(func(s *Store) { s.settings.AloneFor = d })
+}
+
 // WithPrefix sets the prefix of every key the Store writes, so that
 // several fleets (or tests) share one Redis without sharing state. Keys are
 // prefix:{project}:…; the prefix should not contain braces, which would
@@ -118,7 +171,7 @@ func (s *Store) base(project string) string {
 // returns ctx's error when ctx ended, an error for an empty r.Project, and
 // Redis's or the connection's error wrapped otherwise.
 func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(s.err, ctx.Err()); err != nil {
 		return geminiguard.Lease{}, err
 	}
 	if r.Project == "" {
@@ -154,6 +207,9 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 			max(int64(r.Spent), 0),
 			unixMilli(r.SpendDay),
 			unixMilli(r.SpendMonth),
+			max(r.Alone, 0),
+			max(r.Unused, 0),
+			max(r.UnusedTokens, 0),
 		).Slice()
 	})
 	if err != nil {
@@ -239,7 +295,7 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 // for an empty project, and Redis's or the connection's error wrapped
 // otherwise.
 func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(s.err, ctx.Err()); err != nil {
 		return err
 	}
 	if project == "" {
@@ -262,24 +318,61 @@ func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact)
 
 // Subscribe implements geminiguard.Subscriber on Redis pub/sub: Publish
 // tells the channel prefix:{project}:changed, and a goroutine of the
-// subscription reads it and calls changed. go-redis re-subscribes after a
-// lost connection; what was published meanwhile is missed (the Client
-// then reads it at its next round trip). stop closes the subscription and
-// waits for its goroutine.
+// subscription reads it and calls changed. Subscribe returns at once: the
+// goroutine subscribes, each try bounded by the Store's warm-up bound
+// (WithWarmUp), and tries again after a pause (doubling from 100 ms to 5 s)
+// until Redis answers or stop is called; go-redis re-subscribes after a
+// lost connection. What was published meanwhile is missed (the Client then
+// reads it at its next round trip). stop ends the subscription and waits
+// for its goroutine. A Store made without a client never calls changed.
 func (s *Store) Subscribe(project string, changed func()) (stop func()) {
-	ps := s.rdb.Subscribe(context.Background(), s.base(project)+"changed")
+	if s.err != nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for range ps.Channel() {
-			changed()
+		ps := s.rdb.Subscribe(ctx) // no channel yet: no round trip
+		defer ps.Close()
+		channel := s.base(project) + "changed"
+		for pause := subscribeFirstPause; ; pause = min(2*pause, subscribeMaxPause) {
+			tctx, tcancel := context.WithTimeout(ctx, cmp.Or(s.settings.WarmUp, time.Second))
+			err := ps.Subscribe(tctx, channel)
+			tcancel()
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+		}
+		ch := ps.Channel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+				changed()
+			}
 		}
 	}()
 	return func() {
-		ps.Close()
+		cancel()
 		<-done
 	}
 }
+
+// The pauses between tries of a subscription.
+const (
+	subscribeFirstPause = 100 * time.Millisecond
+	subscribeMaxPause   = 5 * time.Second
+)
 
 // fieldOf returns the facts hash's field of f: what f replaces, one per
 // kind group, model and endpoint or dimension (FactOpen and FactClosed

@@ -150,10 +150,10 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 	if len(results) == 3 {
 		r := results[2]
 		fmt.Fprintf(out, "Redis killed: after call %d, restarted (empty: no persistence) after call %d, then one more call per replica\n"+
-			"once their breakers on Redis let them try it again. Every call was answered: the replicas went on alone (each for\n"+
-			"2s after its first failed round trip) on 1/%d of the limits, not knowing what the fleet had spent this minute\n"+
+			"once their breakers on Redis let them try it again (and more to any still alone). Every call was answered: the replicas went on alone (each for\n"+
+			"2s after three failed round trips) on 1/%d of the limits, not knowing what the fleet had spent this minute\n"+
 			"(%d requests uncoordinated, %d server 429s); %d of %d replicas were back on Redis at the end.\n",
-			d.calls/8, d.calls/4, d.replicas, r.uncoordinated, r.serverLimited, r.connected, d.replicas)
+			d.calls/8, d.calls/2, d.replicas, r.uncoordinated, r.serverLimited, r.connected, d.replicas)
 	}
 	return nil
 }
@@ -169,8 +169,12 @@ type burst struct {
 var defaultBurst = burst{replicas: 10, rpm: 60, calls: 120, spread: 3 * time.Second}
 
 // rejoinAfter is how long after Redis's restart every replica's breaker on
-// Redis (open for 2s after a failure) lets it try Redis again.
+// Redis (open for 2s after three failures) lets it try Redis again.
 const rejoinAfter = 2500 * time.Millisecond
+
+// rejoinWithin bounds how long the replicas still alone after rejoinAfter
+// are given calls, one every rejoinAfter/10, until they are back on Redis.
+const rejoinWithin = 10 * time.Second
 
 // result is one part's figures, added up over its replicas.
 type result struct {
@@ -186,8 +190,9 @@ type result struct {
 
 // play sends b's calls through b.replicas Clients on a fresh fake, sharing
 // shared (none when nil). With outage, Redis is killed after an eighth of
-// the calls and restarted after a quarter of them; once the burst is over
-// and the replicas' breakers on Redis (open for 2s after a failure) have
+// the calls and restarted after half of them (long enough for every
+// replica to see three round trips fail and go on alone); once the burst is over
+// and the replicas' breakers on Redis (open for 2s after three failures) have
 // let them try Redis again, each replica sends one more call, which
 // rejoins the fleet.
 func (b burst) play(ctx context.Context, name string, shared geminiguard.SharedState, outage *redisserver.Process) (result, error) {
@@ -249,7 +254,7 @@ send:
 			switch sent {
 			case b.calls / 8:
 				outage.Kill()
-			case b.calls / 4:
+			case b.calls / 2:
 				if err := outage.Restart(ctx); err != nil {
 					return result{}, err
 				}
@@ -270,6 +275,16 @@ send:
 			sent++
 		}
 		wg.Wait()
+		// A replica whose breaker on Redis opened late, or whose first try
+		// found Redis still cold, tries again with its next calls.
+		deadline := time.Now().Add(rejoinWithin)
+		for _, c := range fleet {
+			for !c.Stats().Fleet.Connected && time.Now().Before(deadline) && ctx.Err() == nil {
+				time.Sleep(rejoinAfter / 10)
+				ask(c)
+				sent++
+			}
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return result{}, err

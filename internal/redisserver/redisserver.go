@@ -91,6 +91,23 @@ func (p *Process) Restart(ctx context.Context) error {
 	return p.start(ctx)
 }
 
+// Pause stops the server's process (SIGSTOP), as a busy or frozen host
+// would: connections are accepted by the kernel but nothing answers until
+// Resume. Stop and Kill resume it first.
+func (p *Process) Pause() { p.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again (SIGCONT).
+func (p *Process) Resume() { p.signal(syscall.SIGCONT) }
+
+// signal sends sig to the running server, if any.
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
 func (p *Process) end(sig syscall.Signal) {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
@@ -99,6 +116,7 @@ func (p *Process) end(sig syscall.Signal) {
 	if cmd == nil {
 		return
 	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot end on SIGTERM
 	_ = cmd.Process.Signal(sig)
 	select {
 	case <-exited:

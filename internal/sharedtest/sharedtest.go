@@ -34,6 +34,8 @@ func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
 		{"TPMAndDebt", tpmAndDebt},
 		{"RequestLargerThanTPM", requestLargerThanTPM},
 		{"RPDAndNewDay", rpdAndNewDay},
+		{"AloneCountsAtOnce", aloneCountsAtOnce},
+		{"UnusedGivenBack", unusedGivenBack},
 		{"LongestWaitNamesDimension", longestWaitNamesDimension},
 		{"ModelsAndProjectsApart", modelsAndProjectsApart},
 		{"ConcurrentLeasesNeverOvergrant", concurrentLeasesNeverOvergrant},
@@ -147,6 +149,34 @@ func rpdAndNewDay(t *testing.T, s geminiguard.SharedState) {
 	// The next day counts afresh.
 	r.DayEnd = day1.Add(24 * time.Hour)
 	assert.Equal(t, 2, lease(t, s, r).Requests)
+}
+
+// aloneCountsAtOnce: requests a replica sent alone count in the RPM window
+// and the day at once, even with nothing asked, and are never refused.
+func aloneCountsAtOnce(t *testing.T, s geminiguard.SharedState) {
+	day := time.Now().Add(3 * time.Hour).Truncate(time.Second)
+	l := lease(t, s, geminiguard.LeaseRequest{Alone: 7, Debt: 700, DayEnd: day})
+	assert.Zero(t, l.Requests)
+	assert.Empty(t, l.Dimension)
+	assert.Equal(t, 3, lease(t, s, geminiguard.LeaseRequest{Requests: 5, RPM: 10, DayEnd: day}).Requests, "7 of 10 sent alone")
+	assert.Equal(t, 4, lease(t, s, geminiguard.LeaseRequest{Model: "m2", Requests: 5, Tokens: 100, TPM: 1000, Alone: 6, Debt: 600, DayEnd: day}).Requests,
+		"the debt of requests sent alone counts before the grant")
+	assert.Equal(t, 2, lease(t, s, geminiguard.LeaseRequest{Model: "m3", Alone: 8, DayEnd: day, Requests: 5, RPD: 10}).Requests, "8 of 10 today sent alone")
+	assert.Zero(t, lease(t, s, geminiguard.LeaseRequest{Alone: 20, DayEnd: day, Requests: 1, RPM: 10}).Requests, "never refused: the window is over")
+}
+
+// unusedGivenBack: leased requests that lapsed unsent leave the RPM and TPM
+// windows and the day, never below zero.
+func unusedGivenBack(t *testing.T, s geminiguard.SharedState) {
+	day := time.Now().Add(3 * time.Hour).Truncate(time.Second)
+	r := geminiguard.LeaseRequest{Requests: 10, Tokens: 100, RPM: 10, TPM: 2000, RPD: 12, DayEnd: day}
+	assert.Equal(t, 10, lease(t, s, r).Requests)
+	r.Requests = 1
+	refused(t, lease(t, s, r), "rpm", time.Minute)
+	r.Unused, r.UnusedTokens, r.Requests = 4, 400, 10
+	assert.Equal(t, 4, lease(t, s, r).Requests, "4 given back")
+	r.Unused, r.UnusedTokens, r.Requests = 50, 5000, 12
+	assert.Equal(t, 10, lease(t, s, r).Requests, "all given back, none below zero: RPM (10) limits, not RPD (12)")
 }
 
 func longestWaitNamesDimension(t *testing.T, s geminiguard.SharedState) {
@@ -346,24 +376,35 @@ func subscribersHearChanges(t *testing.T, s geminiguard.SharedState) {
 		stop := sub.Subscribe(project, func() { ch <- struct{}{} })
 		return ch, stop
 	}
-	wait := func(ch chan struct{}, what string) {
+	// A subscription may start after Subscribe returns (redisstore's
+	// subscribes in the background): each publish moves Until on, a change
+	// every time, until one is heard.
+	until := time.Now().Add(time.Minute)
+	heardOne := func(ch chan struct{}, what string) {
 		t.Helper()
-		select {
-		case <-ch:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: changed not called within 5s", what)
+		deadline := time.After(5 * time.Second)
+		for {
+			until = until.Add(time.Millisecond)
+			publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: time.Now(), Until: until})
+			select {
+			case <-ch:
+				return
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("%s: changed not called within 5s", what)
+			}
 		}
 	}
 	first, stopFirst := heard()
-	now := time.Now()
-	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)})
-	wait(first, "a new fact")
+	heardOne(first, "a new fact")
 	stopFirst()
+	for len(first) > 0 { // those heard before stop
+		<-first
+	}
 
 	second, stopSecond := heard()
 	defer stopSecond()
-	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(2 * time.Minute)})
-	wait(second, "a later Until")
+	heardOne(second, "a later Until")
 	assert.Empty(t, first, "changed called after stop")
 }
 
