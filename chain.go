@@ -458,7 +458,7 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 		latency := call.now.Sub(call.start)
 		c.stats.record(err == nil, fallback, latency)
 		if recorded {
-			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
+			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency, Cache: call.hit}
 			call.spent.record(call.rec)
 			if err == nil && !fallback {
 				call.rec.Model = attempts[len(attempts)-1].Model
