@@ -157,6 +157,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
+		call.c.cfg.recorder.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
 		if err == nil {
 			sl.m = a.m // a hedge's model may have answered (hedge.go)
 			call.answered(sl.m.name, sl.delay, elapsed)
