@@ -110,3 +110,22 @@ func TestSemanticCacheTemplate(t *testing.T) {
 		assert.Equal(t, geminiguard.CacheStats{Template: 1}, c.Stats().Cache)
 	})
 }
+
+func TestSemanticCacheAnswersAStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, c := semanticClient(t, geminiguard.NewSemanticCache(geminiguard.SemanticCacheConfig{EmbeddingModel: embedder}))
+		_, _, err := send(t.Context(), c, "How is the weather in Paris today?")
+		require.NoError(t, err)
+		down(srv, flash)
+
+		var rec geminiguard.CallRecord
+		var chunks []string
+		for chunk, err := range c.GenerateContentStream(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("What's the weather like in Paris today?"), nil) {
+			require.NoError(t, err)
+			chunks = append(chunks, chunk.Text())
+		}
+		assert.Equal(t, []string{"Sunny in Paris."}, chunks)
+		assert.True(t, rec.Fallback)
+		assert.Equal(t, geminiguard.CacheSemantic, rec.Cache.Kind, "the stream's record names the entry too")
+	})
+}
