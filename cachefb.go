@@ -127,6 +127,14 @@ func (c *Client) answerKey(model string, contents []*genai.Content, config *gena
 	return family + ":" + hex.EncodeToString(d[:]), true
 }
 
+// requestCache is an AnswerCache that reads the request too
+// (SemanticCache): the Client calls store and lookup in place of Put and
+// Get, with itself for the requests they make.
+type requestCache interface {
+	store(ctx context.Context, c *Client, key string, req cacheRequest, resp *genai.GenerateContentResponse)
+	lookup(ctx context.Context, c *Client, key string, req cacheRequest) (*genai.GenerateContentResponse, CacheHit, bool)
+}
+
 // cacheAnswer puts a model's answer to a unary GenerateContent call into the
 // answer cache (WithAnswerCache); never a Fallback's answer.
 func (c *Client) cacheAnswer(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig, resp *genai.GenerateContentResponse) {
@@ -134,19 +142,43 @@ func (c *Client) cacheAnswer(ctx context.Context, model string, contents []*gena
 		return
 	}
 	if key, ok := c.answerKey(model, contents, config); ok {
+		if rc, ok := c.cfg.answers.(requestCache); ok {
+			rc.store(ctx, c, key, c.cacheRequest(model, contents, config), resp)
+			return
+		}
 		c.cfg.answers.Put(ctx, key, resp)
 	}
 }
 
 // cachedAnswer returns the answer cache's answer to a call whose every model
-// failed, nil when it has none.
-func (c *Client) cachedAnswer(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) *genai.GenerateContentResponse {
+// failed and the entry that gave it, nil when it has none.
+func (c *Client) cachedAnswer(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, CacheHit) {
 	key, ok := c.answerKey(model, contents, config)
 	if !ok {
-		return nil
+		return nil, CacheHit{}
+	}
+	if rc, ok := c.cfg.answers.(requestCache); ok {
+		resp, hit, ok := rc.lookup(ctx, c, key, c.cacheRequest(model, contents, config))
+		if !ok || resp == nil {
+			c.stats.cacheMisses.Add(1)
+			return nil, CacheHit{}
+		}
+		c.stats.cacheHit(hit.Kind)
+		return resp, hit
 	}
 	if resp, ok := c.cfg.answers.Get(ctx, key); ok && resp != nil {
-		return resp
+		c.stats.cacheHit(CacheExact)
+		return resp, CacheHit{Kind: CacheExact, Entry: key, Similarity: 1}
 	}
-	return nil
+	c.stats.cacheMisses.Add(1)
+	return nil, CacheHit{}
+}
+
+// cacheRequest is the request of a GenerateContent call as a requestCache
+// reads it.
+func (c *Client) cacheRequest(model string, contents []*genai.Content, config *genai.GenerateContentConfig) cacheRequest {
+	if strings.TrimPrefix(model, "models/") == "" {
+		model = c.cascade[0]
+	}
+	return cacheRequest{family: modelFamily(model), contents: contents, config: config}
 }

@@ -43,7 +43,8 @@ type call[R any] struct {
 	now      time.Time
 	attempts []Attempt
 	rec      *CallRecord
-	finished bool // finish ran: the call is counted in the statistics
+	finished bool     // finish ran: the call is counted in the statistics
+	hit      CacheHit // the answer cache's entry that answered (CallRecord.Cache)
 
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
@@ -98,7 +99,8 @@ func (c *Client) newGenerateCall(ctx context.Context, model string, contents []*
 	if c.cfg.fallback != nil || c.cfg.answers != nil {
 		call.fallback = func(ctx context.Context, err *CascadeError) (*genai.GenerateContentResponse, bool) {
 			if c.cfg.answers != nil { // the answer cache first (WithAnswerCache), then the Fallback
-				if resp := c.cachedAnswer(ctx, model, contents, config); resp != nil {
+				if resp, hit := c.cachedAnswer(ctx, model, contents, config); resp != nil {
+					call.hit = hit
 					return markFallback(resp), true
 				}
 			}

@@ -157,6 +157,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
+		call.c.cfg.recorder.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
 		if err == nil {
 			sl.m = a.m // a hedge's model may have answered (hedge.go)
 			call.answered(sl.m.name, sl.delay, elapsed)
@@ -458,7 +459,7 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 		latency := call.now.Sub(call.start)
 		c.stats.record(err == nil, fallback, latency)
 		if recorded {
-			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency}
+			*call.rec = CallRecord{Attempts: attempts, Fallback: fallback, Latency: latency, Cache: call.hit}
 			call.spent.record(call.rec)
 			if err == nil && !fallback {
 				call.rec.Model = attempts[len(attempts)-1].Model

@@ -83,6 +83,10 @@ type CallRecord struct {
 	// Attempts, Tokens and Cost are empty, and Latency is the wait.
 	Deduplicated bool
 	Replayed     bool
+	// Cache is the answer cache's entry that answered (WithAnswerCache,
+	// SemanticCache): set with Fallback when a cache, not the Fallback,
+	// gave the answer.
+	Cache CacheHit
 }
 
 type callRecordKey struct{}
@@ -114,6 +118,15 @@ type Stats struct {
 	Bulkheads []BulkheadStats // by name; nil without WithBulkhead
 	Budget    BudgetStats     // the spend against WithBudget's limits; zero without
 	Fleet     FleetStats      // the shared state's figures; zero without WithSharedState
+	Cache     CacheStats      // the answer cache's lookups; zero without WithAnswerCache
+}
+
+// CacheStats count the answer cache's lookups (WithAnswerCache), made when
+// every model of a call failed: the answers it gave by kind (see CacheKind),
+// and the lookups that found none (the Fallback, if any, was asked next:
+// Stats.Fallbacks less the hits is the Fallback's own answers).
+type CacheStats struct {
+	Exact, Template, Semantic, Misses int64
 }
 
 // ModelStats are one model's counters.
@@ -161,8 +174,22 @@ const latencyWindow = 4096
 // lock-free: recording a call is a few atomic operations.
 type clientStats struct {
 	calls, successes, fallbacks atomic.Int64
-	recorded                    atomic.Uint64               // calls recorded; the next slot is recorded % latencyWindow
-	latencies                   [latencyWindow]atomic.Int64 // ring of the latest call latencies, in nanoseconds
+	// The answer cache's answers by kind, and lookups that found none.
+	cacheExact, cacheTemplate, cacheSemantic, cacheMisses atomic.Int64
+	recorded                                              atomic.Uint64               // calls recorded; the next slot is recorded % latencyWindow
+	latencies                                             [latencyWindow]atomic.Int64 // ring of the latest call latencies, in nanoseconds
+}
+
+// cacheHit counts an answer of the answer cache.
+func (s *clientStats) cacheHit(k CacheKind) {
+	switch k {
+	case CacheExact:
+		s.cacheExact.Add(1)
+	case CacheTemplate:
+		s.cacheTemplate.Add(1)
+	case CacheSemantic:
+		s.cacheSemantic.Add(1)
+	}
 }
 
 func (s *clientStats) record(ok, fallback bool, latency time.Duration) {
@@ -216,6 +243,7 @@ func (c *Client) Stats() Stats {
 	st.Bulkheads = c.bulkheadStats()
 	st.Budget = c.spending.stats(now)
 	st.Fleet = c.fleet.stats()
+	st.Cache = CacheStats{Exact: c.stats.cacheExact.Load(), Template: c.stats.cacheTemplate.Load(), Semantic: c.stats.cacheSemantic.Load(), Misses: c.stats.cacheMisses.Load()}
 	return st
 }
 

@@ -47,6 +47,7 @@ type config struct {
 	resume          bool
 	fallback        Fallback
 	answers         AnswerCache // WithAnswerCache; nil: none
+	recorder        *recorder   // WithRecorder; nil: none
 	startupCheck    bool
 	logger          *slog.Logger
 	hooks           Hooks

@@ -70,6 +70,7 @@ type instruments struct {
 	breakerState                        metric.Int64ObservableGauge
 	bulkheadInFlight, bulkheadQueued    metric.Int64ObservableGauge
 	bulkheadAdmitted, bulkheadRejected  metric.Int64ObservableCounter
+	cacheLookups                        metric.Int64ObservableCounter
 	fleetRoundTrips, fleetFailures      metric.Int64ObservableCounter
 	fleetUncoordinated                  metric.Int64ObservableCounter
 	fleetReplicas, fleetConnected       metric.Int64ObservableGauge
@@ -125,7 +126,7 @@ func newTelemetry(c *Client) *telemetry {
 		t.ins.init(mp.Meter(instrumentationName))
 		t.reg, _ = mp.Meter(instrumentationName).RegisterCallback(c.observeState, t.ins.breakerState,
 			t.ins.bulkheadInFlight, t.ins.bulkheadQueued, t.ins.bulkheadAdmitted, t.ins.bulkheadRejected,
-			t.ins.fleetRoundTrips, t.ins.fleetFailures, t.ins.fleetUncoordinated, t.ins.fleetReplicas, t.ins.fleetConnected)
+			t.ins.fleetRoundTrips, t.ins.fleetFailures, t.ins.fleetUncoordinated, t.ins.fleetReplicas, t.ins.fleetConnected, t.ins.cacheLookups)
 	}
 	if t.tracer == nil && !t.meter {
 		return nil
@@ -165,6 +166,8 @@ func (ins *instruments) init(m metric.Meter) {
 		metric.WithDescription("Calls holding a slot of the bulkhead now, by bulkhead."))
 	ins.bulkheadQueued, _ = m.Int64ObservableGauge("geminiguard.bulkhead.queued", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls waiting for a slot of the bulkhead now, by bulkhead."))
+	ins.cacheLookups, _ = m.Int64ObservableCounter("geminiguard.cache.lookups", metric.WithUnit("{lookup}"),
+		metric.WithDescription("Answer cache lookups of calls whose every model failed, by result: exact, template, semantic or miss (Stats.Cache)."))
 	ins.bulkheadAdmitted, _ = m.Int64ObservableCounter("geminiguard.bulkhead.admitted", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls given a slot of the bulkhead, by bulkhead."))
 	ins.bulkheadRejected, _ = m.Int64ObservableCounter("geminiguard.bulkhead.rejected", metric.WithUnit("{call}"),
@@ -428,6 +431,11 @@ func (c *Client) observeState(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(ins.bulkheadQueued, int64(b.Queued), kv)
 		o.ObserveInt64(ins.bulkheadAdmitted, b.Admitted, kv)
 		o.ObserveInt64(ins.bulkheadRejected, b.Rejected, kv)
+	}
+	if c.cfg.answers != nil {
+		for result, n := range map[string]int64{"exact": c.stats.cacheExact.Load(), "template": c.stats.cacheTemplate.Load(), "semantic": c.stats.cacheSemantic.Load(), "miss": c.stats.cacheMisses.Load()} {
+			o.ObserveInt64(ins.cacheLookups, n, metric.WithAttributes(attribute.String("geminiguard.cache.result", result)))
+		}
 	}
 	if c.fleet != nil {
 		st := c.fleet.stats()

@@ -81,9 +81,10 @@ type streamRun struct {
 	partial  strings.Builder // text yielded so far
 	yielded  int             // chunks yielded so far
 	fallback bool
-	resumes  int   // cuts healed by a resume
-	finished bool  // counted in the statistics
-	err      error // how the stream ended, once it has; nil: answered (or not ended)
+	hit      CacheHit // the answer cache's entry that answered (CallRecord.Cache)
+	resumes  int      // cuts healed by a resume
+	finished bool     // counted in the statistics
+	err      error    // how the stream ended, once it has; nil: answered (or not ended)
 
 	spent spend // tokens and cost of the upstream streams
 }
@@ -102,7 +103,7 @@ func (s *streamRun) run(yield func(*genai.GenerateContentResponse, error) bool) 
 	ended = true
 	c.stats.record(err == nil, s.fallback, latency)
 	if s.rec != nil {
-		*s.rec = CallRecord{Attempts: s.attempts, Fallback: s.fallback, Resumes: s.resumes, Latency: latency}
+		*s.rec = CallRecord{Attempts: s.attempts, Fallback: s.fallback, Resumes: s.resumes, Latency: latency, Cache: s.hit}
 		s.spent.record(s.rec)
 		if err == nil && !s.fallback && len(s.attempts) > 0 {
 			s.rec.Model = s.attempts[len(s.attempts)-1].Model
@@ -149,7 +150,7 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 			return err
 		}
 		if call.stream.session == nil { // the Fallback answered
-			s.fallback = true
+			s.fallback, s.hit = true, call.hit
 			s.emit(yield, first)
 			return nil
 		}

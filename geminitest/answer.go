@@ -96,9 +96,9 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request, rt route, req Req
 			writeFault(w, step, m)
 		}
 	case rt.vertex:
-		vertexEmbed(w, rt, body)
+		vertexEmbed(w, rt, body, m.Embed)
 	default:
-		embed(w, body)
+		embed(w, body, m.Embed)
 	}
 }
 

@@ -119,8 +119,9 @@ func countTokens(w http.ResponseWriter, body []byte) {
 const defaultDimensions = 768
 
 // embed answers batchEmbedContents: one embedding per request, in order,
-// whose values are a deterministic function of the request's text.
-func embed(w http.ResponseWriter, body []byte) {
+// whose values are a deterministic function of the request's text
+// (embeddingOf, or the model's own when f is not nil).
+func embed(w http.ResponseWriter, body []byte, f func(string, int) []float32) {
 	var req struct {
 		Requests []struct {
 			Content              *genai.Content `json:"content"`
@@ -138,7 +139,7 @@ func embed(w http.ResponseWriter, body []byte) {
 		Embeddings []embedding `json:"embeddings"`
 	}{Embeddings: make([]embedding, 0, len(req.Requests))}
 	for _, r := range req.Requests {
-		out.Embeddings = append(out.Embeddings, embedding{Values: embeddingOf(text(r.Content), r.OutputDimensionality)})
+		out.Embeddings = append(out.Embeddings, embedding{Values: embeddingOf(text(r.Content), r.OutputDimensionality, f)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

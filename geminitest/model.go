@@ -68,6 +68,13 @@ type Model struct {
 	// thought_signature in functionCall parts. ...". Refused requests are
 	// counted in Hits and logged in Requests, and take no Script step.
 	RequireSignatures bool
+	// Embed, when set, gives the model's embedding of a text of dims values
+	// (dims is the request's outputDimensionality, 0 when unset) in place of
+	// the default: values drawn from a generator seeded by the text, so two
+	// texts, however alike, get unrelated vectors. A test of similarity
+	// search gives paraphrases close vectors with it. It is called without
+	// any lock held, possibly from several goroutines at once.
+	Embed func(text string, dims int) []float32
 }
 
 // Quota is an emulated quota. A zero limit is unlimited.

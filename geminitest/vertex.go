@@ -157,7 +157,7 @@ func vertexAuthorized(r *http.Request) bool {
 // vertexEmbed answers Vertex AI's embedContent (one content, one embedding)
 // and predict (one embedding per instance) with the values the Gemini API
 // path gives the same text.
-func vertexEmbed(w http.ResponseWriter, rt route, body []byte) {
+func vertexEmbed(w http.ResponseWriter, rt route, body []byte, f func(string, int) []float32) {
 	type embedding struct {
 		Values []float32 `json:"values"`
 	}
@@ -174,7 +174,7 @@ func vertexEmbed(w http.ResponseWriter, rt route, body []byte) {
 		}
 		t := text(req.Content)
 		writeJSON(w, http.StatusOK, map[string]any{
-			"embedding":     embedding{Values: embeddingOf(t, req.Config.OutputDimensionality)},
+			"embedding":     embedding{Values: embeddingOf(t, req.Config.OutputDimensionality, f)},
 			"usageMetadata": map[string]any{"promptTokenCount": tokensOf(len([]rune(t)))},
 			"truncated":     false,
 		})
@@ -202,15 +202,19 @@ func vertexEmbed(w http.ResponseWriter, rt route, body []byte) {
 		Predictions []prediction `json:"predictions"`
 	}{Predictions: make([]prediction, len(req.Instances))}
 	for i, in := range req.Instances {
-		out.Predictions[i].Embeddings.Values = embeddingOf(in.Content, req.Parameters.OutputDimensionality)
+		out.Predictions[i].Embeddings.Values = embeddingOf(in.Content, req.Parameters.OutputDimensionality, f)
 		out.Predictions[i].Embeddings.Statistics = map[string]any{"token_count": tokensOf(len([]rune(in.Content))), "truncated": false}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// embeddingOf is the fake's embedding of text: dims values (default
-// defaultDimensions) drawn from a generator seeded by the text.
-func embeddingOf(text string, dims int) []float32 {
+// embeddingOf is the fake's embedding of text: f's when f is not nil (a
+// Model's Embed), else dims values (default defaultDimensions) drawn from a
+// generator seeded by the text.
+func embeddingOf(text string, dims int, f func(string, int) []float32) []float32 {
+	if f != nil {
+		return f(text, dims)
+	}
 	if dims <= 0 {
 		dims = defaultDimensions
 	}

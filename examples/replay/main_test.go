@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"time"
+)
+
+// outage is a recording of a primary down for its first 20 seconds (503s
+// in 300 ms) and a secondary answering in 600 ms throughout.
+const outage = `{"at_ms":0,"model":"gemini-3.5-flash","endpoint":"generate","status":503,"class":"overloaded","latency_ms":300}
+{"at_ms":300,"model":"gemini-2.5-flash-lite","endpoint":"generate","status":200,"class":"none","latency_ms":600}
+{"at_ms":20000,"model":"gemini-3.5-flash","endpoint":"generate","status":200,"class":"none","latency_ms":400}
+{"at_ms":40000,"model":"gemini-3.5-flash","endpoint":"generate","status":200,"class":"none","latency_ms":400}
+`
+
+func TestSweepRanksTheGridOnARecording(t *testing.T) {
+	bubble := func(f func(context.Context)) {
+		synctest.Test(t, func(t *testing.T) { f(t.Context()) })
+	}
+	rows, err := sweep(bubble, []byte(outage), time.Second)
+	require.NoError(t, err)
+	require.Len(t, rows, len(grid()))
+	for i, r := range rows {
+		assert.Equal(t, 40, r.calls, r.name)
+		assert.Equal(t, 40, r.ok, "%s: the secondary answers while the primary is down", r.name)
+		if i > 0 {
+			assert.LessOrEqual(t, rows[i-1].p99, r.p99, "best first")
+		}
+	}
+	share := map[string]float64{}
+	for _, r := range rows {
+		share[r.name] = r.primary
+		t.Logf("%-55s p99 %v req/call %.2f primary %.3f", r.name, r.p99, r.perCall, r.primary)
+	}
+	assert.Greater(t, share["breaker 3/10s backoff 500ms-30s attempt 10s"], share["breaker 3/1m0s backoff 500ms-30s attempt 10s"],
+		"a breaker open for 10 s gives the primary back sooner once it is up again, at 20 s")
+	assert.Less(t, rows[len(rows)-1].perCall, 3.0)
+}

@@ -1,0 +1,62 @@
+package geminiguard_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+)
+
+// incident runs six calls, one a second, through a Client of cascade flash,
+// pro over srv, and returns the model that answered each.
+func incident(t *testing.T, srv *geminitest.Server, opts ...geminiguard.Option) []string {
+	c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithCascade(flash, pro), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1})}, opts...)...)
+	var answered []string
+	for range 6 {
+		var rec geminiguard.CallRecord
+		_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("The secret prompt"), nil)
+		require.NoError(t, err)
+		answered = append(answered, rec.Model)
+		time.Sleep(time.Second)
+	}
+	return answered
+}
+
+func TestRecorderReplaysAnIncident(t *testing.T) {
+	var trace bytes.Buffer
+	var recorded []string
+	synctest.Test(t, func(t *testing.T) {
+		overloaded := geminitest.Step{Fault: geminitest.Overloaded, Latency: 200 * time.Millisecond}
+		srv := geminitest.New(
+			geminitest.Model{Name: flash, Latency: 500 * time.Millisecond, Script: []geminitest.Step{overloaded, overloaded, overloaded}},
+			geminitest.Model{Name: pro, Latency: 800 * time.Millisecond, Text: "The secret answer"})
+		recorded = incident(t, srv, geminiguard.WithRecorder(&trace))
+	})
+	assert.Equal(t, []string{pro, pro, pro, flash, flash, flash}, recorded)
+
+	lines := strings.Split(strings.TrimSpace(trace.String()), "\n")
+	require.Len(t, lines, 9, "one line per upstream request: 3 failed, 6 answered")
+	var first map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+	assert.Equal(t, map[string]any{"at_ms": 0.0, "model": flash, "endpoint": "generate", "status": 503.0, "class": "overloaded", "latency_ms": 200.0}, first)
+	assert.NotContains(t, trace.String(), "secret", "never a prompt or an answer")
+	requireNoKey(t, trace.String())
+
+	synctest.Test(t, func(t *testing.T) {
+		models, err := geminitest.Replay(bytes.NewReader(trace.Bytes()))
+		require.NoError(t, err)
+		srv := geminitest.New(models...)
+		start := time.Now()
+		assert.Equal(t, recorded, incident(t, srv), "the replay answers as the incident did")
+		assert.Equal(t, 3*(200+800)*time.Millisecond+3*500*time.Millisecond+6*time.Second, time.Since(start), "with the same latencies")
+	})
+}
