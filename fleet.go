@@ -738,12 +738,17 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 	m.lease.waiting.Add(1)
 	m.lease.leasing.Lock()
 	m.lease.waiting.Add(-1)
-	defer m.lease.leasing.Unlock()
-	if m.lease.use(call.now, tokens, false) { // leased by the call this one waited for
-		a.leased, a.leasedTokens = true, tokens
-		return stepGo, nil
-	}
+	locked := true
+	defer func() {
+		if locked {
+			m.lease.leasing.Unlock()
+		}
+	}()
 	for {
+		if m.lease.use(call.now, tokens, false) { // leased by the call this one waited for
+			a.leased, a.leasedTokens = true, tokens
+			return stepGo, nil
+		}
 		now := call.now
 		until, dim := m.lease.refused()
 		if !until.After(now) {
@@ -783,7 +788,16 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 			call.skip(m, err, sl.delay)
 			return stepNext, err
 		}
-		if err := call.sleep(ctx, wait); err != nil {
+		// The wait is not made holding leasing: the calls queued behind
+		// it would wait for it past their own deadlines.
+		m.lease.leasing.Unlock()
+		locked = false
+		err := call.sleep(ctx, wait)
+		m.lease.waiting.Add(1)
+		m.lease.leasing.Lock()
+		m.lease.waiting.Add(-1)
+		locked = true
+		if err != nil {
 			return stepStop, call.unsent(m, err, sl.delay+call.now.Sub(now))
 		}
 		sl.delay += wait
