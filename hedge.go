@@ -126,16 +126,16 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 // it as attempt would have, within the cut budget. It returns as attempt
 // does.
 func (call *call[R]) watched(ctx context.Context, a *admission, end time.Time) (R, Verdict, time.Duration, error) {
-	c, m, start := call.c, a.m, call.now
+	c, m, start, class := call.c, a.m, call.now, call.class
 	actx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	var w watch
-	w.look = func() {
+	w.look = func() { // reads nothing of call: a look may outlive it (calls are pooled)
 		if w.over.Load() {
 			return
 		}
 		now := time.Now()
-		d, ok := m.lat.cut(call.class)
+		d, ok := m.lat.cut(class)
 		switch {
 		case !ok:
 			w.arm(cutFloor) // still learning
