@@ -24,19 +24,19 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 		return zero, nil, stepNext, nil
 	}
 	var pick *modelState
-	var pickUntil time.Time
+	var pickSince time.Time
 	for _, m := range call.order() {
 		br := m.breakers[call.endpoint]
 		switch {
 		case br.state(now) == StateOpen:
-			if until := br.openUntil(); pick == nil || until.Before(pickUntil) {
-				pick, pickUntil = m, until
+			if since := br.openSince(); pick == nil || since.Before(pickSince) {
+				pick, pickSince = m, since
 			}
 		case m.cooling(now) == nil && !call.tried(m):
 			return zero, nil, stepNext, nil // usable for all we know, or a probe in flight
 		}
 	}
-	if pick == nil || now.Before(pickUntil.Add(every-c.cfg.breaker.OpenFor)) ||
+	if pick == nil || now.Before(pickSince.Add(every)) ||
 		!c.allOpenProbeAt.CompareAndSwap(due, new(now.Add(every))) {
 		return zero, nil, stepNext, nil
 	}

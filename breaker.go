@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,8 +16,9 @@ type State int
 const (
 	// StateClosed: requests flow; counted failures are tallied.
 	StateClosed State = iota
-	// StateOpen: requests are refused with ErrCircuitOpen until OpenFor has
-	// passed since the breaker opened.
+	// StateOpen: requests are refused with ErrCircuitOpen until the open
+	// period has passed (MinOpenFor, doubled on each failed probe, up to
+	// OpenFor).
 	StateOpen
 	// StateHalfOpen: up to HalfOpenProbes trial requests are let through; their
 	// successes close the breaker, a failure opens it again.
@@ -39,7 +41,8 @@ func (s State) String() string {
 // Breaker defaults, as BreakerSettings' fields state them.
 const (
 	defaultFailureThreshold   = 5                // consecutive counted failures that open the breaker
-	defaultOpenFor            = 30 * time.Second // time open before half-open
+	defaultOpenFor            = 30 * time.Second // longest time open before half-open
+	defaultMinOpenFor         = 2 * time.Second  // first time open before half-open
 	defaultHalfOpenProbes     = 1                // probes in flight in half-open, and successes that close it
 	defaultBreakerWindow      = 60 * time.Second // failure-rate window, when FailureRate is set
 	defaultBreakerMinRequests = 10               // calls the window needs before the rate counts, when FailureRate is set
@@ -72,15 +75,26 @@ type BreakerSettings struct {
 	// the package doc's routing); a storm of 503s that lets one request in
 	// seven through does not take it out of rotation. When no model of the
 	// Client has answered for 2s (an outage), or the model never answered
-	// since the Client started, the failures alone open it. A negative
-	// value opens on the failures alone.
+	// since the Client started, the failures alone open it: for
+	// MinOpenFor, so that a brownout present from the first request takes
+	// a model that answers most of its requests out for a moment only. A
+	// negative value opens on the failures alone.
 	// Default: 10s.
 	DeadAfter time.Duration
-	// OpenFor is how long an open breaker refuses requests before it lets
-	// probes through (half-open), unless every model is open (see
-	// AllOpenProbeEvery). It is counted again from each reopening.
+	// OpenFor is the longest an open breaker refuses requests before it
+	// lets probes through (half-open), unless every model is open (see
+	// AllOpenProbeEvery). A breaker opened from closed refuses for
+	// MinOpenFor; each failed probe reopens it for twice as long as the
+	// time before, up to OpenFor: a model is not taken out for much longer
+	// than its bad spell lasts, and one that stays down costs a probe per
+	// OpenFor once the periods reach it.
 	// Default: 30s.
 	OpenFor time.Duration
+	// MinOpenFor is how long a breaker opened from closed refuses requests
+	// before its first probe; at most OpenFor. Set it to OpenFor for an
+	// open period that does not grow.
+	// Default: 2s, or OpenFor when that is shorter.
+	MinOpenFor time.Duration
 	// HalfOpenProbes is both the number of probes a half-open breaker lets
 	// through at a time and the number of probe successes that close it: a
 	// model that just came back gets that many requests, not the flood.
@@ -127,6 +141,9 @@ func (s BreakerSettings) withDefaults() BreakerSettings {
 	if s.OpenFor == 0 {
 		s.OpenFor = defaultOpenFor
 	}
+	if s.MinOpenFor == 0 {
+		s.MinOpenFor = min(defaultMinOpenFor, max(s.OpenFor, 0))
+	}
 	if s.HalfOpenProbes == 0 {
 		s.HalfOpenProbes = defaultHalfOpenProbes
 	}
@@ -161,6 +178,12 @@ func (s BreakerSettings) validate() error {
 	if s.OpenFor < 0 {
 		add("OpenFor is %v: use a positive duration, or 0 for the default (%v)", s.OpenFor, defaultOpenFor)
 	}
+	switch {
+	case s.MinOpenFor < 0:
+		add("MinOpenFor is %v: use a positive duration, or 0 for the default (%v, or OpenFor when shorter)", s.MinOpenFor, defaultMinOpenFor)
+	case s.OpenFor >= 0 && s.MinOpenFor > cmp.Or(s.OpenFor, defaultOpenFor):
+		add("MinOpenFor is %v, longer than OpenFor (%v): the first open period cannot be longer than the longest", s.MinOpenFor, cmp.Or(s.OpenFor, defaultOpenFor))
+	}
 	if s.HalfOpenProbes < 0 {
 		add("HalfOpenProbes is %d: use a positive count, or 0 for the default (%d)", s.HalfOpenProbes, defaultHalfOpenProbes)
 	}
@@ -194,6 +217,7 @@ func (s BreakerSettings) validate() error {
 // value is shared by every refusal of one opening.
 type openError struct {
 	Until time.Time
+	since time.Time // when the breaker opened
 }
 
 func (e *openError) Error() string {
@@ -291,6 +315,7 @@ type breaker struct {
 	probes    int        // probes in flight, half-open
 	successes int        // probe successes, half-open
 	trips     int        // times opened
+	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
 	window    rateWindow // completed calls, closed, when FailureRate > 0
 }
 
@@ -349,11 +374,13 @@ func (b *breaker) allow(now time.Time) (permit, *transition, error) {
 //
 // Closed: a success resets the consecutive failures; a failure that makes
 // FailureThreshold in a row when the model has answered nothing for
-// DeadAfter, or brings the failure rate over Window to
-// FailureRate, opens the breaker for OpenFor. Half-open: the probe's slot is
-// freed; HalfOpenProbes successes close the breaker (every count starts
-// again); a failure opens it for a fresh OpenFor. outcomeIgnore only frees
-// the slot.
+// DeadAfter, or brings the failure rate over Window to FailureRate, opens
+// the breaker for MinOpenFor. Half-open: the probe's slot is freed;
+// HalfOpenProbes successes close the breaker (every count starts again); a
+// failure opens it again for twice the previous open period, up to
+// OpenFor. An outage's failure (no model answers: the Client's early probes
+// find its end, AllOpenProbeEvery) opens it for OpenFor at once.
+// outcomeIgnore only frees the slot.
 func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 	if o == outcomeSuccess {
 		b.answered.saw(now)
@@ -379,8 +406,10 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 			if b.successes++; b.successes >= b.s.HalfOpenProbes {
 				return b.setState(StateClosed, now)
 			}
-		case outcomeFailure, outcomeOutage:
+		case outcomeFailure:
 			return b.setState(StateOpen, now)
+		case outcomeOutage:
+			return b.setStateUntil(StateOpen, now, now.Add(b.s.OpenFor))
 		}
 		return nil
 	}
@@ -391,8 +420,13 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 			b.window.record(now, false)
 		}
 	case outcomeFailure, outcomeOutage:
-		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) && (o == outcomeOutage || b.silentFor(now)) {
-			return b.setState(StateOpen, now)
+		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) {
+			switch {
+			case o == outcomeOutage:
+				return b.setStateUntil(StateOpen, now, now.Add(b.s.OpenFor))
+			case b.silentFor(now):
+				return b.setState(StateOpen, now)
+			}
 		}
 		if b.s.FailureRate > 0 {
 			b.window.record(now, true)
@@ -468,6 +502,15 @@ func (b *breaker) openUntil() time.Time {
 	return time.Time{}
 }
 
+// openSince returns when an open breaker opened, read without the lock; the
+// zero time unless the breaker is open.
+func (b *breaker) openSince() time.Time {
+	if r := b.open.Load(); r != nil {
+		return r.since
+	}
+	return time.Time{}
+}
+
 // state returns the state at now without changing anything: an open breaker
 // whose OpenFor has passed reads as half-open, which is what the next allow
 // will make it (and report). Safe for concurrent use.
@@ -522,9 +565,30 @@ func (b *breaker) stateAt(now time.Time) State {
 
 // setState moves the breaker to a different state at now, starts a new
 // generation with fresh counts, and returns the transition. Open, it stays
-// open for OpenFor. Callers hold mu.
+// open for openPeriod. Callers hold mu.
 func (b *breaker) setState(to State, now time.Time) *transition {
-	return b.setStateUntil(to, now, now.Add(b.s.OpenFor))
+	var until time.Time
+	if to == StateOpen {
+		if _, from := b.load(); from == StateHalfOpen {
+			b.reopens++ // a failed probe: this period is longer than the last
+		}
+		until = now.Add(b.openPeriod())
+	}
+	return b.setStateUntil(to, now, until)
+}
+
+// openPeriod returns how long the breaker stays open when it opens now:
+// MinOpenFor from closed, doubled for each failed probe since, up to
+// OpenFor. Callers hold mu.
+func (b *breaker) openPeriod() time.Duration {
+	d := b.s.MinOpenFor
+	for range b.reopens {
+		if d >= b.s.OpenFor/2 {
+			return b.s.OpenFor
+		}
+		d *= 2
+	}
+	return min(d, b.s.OpenFor)
 }
 
 // setStateUntil is setState with the end of an open period given. Callers
@@ -535,9 +599,12 @@ func (b *breaker) setStateUntil(to State, now, until time.Time) *transition {
 	b.probes, b.successes = 0, 0
 	b.window.reset()
 	var open *openError
-	if to == StateOpen {
+	switch to {
+	case StateOpen:
 		b.trips++
-		open = &openError{Until: until}
+		open = &openError{Until: until, since: now}
+	case StateClosed:
+		b.reopens = 0
 	}
 	b.changed = now
 	b.open.Store(open)
@@ -557,8 +624,8 @@ func (b *breaker) openTill(now, until time.Time) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stateAt(now) == StateOpen {
-		if b.open.Load().Until.Before(until) {
-			b.open.Store(&openError{Until: until})
+		if r := b.open.Load(); r.Until.Before(until) {
+			b.open.Store(&openError{Until: until, since: r.since})
 		}
 		return nil
 	}

@@ -35,11 +35,11 @@ func TestBreakerSettingsWithDefaults(t *testing.T) {
 		in   BreakerSettings
 		want BreakerSettings
 	}{
-		{"zero", BreakerSettings{}, BreakerSettings{FailureThreshold: 5, DeadAfter: 10 * time.Second, OpenFor: 30 * time.Second, HalfOpenProbes: 1, AllOpenProbeEvery: 2 * time.Second}},
+		{"zero", BreakerSettings{}, BreakerSettings{FailureThreshold: 5, DeadAfter: 10 * time.Second, OpenFor: 30 * time.Second, MinOpenFor: 2 * time.Second, HalfOpenProbes: 1, AllOpenProbeEvery: 2 * time.Second}},
 		{"set fields kept", BreakerSettings{FailureThreshold: 3, DeadAfter: time.Second, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second},
-			BreakerSettings{FailureThreshold: 3, DeadAfter: time.Second, OpenFor: time.Minute, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second}},
+			BreakerSettings{FailureThreshold: 3, DeadAfter: time.Second, OpenFor: time.Minute, MinOpenFor: 2 * time.Second, HalfOpenProbes: 2, AllOpenProbeEvery: 5 * time.Second}},
 		{"failure rate fills window and min requests", BreakerSettings{FailureRate: 0.5},
-			BreakerSettings{FailureThreshold: 5, DeadAfter: 10 * time.Second, OpenFor: 30 * time.Second, HalfOpenProbes: 1, FailureRate: 0.5, Window: time.Minute, MinRequests: 10, AllOpenProbeEvery: 2 * time.Second}},
+			BreakerSettings{FailureThreshold: 5, DeadAfter: 10 * time.Second, OpenFor: 30 * time.Second, MinOpenFor: 2 * time.Second, HalfOpenProbes: 1, FailureRate: 0.5, Window: time.Minute, MinRequests: 10, AllOpenProbeEvery: 2 * time.Second}},
 		{"negative kept for validate, or to turn early probes and the silence rule off", BreakerSettings{FailureThreshold: -1, DeadAfter: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1},
 			BreakerSettings{FailureThreshold: -1, DeadAfter: -1, OpenFor: -time.Second, HalfOpenProbes: -2, AllOpenProbeEvery: -1}},
 	}
@@ -64,6 +64,10 @@ func TestBreakerSettingsValidate(t *testing.T) {
 		{"failure rate 1", BreakerSettings{FailureRate: 1, Window: time.Second, MinRequests: 1}, nil},
 		{"negative threshold", BreakerSettings{FailureThreshold: -1}, []string{"BreakerSettings.FailureThreshold is -1: use a positive count, or 0 for the default (5)"}},
 		{"negative open for", BreakerSettings{OpenFor: -time.Second}, []string{"BreakerSettings.OpenFor is -1s"}},
+		{"negative min open for", BreakerSettings{MinOpenFor: -time.Second}, []string{"BreakerSettings.MinOpenFor is -1s"}},
+		{"min open for past open for", BreakerSettings{OpenFor: 5 * time.Second, MinOpenFor: 10 * time.Second}, []string{"BreakerSettings.MinOpenFor is 10s, longer than OpenFor (5s)"}},
+		{"min open for past the default open for", BreakerSettings{MinOpenFor: time.Minute}, []string{"BreakerSettings.MinOpenFor is 1m0s, longer than OpenFor (30s)"}},
+		{"open for shorter than the default min open for", BreakerSettings{OpenFor: time.Second}, nil},
 		{"negative probes", BreakerSettings{HalfOpenProbes: -1}, []string{"BreakerSettings.HalfOpenProbes is -1"}},
 		{"early probes off", BreakerSettings{AllOpenProbeEvery: -1}, nil},
 		{"early probes too often", BreakerSettings{AllOpenProbeEvery: 10 * time.Millisecond}, []string{"BreakerSettings.AllOpenProbeEvery is 10ms: use at least 1s"}},
@@ -134,6 +138,9 @@ type breakerStep struct {
 // runBreakerScript plays steps on a new breaker and checks every result.
 func runBreakerScript(t *testing.T, s BreakerSettings, steps []breakerStep) {
 	t.Helper()
+	if s.MinOpenFor == 0 {
+		s.MinOpenFor = s.withDefaults().OpenFor // the scripts pin a fixed open period; TestBreakerOpenPeriodGrows the growing one
+	}
 	b := newBreaker(s)
 	var permits []permit
 	for i, st := range steps {
@@ -381,7 +388,7 @@ func TestBreakerScript(t *testing.T) {
 }
 
 func TestBreakerRefusalError(t *testing.T) {
-	b := newBreaker(BreakerSettings{FailureThreshold: 1})
+	b := newBreaker(BreakerSettings{FailureThreshold: 1, MinOpenFor: defaultOpenFor})
 	p, _, err := b.allow(brkT0)
 	require.NoError(t, err)
 	require.NotNil(t, b.done(p, brkT0, outcomeFailure))
@@ -406,7 +413,7 @@ func TestBreakerRefusalError(t *testing.T) {
 }
 
 func TestBreakerStateAndSnapshotDoNotMutate(t *testing.T) {
-	b := newBreaker(BreakerSettings{FailureThreshold: 3, FailureRate: 0.9, DeadAfter: -1})
+	b := newBreaker(BreakerSettings{FailureThreshold: 3, FailureRate: 0.9, DeadAfter: -1, MinOpenFor: defaultOpenFor})
 	for i := range 2 {
 		p, _, err := b.allow(brkT0)
 		require.NoError(t, err)
@@ -481,7 +488,7 @@ func TestBreakerReadsAgreeAcrossAClockStep(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: openFor})
+			b := newBreaker(BreakerSettings{FailureThreshold: 1, OpenFor: openFor, MinOpenFor: openFor})
 			opened := time.Now()
 			p, _, err := b.allow(opened)
 			require.NoError(t, err)
@@ -639,4 +646,43 @@ func BenchmarkBreakerAllow(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The open period starts at MinOpenFor, doubles with each failed probe up to
+// OpenFor, and starts again from MinOpenFor once a probe closes the breaker.
+func TestBreakerOpenPeriodGrows(t *testing.T) {
+	b := newBreaker(BreakerSettings{FailureThreshold: 1, DeadAfter: -1})
+	now := brkT0
+	fail := func() {
+		t.Helper()
+		p, _, err := b.allow(now)
+		require.NoError(t, err)
+		require.NotNil(t, b.done(p, now, outcomeFailure))
+	}
+	fail()
+	var periods []time.Duration
+	for range 7 { // each probe fails
+		until := b.snapshot(now).OpenUntil
+		periods = append(periods, until.Sub(now))
+		_, _, err := b.allow(until.Add(-time.Nanosecond))
+		require.ErrorIs(t, err, ErrCircuitOpen, "open until its period ends")
+		now = until
+		fail()
+	}
+	s := time.Second
+	assert.Equal(t, []time.Duration{2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s, 30 * s}, periods)
+
+	now = b.snapshot(now).OpenUntil
+	p, _, err := b.allow(now)
+	require.NoError(t, err)
+	require.NotNil(t, b.done(p, now, outcomeSuccess), "the probe closes it")
+	fail()
+	assert.Equal(t, 2*s, b.snapshot(now).OpenUntil.Sub(now), "closed, it starts again from MinOpenFor")
+
+	fixed := newBreaker(BreakerSettings{FailureThreshold: 1, DeadAfter: -1, OpenFor: 10 * s, MinOpenFor: 10 * s})
+	p, _, _ = fixed.allow(brkT0)
+	fixed.done(p, brkT0, outcomeFailure)
+	p, _, _ = fixed.allow(brkT0.Add(10 * s))
+	fixed.done(p, brkT0.Add(10*s), outcomeFailure)
+	assert.Equal(t, brkT0.Add(20*s), fixed.snapshot(brkT0.Add(10*s)).OpenUntil, "MinOpenFor = OpenFor: a fixed period")
 }

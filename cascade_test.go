@@ -54,7 +54,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		logs := &logBuffer{}
 		c := newClient(t, srv, logs, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
-			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: 30 * time.Second, HalfOpenProbes: 1}))
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: 30 * time.Second, MinOpenFor: 30 * time.Second, HalfOpenProbes: 1}))
 
 		for range 3 { // each call: one failed request to pro, then flash answers
 			_, rec, err := ask(t.Context(), c, "")
@@ -319,7 +319,7 @@ func TestEveryModelOpenProbesEarly(t *testing.T) {
 				logs := &logBuffer{}
 				c := newClient(t, srv, logs, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(hooks),
 					geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}),
-					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, AllOpenProbeEvery: tt.every}))
+					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 2, AllOpenProbeEvery: tt.every, MinOpenFor: 30 * time.Second}))
 				for range 2 {
 					_, _, err := ask(t.Context(), c, "")
 					require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
@@ -405,7 +405,7 @@ func TestCallWithNothingLeftProbesTheOpenModel(t *testing.T) {
 				down := []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}
 				srv := geminitest.New(geminitest.Model{Name: pro, Faults: down}, geminitest.Model{Name: flash})
 				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash),
-					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 4, AllOpenProbeEvery: every}))
+					geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 4, AllOpenProbeEvery: every, MinOpenFor: 30 * time.Second}))
 				for range 4 { // pro fails, flash answers; pro opens
 					_, rec, err := ask(t.Context(), c, "")
 					require.NoError(t, err)

@@ -101,3 +101,48 @@ func TestUniformlySlowModelIsNeitherHedgedNorCut(t *testing.T) {
 		assert.Zero(t, srv.Total(flash))
 	})
 }
+
+func TestHedgedProbeThatLosesFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro answers in 1s, then fails five requests (its breaker opens),
+		// then its probe stalls 45s, then it answers again.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch {
+				case i >= 20 && i < 25:
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 10 * time.Millisecond}
+				case i == 25:
+					return geminitest.Step{Latency: 45 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{DeadAfter: -1}))
+		for range 20 { // pro's answer times are learned: 1s
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+		for srv.Total(pro) < 25 { // its failures open its breaker
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		require.Equal(t, []string{pro + ":open"}, changes.get())
+		time.Sleep(2 * time.Second) // MinOpenFor
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "") // the probe stalls: hedged to flash
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "the hedge to flash answers")
+		assert.Less(t, time.Since(start), 5*time.Second, "the stalled probe is not waited out")
+		assert.ErrorContains(t, rec.Attempts[0].Err, "its hedge answered first")
+
+		_, rec, err = ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "the lost probe's slot was freed: the next call probes pro, which answers")
+		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State)
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get())
+	})
+}

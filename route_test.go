@@ -142,3 +142,60 @@ func TestOutageOfEveryModelOpensTheBreakersWithoutWaiting(t *testing.T) {
 		assert.Less(t, opened, 5*time.Second, "every model silent: an outage, not a brownout; no 10s wait (DeadAfter)")
 	})
 }
+
+func TestStartupBrownoutKeepsThePrimaryInRotation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// From the Client's start the primary fails its first six requests
+		// in a row (a bad spell), then a third of them, drawn at random.
+		third := rand.New(rand.NewPCG(3, 4))
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i < 6 || third.Float64() < 1.0/3 {
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		const calls = 60
+		answered := askEvery(t, c, calls, 250*time.Millisecond, pro) // 40s, about the default OpenFor
+
+		assert.GreaterOrEqual(t, answered, calls/2, "the bad spell over, the primary answers its share (got %d of %d)", answered, calls)
+	})
+}
+
+func TestModelIsNotOutLongerThanItsBadSpell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The primary answers, then is down from 10s to 25s, then answers
+		// again.
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
+			Decide: func(geminitest.Request, int) geminitest.Step {
+				if at := time.Since(start); at >= 10*time.Second && at < 25*time.Second {
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+		until := func(at time.Duration) (calls, first int) { // calls every 250ms until at since start
+			for time.Since(start) < at {
+				calls++
+				first += askEvery(t, c, 1, 250*time.Millisecond, pro)
+			}
+			return calls, first
+		}
+
+		until(10 * time.Second) // healthy
+		before := srv.Total(pro)
+		until(25 * time.Second) // down
+		down := srv.Total(pro) - before
+		until(30 * time.Second)
+		require.Contains(t, changes.get(), pro+":open", "down for 15s: its breaker opened")
+		calls, first := until(40 * time.Second)
+
+		assert.Equal(t, calls, first, "5s after its bad spell the primary answers every call again")
+		assert.LessOrEqual(t, down, 30, "down, it got a few probes after DeadAfter, not every call (%d requests in 15s)", down)
+	})
+}
