@@ -28,14 +28,11 @@
 //	→ answer cache → Fallback, when every model failed
 //
 // For each failure, Classify's Verdict decides: retry the same model after
-// a delay, move to the next model now, or stop. A model that an admission
-// step refuses is skipped without a request.
-// docs/architecture.md in the repository holds the whole story.
-//
-// A cascade that moves a tool loop or a chat to another model sends it the
-// turns as Google documents: other models' thought signatures dropped, and
-// the stand-in signature on a step's first function call that has none; the
-// caller's contents are never written.
+// a delay, move to the next model now, or stop. A refused step skips the
+// model without a request. An open breaker refuses for MinOpenFor (2s),
+// doubled on each failed probe up to OpenFor (30s). A tool loop moved to
+// another model gets its turns as Google documents (other models' thought
+// signatures dropped), on a copy. docs/architecture.md has the whole story.
 //
 // # Errors
 //
@@ -54,7 +51,6 @@
 //
 // # Testing
 //
-// Package geminitest is the fake Gemini API this package is tested against;
-// hand a Client the SDK client it configures (WithGenAIClient) and script
-// the outage your code must survive, in fake time under testing/synctest.
+// Package geminitest is the fake Gemini API this package is tested against:
+// script the outage your code must survive, in fake time (testing/synctest).
 package geminiguard

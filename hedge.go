@@ -130,7 +130,7 @@ func (call *call[R]) watched(ctx context.Context, a *admission, end time.Time) (
 	actx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	var w watch
-	w.look = func() { // reads nothing of call: a look may outlive it (calls are pooled)
+	w.look = func() { // reads nothing of call: a look may outlive the attempt it watches
 		if w.over.Load() {
 			return
 		}
