@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
@@ -181,18 +182,18 @@ func (s *spendBudget) report(now time.Time) (spent Micros, dayEnd, monthEnd time
 
 // reported keeps the project's spend a round trip brought back (ok), or
 // puts back what it failed to report. Nil-safe.
-func (s *spendBudget) reported(ok bool, r LeaseRequest, l Lease) {
+func (s *spendBudget) reported(ok bool, r fleet.LeaseRequest, l fleet.Lease) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !ok {
-		s.unreported += r.Spent
+		s.unreported += Micros(r.Spent)
 		return
 	}
-	s.fleetDay, s.fleetDayEnd = l.DaySpent, r.SpendDay
-	s.fleetMonth, s.fleetMonthEnd = l.MonthSpent, r.SpendMonth
+	s.fleetDay, s.fleetDayEnd = Micros(l.DaySpent), r.SpendDay
+	s.fleetMonth, s.fleetMonthEnd = Micros(l.MonthSpent), r.SpendMonth
 }
 
 // check returns a *budgetError when a budget is spent at now, and whether
@@ -390,8 +391,8 @@ func (call *call[R]) overBudget(ctx context.Context, m *modelState) (step, error
 		return stepGo, nil
 	}
 	if c := call.c; c.spending != nil && c.fleet != nil && c.fleet.due(call.now) {
-		c.sync(ctx, m, LeaseRequest{}) // the project's spend, as of now
-		call.now = time.Now()          // after the round trip
+		c.sync(ctx, m, fleet.LeaseRequest{}) // the project's spend, as of now
+		call.now = time.Now()                // after the round trip
 	}
 	exhausted, steer := call.c.spending.check(call.now)
 	if exhausted != nil {

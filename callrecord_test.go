@@ -11,6 +11,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
@@ -44,7 +45,7 @@ func TestCancelledWaitRecordsNoUnsentAttempt(t *testing.T) {
 			warmUp: true, cancelAt: tokenWaitCancel, requests: 0, waited: tokenWaitCancel},
 		{name: "fleet lease wait", models: []geminitest.Model{{Name: flash, Latency: 100 * time.Millisecond}},
 			opts: []geminiguard.Option{geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1}), geminiguard.WithHeadroom(1),
-				geminiguard.WithSharedState(geminiguard.NewMemoryState())},
+				geminiguard.WithSharedState(fleet.NewMemoryState())},
 			warmUp: true, replica: true, cancelAt: tokenWaitCancel, requests: 0, waited: tokenWaitCancel},
 	} {
 		t.Run(row.name, func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 // Shutdown is an announced retirement of a model.
@@ -129,13 +131,13 @@ func (c *Client) CheckCascade(ctx context.Context) (*CascadeReport, error) {
 			mr.Exists, mr.DisplayName = true, info.DisplayName
 			mr.InputTokenLimit, mr.OutputTokenLimit = info.InputTokenLimit, info.OutputTokenLimit
 			if c.model(name).cool.clearRecheck() {
-				c.publish(ctx, Fact{Kind: FactListed, Model: name, At: now})
+				c.publish(ctx, fleet.Fact{Kind: fleet.FactListed, Model: name, At: now})
 			}
 		} else {
 			mr.Verdict = "missing"
 			missing = append(missing, name)
 			if c.model(name).cool.set(coolDownUntil(Verdict{cool: coolUntilRecheck}, now, 0), ClassNotFound) {
-				c.publish(ctx, Fact{Kind: FactMissing, Model: name, At: now, Reason: ClassNotFound})
+				c.publish(ctx, fleet.Fact{Kind: fleet.FactMissing, Model: name, At: now, Reason: int(ClassNotFound)})
 			}
 		}
 		if sd, ok := c.shutdown[c.shutdownKey(m)]; ok {

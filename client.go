@@ -60,7 +60,7 @@ type Client struct {
 	tel            *telemetry                // OpenTelemetry; nil when the providers are no-ops
 	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
-	fleet          *fleet                    // WithSharedState's; nil: the Client is on its own
+	fleet          *fleetLink                // WithSharedState's; nil: the Client is on its own
 	signers        signers                   // which model made each thought signature received (turns.go)
 	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
 }

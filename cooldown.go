@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
@@ -166,7 +167,7 @@ func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now
 	if dim, ok := quotaDimOf(v.quotaID); ok {
 		if v.quotaLimit > 0 {
 			m.lim.learn(dim, v.quotaLimit)
-			c.publish(ctx, Fact{Kind: FactLimit, Model: m.name, Dimension: strings.ToLower(dim.String()), At: now, Limit: v.quotaLimit})
+			c.publish(ctx, fleet.Fact{Kind: fleet.FactLimit, Model: m.name, Dimension: strings.ToLower(dim.String()), At: now, Limit: v.quotaLimit})
 		}
 		if v.Class == ClassRateLimit || v.Class == ClassDailyQuota {
 			m.lim.drain(now, dim, coolDownUntil(v, now, c.cfg.projectCoolDown))
@@ -176,9 +177,9 @@ func (c *Client) applyVerdict(ctx context.Context, m *modelState, v Verdict, now
 		return
 	}
 	until := coolDownUntil(v, now, c.cfg.projectCoolDown)
-	shared := Fact{Kind: FactCoolDown, Model: m.name, At: now, Until: until, Reason: v.Class}
+	shared := fleet.Fact{Kind: fleet.FactCoolDown, Model: m.name, At: now, Until: until, Reason: int(v.Class)}
 	if v.cool == coolUntilRecheck {
-		shared = Fact{Kind: FactMissing, Model: m.name, At: now, Reason: v.Class}
+		shared = fleet.Fact{Kind: fleet.FactMissing, Model: m.name, At: now, Reason: int(v.Class)}
 	}
 	if v.Scope == ScopeProject {
 		shared.Model = ""

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/internal/pacific"
 )
 
@@ -64,19 +65,19 @@ const (
 
 // storeSettingsOf returns s's settings (SettledState) with defaults for
 // zero fields, or what is wrong with them or with s.
-func storeSettingsOf(s SharedState) (StoreSettings, error) {
+func storeSettingsOf(s fleet.SharedState) (fleet.StoreSettings, error) {
 	if rv := reflect.ValueOf(s); rv.Kind() == reflect.Pointer && rv.IsNil() {
-		return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState(%T(nil)): pass a store made by its constructor (redisstore.New, NewMemoryState)", s)
+		return fleet.StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState(%T(nil)): pass a store made by its constructor (redisstore.New, fleet.NewMemoryState)", s)
 	}
-	var st StoreSettings
-	if ss, ok := s.(SettledState); ok {
+	var st fleet.StoreSettings
+	if ss, ok := s.(fleet.SettledState); ok {
 		var err error
 		if st, err = ss.StoreSettings(); err != nil {
-			return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: %w", err)
+			return fleet.StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: %w", err)
 		}
 	}
 	if st.Timeout < 0 || st.MaxTimeout < 0 || st.WarmUp < 0 || st.AloneFor < 0 || st.Failures < 0 {
-		return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: negative store settings %+v: use 0 for the defaults", st)
+		return fleet.StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: negative store settings %+v: use 0 for the defaults", st)
 	}
 	def := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
@@ -91,7 +92,7 @@ func storeSettingsOf(s SharedState) (StoreSettings, error) {
 		st.Failures = defaultStoreFailures
 	}
 	if st.MaxTimeout < st.Timeout {
-		return StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: the store's MaxTimeout %v is below its Timeout %v", st.MaxTimeout, st.Timeout)
+		return fleet.StoreSettings{}, fmt.Errorf("geminiguard: WithSharedState: the store's MaxTimeout %v is below its Timeout %v", st.MaxTimeout, st.Timeout)
 	}
 	return st, nil
 }
@@ -129,10 +130,10 @@ func WithProject(id string) Option {
 	})
 }
 
-// fleet is a Client's part in its fleet. Safe for concurrent use.
-type fleet struct {
-	store     SharedState
-	settings  StoreSettings
+// fleetLink is a Client's part in its fleet. Safe for concurrent use.
+type fleetLink struct {
+	store     fleet.SharedState
+	settings  fleet.StoreSettings
 	fleetSize int // WithFleetSize's; 0: coldShare
 	project   string
 	replica   string
@@ -158,8 +159,8 @@ type fleet struct {
 	reportTimer *time.Timer // nil: none pending
 	closed      bool        // Close ran: no more reports
 
-	pendingMu sync.Mutex       // guards pending
-	pending   map[factKey]Fact // facts learned while the store was unreachable, to publish on rejoin
+	pendingMu sync.Mutex                   // guards pending
+	pending   map[fleet.FactKey]fleet.Fact // facts learned while the store was unreachable, to publish on rejoin
 }
 
 // rttBound learns the bound of a round trip to the store from the round
@@ -251,7 +252,7 @@ func (p *replicaPeak) most() int {
 // has seen the fleet (round trips that answered over leaseFor, so that
 // replicas started with it have registered), at least the WithFleetSize
 // hint, else coldShare. Never the whole limit before the fleet is known.
-func (f *fleet) share() int {
+func (f *fleetLink) share() int {
 	n := f.peak.most()
 	if first := f.first.Load(); first == 0 || f.synced.Load()-first < int64(leaseFor) {
 		n = max(n, cmp.Or(f.fleetSize, coldShare))
@@ -273,13 +274,13 @@ func (c *Client) reportSpendSoon() {
 		f.reportMu.Lock()
 		f.reportTimer = nil
 		f.reportMu.Unlock()
-		c.sync(context.Background(), c.states[0], LeaseRequest{})
+		c.sync(context.Background(), c.states[0], fleet.LeaseRequest{})
 	})
 }
 
 // close stops the fleet's background work: notifications and a pending
 // report.
-func (f *fleet) close() {
+func (f *fleetLink) close() {
 	if f.unsubscribe != nil {
 		f.unsubscribe()
 	}
@@ -308,12 +309,12 @@ type FleetStats struct {
 
 // newFleet returns the fleet part of a Client, nil without a store. project
 // names the Google project: a hash, never a key.
-func newFleet(store SharedState, project string, fleetSize int) *fleet {
+func newFleet(store fleet.SharedState, project string, fleetSize int) *fleetLink {
 	if store == nil {
 		return nil
 	}
 	st, _ := storeSettingsOf(store) // WithSharedState refused the store when it errs
-	return &fleet{
+	return &fleetLink{
 		store:     store,
 		settings:  st,
 		fleetSize: fleetSize,
@@ -334,7 +335,7 @@ func (c *Client) joinFleet(ctx context.Context) {
 	if f == nil {
 		return
 	}
-	if _, ok := c.roundTrip(ctx, c.states[0], LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
+	if _, ok := c.roundTrip(ctx, c.states[0], fleet.LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
 		now := time.Now()
 		if tr := f.health.openTill(now, now.Add(f.settings.AloneFor)); tr != nil {
 			c.fleetChanged(ctx, tr, errors.New("geminiguard: the warm-up round trip to the shared state failed"))
@@ -351,13 +352,13 @@ func (c *Client) subscribe() {
 	if c.fleet == nil {
 		return
 	}
-	s, ok := c.fleet.store.(Subscriber)
+	s, ok := c.fleet.store.(fleet.Subscriber)
 	if !ok {
 		return
 	}
 	m := c.states[0] // any model: a round trip returns the project's facts
 	stop := s.Subscribe(c.fleet.project, func() {
-		c.sync(context.Background(), m, LeaseRequest{})
+		c.sync(context.Background(), m, fleet.LeaseRequest{})
 	})
 	c.fleet.unsubscribe = sync.OnceFunc(stop)
 }
@@ -383,14 +384,14 @@ func projectOf(cc genai.ClientConfig, named string) string {
 // says nothing about the store; round trips that fail together (begun
 // before the last counted failure ended: one stall of the store) count once
 // for the breaker.
-func (f *fleet) call(ctx context.Context, c *Client, fn func(ctx context.Context) error) bool {
+func (f *fleetLink) call(ctx context.Context, c *Client, fn func(ctx context.Context) error) bool {
 	return f.callWithin(ctx, c, 0, fn)
 }
 
 // callWithin is call, bounded by warmUp instead when positive: New's first
 // round trip, whose latency teaches nothing of a warm connection's. The
 // first round trip after carrying on alone is bounded by MaxTimeout.
-func (f *fleet) callWithin(ctx context.Context, c *Client, warmUp time.Duration, fn func(ctx context.Context) error) bool {
+func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Duration, fn func(ctx context.Context) error) bool {
 	start := time.Now()
 	p, _, err := f.health.allow(start)
 	if err != nil {
@@ -454,12 +455,12 @@ func (c *Client) fleetChanged(ctx context.Context, tr *transition, err error) {
 
 // due reports whether the last round trip that answered is leaseFor or
 // more before now: the facts (and the project's spend) are to be read again.
-func (f *fleet) due(now time.Time) bool {
+func (f *fleetLink) due(now time.Time) bool {
 	return time.Duration(now.UnixNano()-f.synced.Load()) >= leaseFor
 }
 
 // stats returns the fleet's figures.
-func (f *fleet) stats() FleetStats {
+func (f *fleetLink) stats() FleetStats {
 	if f == nil {
 		return FleetStats{}
 	}
@@ -547,7 +548,7 @@ func (l *modelLease) answer(now time.Time) bool {
 // at now (its token debt, requests sent alone, leased requests that lapsed
 // unsent in r's day, outcomes) and clears it; reported then says how the
 // round trip went.
-func (l *modelLease) report(now time.Time, r *LeaseRequest) {
+func (l *modelLease) report(now time.Time, r *fleet.LeaseRequest) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lapse(now)
@@ -562,7 +563,7 @@ func (l *modelLease) report(now time.Time, r *LeaseRequest) {
 // reported puts back what r reported when it did not reach the store (ok
 // false), and records the fleet's count of failures l brought back when it
 // did.
-func (l *modelLease) reported(ok bool, r LeaseRequest, fl Lease) {
+func (l *modelLease) reported(ok bool, r fleet.LeaseRequest, fl fleet.Lease) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !ok {
@@ -725,7 +726,7 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 	eff := m.lim.limits()
 	if eff == ([numDims]int{}) {
 		if f.due(call.now) {
-			if l, _ := c.sync(ctx, m, LeaseRequest{}); l.Facts != nil { // facts and heartbeat; nothing to lease
+			if l, _ := c.sync(ctx, m, fleet.LeaseRequest{}); l.Facts != nil { // facts and heartbeat; nothing to lease
 				return call.unblocked(sl, m)
 			}
 		}
@@ -753,7 +754,7 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		until, dim := m.lease.refused()
 		if !until.After(now) {
 			day := pacific.NextMidnight(now)
-			r := LeaseRequest{Requests: m.lease.batch(eff, tokens, f.share()), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD], DayEnd: day}
+			r := fleet.LeaseRequest{Requests: m.lease.batch(eff, tokens, f.share()), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD], DayEnd: day}
 			l, ok := c.sync(ctx, m, r)
 			if !ok && ctx.Err() == nil && call.hasNext(m) && f.health.state(time.Now()) == StateClosed {
 				// Slow or failing, not yet known down (the store's breaker
@@ -842,14 +843,14 @@ func (call *call[R]) aloneAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 // Tokens, limits and Probe set by the caller; the rest filled here):
 // leasing, counting the model's debt, registering the replica, and applying
 // the facts that changed. ok is false when the store did not answer.
-func (c *Client) sync(ctx context.Context, m *modelState, r LeaseRequest) (Lease, bool) {
+func (c *Client) sync(ctx context.Context, m *modelState, r fleet.LeaseRequest) (fleet.Lease, bool) {
 	return c.roundTrip(ctx, m, r, 0)
 }
 
 // roundTrip is sync, bounded by warmUp when positive (see fleet.call). A
 // round trip that answers also publishes the facts learned while the store
 // was unreachable.
-func (c *Client) roundTrip(ctx context.Context, m *modelState, r LeaseRequest, warmUp time.Duration) (Lease, bool) {
+func (c *Client) roundTrip(ctx context.Context, m *modelState, r fleet.LeaseRequest, warmUp time.Duration) (fleet.Lease, bool) {
 	f := c.fleet
 	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
 	r.Version = f.version.Load()
@@ -858,8 +859,10 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r LeaseRequest, w
 		r.DayEnd = pacific.NextMidnight(now)
 	}
 	m.lease.report(now, &r)
-	r.Spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
-	var l Lease
+	var spent Micros
+	spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
+	r.Spent = int64(spent)
+	var l fleet.Lease
 	ok := f.callWithin(ctx, c, warmUp, func(ctx context.Context) (err error) {
 		l, err = f.store.Lease(ctx, r)
 		return err
@@ -867,7 +870,7 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r LeaseRequest, w
 	m.lease.reported(ok, r, l)
 	c.spending.reported(ok, r, l)
 	if !ok {
-		return Lease{}, false
+		return fleet.Lease{}, false
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
 	f.peak.saw(max(1, l.Replicas), now)
@@ -892,7 +895,7 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r LeaseRequest, w
 // DeadAfter or no model answered this Client for the outage span. The
 // opening is published as the Client's own. A fleet of replicas each seeing
 // a part of the traffic so opens as soon as one process would.
-func (c *Client) fleetDead(ctx context.Context, m *modelState, l Lease) {
+func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	s := c.cfg.breaker
 	if l.Failures < s.FailureThreshold {
 		return
@@ -914,44 +917,44 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l Lease) {
 // apply makes the fleet's facts this Client's: cool-downs, open and closed
 // breakers, learned limits. Reported as the Client's own changes are
 // (hooks, logs, metrics), never published again.
-func (c *Client) apply(ctx context.Context, facts []Fact) {
+func (c *Client) apply(ctx context.Context, facts []fleet.Fact) {
 	now := time.Now()
 	for _, fact := range facts {
 		if fact.Model == "" {
 			// A project cool-down seen before this Client's CheckCascade
 			// last cleared its own is older than what the listing said.
-			if fact.Kind == FactCoolDown && !c.project.clearedSince(fact.At) && c.project.set(fact.Until, fact.Reason) {
-				c.cooledDown(ctx, CoolDownEvent{Until: fact.Until, Reason: fact.Reason})
+			if fact.Kind == fleet.FactCoolDown && !c.project.clearedSince(fact.At) && c.project.set(fact.Until, Class(fact.Reason)) {
+				c.cooledDown(ctx, CoolDownEvent{Until: fact.Until, Reason: Class(fact.Reason)})
 			}
 			continue
 		}
 		m := c.model(fact.Model)
 		switch fact.Kind {
-		case FactCoolDown:
-			if m.cool.set(fact.Until, fact.Reason) {
-				c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: fact.Until, Reason: fact.Reason})
+		case fleet.FactCoolDown:
+			if m.cool.set(fact.Until, Class(fact.Reason)) {
+				c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: fact.Until, Reason: Class(fact.Reason)})
 			}
-		case FactOpen, FactClosed:
+		case fleet.FactOpen, fleet.FactClosed:
 			e, ok := endpointNamed(fact.Endpoint)
 			if !ok {
 				continue
 			}
 			var tr *transition
-			if fact.Kind == FactOpen {
+			if fact.Kind == fleet.FactOpen {
 				tr = m.breakers[e].openTill(now, fact.Until)
 			} else {
 				tr = m.breakers[e].closeSince(now, fact.At)
 			}
 			c.stateChanged(ctx, m.name, e, tr)
-		case FactLimit:
+		case fleet.FactLimit:
 			if d, ok := dimNamed(fact.Dimension); ok {
 				m.lim.learn(d, fact.Limit)
 			}
-		case FactMissing:
-			if m.cool.set(coolDownForever, fact.Reason) {
-				c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: coolDownForever, Reason: fact.Reason})
+		case fleet.FactMissing:
+			if m.cool.set(coolDownForever, Class(fact.Reason)) {
+				c.cooledDown(ctx, CoolDownEvent{Model: m.name, Until: coolDownForever, Reason: Class(fact.Reason)})
 			}
-		case FactListed:
+		case fleet.FactListed:
 			m.cool.clearRecheck()
 		}
 	}
@@ -960,7 +963,7 @@ func (c *Client) apply(ctx context.Context, facts []Fact) {
 // publish tells the fleet a fact, in one round trip; a failure is the
 // store's (counted, and the Client carries on alone), and the fact is kept
 // to publish at the first round trip that answers.
-func (c *Client) publish(ctx context.Context, fact Fact) {
+func (c *Client) publish(ctx context.Context, fact fleet.Fact) {
 	f := c.fleet
 	if f == nil {
 		return
@@ -969,10 +972,10 @@ func (c *Client) publish(ctx context.Context, fact Fact) {
 		f.pendingMu.Lock()
 		defer f.pendingMu.Unlock()
 		if f.pending == nil {
-			f.pending = make(map[factKey]Fact)
+			f.pending = make(map[fleet.FactKey]fleet.Fact)
 		}
-		k := keyOf(fact)
-		if old, ok := f.pending[k]; !ok || replaces(fact, old) {
+		k := fact.Key()
+		if old, ok := f.pending[k]; !ok || fact.Replaces(old) {
 			f.pending[k] = fact
 		}
 	}
@@ -988,7 +991,7 @@ func (c *Client) publishPending(ctx context.Context) {
 	f.pendingMu.Unlock()
 	now := time.Now()
 	for _, fact := range pending {
-		if factEnd(fact).After(now) {
+		if fact.End().After(now) {
 			c.publish(ctx, fact)
 		}
 	}
@@ -1002,9 +1005,9 @@ func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoin
 	}
 	switch tr.To {
 	case StateOpen:
-		c.publish(ctx, Fact{Kind: FactOpen, Model: m.name, Endpoint: e.String(), At: tr.At, Until: br.openUntil()})
+		c.publish(ctx, fleet.Fact{Kind: fleet.FactOpen, Model: m.name, Endpoint: e.String(), At: tr.At, Until: br.openUntil()})
 	case StateClosed:
-		c.publish(ctx, Fact{Kind: FactClosed, Model: m.name, Endpoint: e.String(), At: tr.At})
+		c.publish(ctx, fleet.Fact{Kind: fleet.FactClosed, Model: m.name, Endpoint: e.String(), At: tr.At})
 	}
 }
 
@@ -1030,7 +1033,7 @@ func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, b
 	default:
 		return
 	}
-	c.sync(ctx, m, LeaseRequest{})
+	c.sync(ctx, m, fleet.LeaseRequest{})
 }
 
 // fleetProbe asks the fleet for m's probe slot of the call's endpoint, for a
@@ -1041,7 +1044,7 @@ func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, b
 func (call *call[R]) fleetProbe(ctx context.Context, m *modelState) bool {
 	c := call.c
 	hold := max(min(m.timeout, call.deadline.Sub(call.now)), time.Second)
-	l, ok := c.sync(ctx, m, LeaseRequest{Requests: 1, Probe: hold, Endpoint: call.endpoint.String()})
+	l, ok := c.sync(ctx, m, fleet.LeaseRequest{Requests: 1, Probe: hold, Endpoint: call.endpoint.String()})
 	return !ok || l.Requests > 0
 }
 

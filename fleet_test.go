@@ -14,12 +14,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
 // newFleet builds n Clients on one fake, one project, sharing store (none
 // when nil), each given opts.
-func newFleet(t *testing.T, srv *geminitest.Server, n int, store geminiguard.SharedState, opts ...geminiguard.Option) []*geminiguard.Client {
+func newFleet(t *testing.T, srv *geminitest.Server, n int, store fleet.SharedState, opts ...geminiguard.Option) []*geminiguard.Client {
 	t.Helper()
 	if store != nil {
 		opts = append(opts, geminiguard.WithSharedState(store))
@@ -61,9 +62,9 @@ func TestFleetSharesTheProjectQuota(t *testing.T) {
 					geminitest.Model{Name: pro, Latency: 500 * time.Millisecond, Quota: geminitest.Quota{RPM: 30}},
 					geminitest.Model{Name: flash, Latency: 200 * time.Millisecond},
 				)
-				var store geminiguard.SharedState
+				var store fleet.SharedState
 				if tc.shared {
-					store = geminiguard.NewMemoryState()
+					store = fleet.NewMemoryState()
 				}
 				fleet := newFleet(t, srv, 10, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}))
 				const minutes, perMinute = 3, 45 // 1.5 × the quota
@@ -109,7 +110,7 @@ func TestFleetDailyQuotaSeenByOneReplicaHoldsForAll(t *testing.T) {
 			geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.DailyQuota}}},
 			geminitest.Model{Name: flash},
 		)
-		fleet := newFleet(t, srv, 5, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		fleet := newFleet(t, srv, 5, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 		for round := range 3 {
 			for i, c := range fleet {
 				_, rec, err := ask(t.Context(), c, "")
@@ -143,7 +144,7 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 			geminitest.Model{Name: flash},
 		)
 		const openFor = 30 * time.Second
-		fleet := newFleet(t, srv, 5, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro, flash),
+		fleet := newFleet(t, srv, 5, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash),
 			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: openFor, DeadAfter: -1}),
 			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
 		for fleet[0].Stats().Models[0].State != geminiguard.StateOpen {
@@ -184,7 +185,7 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 // flakyState is a SharedState that can be made to fail, or to hang until
 // its caller gives up, and counts the calls that reached it.
 type flakyState struct {
-	geminiguard.SharedState
+	fleet.SharedState
 	mode  atomic.Int32 // 0: works, 1: fails at once, 2: hangs
 	calls atomic.Int64
 }
@@ -207,14 +208,14 @@ func (f *flakyState) broken(ctx context.Context) error {
 	return nil
 }
 
-func (f *flakyState) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+func (f *flakyState) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
 	if err := f.broken(ctx); err != nil {
-		return geminiguard.Lease{}, err
+		return fleet.Lease{}, err
 	}
 	return f.SharedState.Lease(ctx, r)
 }
 
-func (f *flakyState) Publish(ctx context.Context, project string, fact geminiguard.Fact) error {
+func (f *flakyState) Publish(ctx context.Context, project string, fact fleet.Fact) error {
 	if err := f.broken(ctx); err != nil {
 		return err
 	}
@@ -231,7 +232,7 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 			geminitest.Model{Name: pro, Quota: geminitest.Quota{RPM: 50}},
 			geminitest.Model{Name: flash},
 		)
-		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		store := &flakyState{SharedState: fleet.NewMemoryState()}
 		fleet := newFleet(t, srv, 4, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 50}))
 		for range 2 { // every replica registers, and a second later hears of the others: 4 live
 			for _, c := range fleet {
@@ -276,7 +277,7 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 100 * time.Millisecond})
-		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		store := &flakyState{SharedState: fleet.NewMemoryState()}
 		fleet := newFleet(t, srv, 1, store, geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 1000}))
 		c := fleet[0]
 		_, _, err := ask(t.Context(), c, "")
@@ -298,7 +299,7 @@ func TestFleetHangingStoreDelaysACallOnce(t *testing.T) {
 func TestFleetLeasesCutRoundTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 100 * time.Millisecond})
-		fleet := newFleet(t, srv, 1, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100_000}))
+		fleet := newFleet(t, srv, 1, fleet.NewMemoryState(), geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100_000}))
 		c := fleet[0]
 		const calls = 2000
 		var wg sync.WaitGroup
@@ -321,7 +322,7 @@ func TestFleetLeasesCutRoundTrips(t *testing.T) {
 func TestOTelFleetFigures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro})
-		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		store := &flakyState{SharedState: fleet.NewMemoryState()}
 		tel := newTelemetry()
 		c := newFleet(t, srv, 1, store, append(tel.opts, geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100}))...)[0]
 		_, _, err := ask(t.Context(), c, "")
@@ -352,7 +353,7 @@ func TestFleetModelListedAgainIsClearedFleetWide(t *testing.T) {
 			geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.NotFound}}},
 			geminitest.Model{Name: flash},
 		)
-		fleet := newFleet(t, srv, 3, geminiguard.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		fleet := newFleet(t, srv, 3, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 		for i, c := range fleet {
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
@@ -378,7 +379,7 @@ func TestFleetModelListedAgainIsClearedFleetWide(t *testing.T) {
 // it together (5 calls of 2,000), not 10,000 each.
 func TestFleetSharesTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := geminiguard.NewMemoryState()
+		store := fleet.NewMemoryState()
 		a, srv := budgetClient(t, geminiguard.Budget{PerDay: 10_000, SteerAt: 1}, geminiguard.WithSharedState(store), geminiguard.WithStartupCheck(false))
 		b := newClient(t, srv, nil, geminiguard.WithCascade(dearModel, cheapModel),
 			geminiguard.WithPrices(dearModel, geminiguard.Price{Input: 1 * geminiguard.Dollar, Output: 10 * geminiguard.Dollar}),
@@ -405,7 +406,7 @@ func TestFleetFactLearnedAlonePublishedOnRejoin(t *testing.T) {
 			geminitest.Model{Name: pro},
 			geminitest.Model{Name: flash},
 		)
-		store := &flakyState{SharedState: geminiguard.NewMemoryState()}
+		store := &flakyState{SharedState: fleet.NewMemoryState()}
 		fleet := newFleet(t, srv, 2, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 100}))
 		store.mode.Store(stateFails)
 		srv.Script(pro, geminitest.Step{Fault: geminitest.DailyQuota})
@@ -429,7 +430,7 @@ func TestFleetFactLearnedAlonePublishedOnRejoin(t *testing.T) {
 // when WithProject names their project, two without.
 func TestFleetProjectNamesTheFleet(t *testing.T) {
 	srv := geminitest.New(geminitest.Model{Name: pro})
-	store := geminiguard.NewMemoryState()
+	store := fleet.NewMemoryState()
 	client := func(key string, opts ...geminiguard.Option) *geminiguard.Client {
 		c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithAPIKey(key), geminiguard.WithStartupCheck(false),
 			geminiguard.WithCascade(pro), geminiguard.WithSharedState(store)}, opts...)...)

@@ -9,6 +9,8 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 // idempotencyKeys bounds how many answers a Client stores for idempotency
@@ -52,7 +54,7 @@ type idempotencyKey struct{}
 // different request fails, sending nothing, with an error that Classify
 // reads as ClassBadRequest. Keys are kept in memory, per Client, for the
 // 4096 most recently used keys; with WithSharedState on a store that keeps
-// answers (an AnswerStore: redisstore's, NewMemoryState's), a key's answer
+// answers (a [fleet.AnswerStore]: redisstore's, [fleet.NewMemoryState]'s), a key's answer
 // is also kept there, for the project, so that the key replayed on any
 // replica gets it (sending nothing) and reused for a different request
 // fails on any replica. Only stored answers are shared: a replay on another
@@ -160,11 +162,11 @@ type wireAnswer struct {
 
 // answerStore returns the fleet's AnswerStore, nil when the Client has no
 // shared state or its state keeps no answers.
-func (c *Client) answerStore() AnswerStore {
+func (c *Client) answerStore() fleet.AnswerStore {
 	if c.fleet == nil {
 		return nil
 	}
-	s, _ := c.fleet.store.(AnswerStore)
+	s, _ := c.fleet.store.(fleet.AnswerStore)
 	return s
 }
 

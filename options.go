@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 // Option configures a Client. Options are values: build them once and reuse
@@ -65,7 +67,7 @@ type config struct {
 	tracerProvider  trace.TracerProvider // nil: otel.GetTracerProvider()
 	problems        []error              // found while applying options; reported by validate
 	budget          *Budget              // WithBudget's, SteerAt defaulted; nil: none
-	shared          SharedState          // WithSharedState's; nil: none
+	shared          fleet.SharedState    // WithSharedState's; nil: none
 	fleetSize       int                  // WithFleetSize's; 0: none
 	project         string               // WithProject's; "": the key's hash
 	// sdkOptions names the options given that build the SDK client
@@ -287,10 +289,10 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // retired model, a project-wide failure), an open or closed breaker and a
 // learned limit seen by one replica hold for all of them. Give every
 // replica the same Limits (the project's, not a share of them), the same
-// key or Vertex AI project, and a SharedState of the same store: package
-// redisstore keeps it on Redis; NewMemoryState in this process. A store that
-// is also a Subscriber tells replicas of new facts at once, and one that is
-// an AnswerStore keeps idempotent answers for the fleet (Idempotent);
+// key or Vertex AI project, and a [fleet.SharedState] of the same store: package
+// redisstore keeps it on Redis; [fleet.NewMemoryState] in this process. A store that
+// is also a [fleet.Subscriber] tells replicas of new facts at once, and one that is
+// a [fleet.AnswerStore] keeps idempotent answers for the fleet (Idempotent);
 // both of those are.
 //
 // Cost: a replica leases requests of each limited model in batches sized
@@ -303,7 +305,7 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // by 1s within New's context) and subscribes in the background; each call
 // to the store is bounded by what its latency taught (30ms to 250ms), a
 // lease it does not answer sends the call to the next model, and three
-// failed round trips put it behind a breaker for 2s (StoreSettings, set by
+// failed round trips put it behind a breaker for 2s ([fleet.StoreSettings], set by
 // the store's options), during which the Client carries on alone, each
 // limit divided by the most replicas seen live over about a minute (by
 // WithFleetSize, else 10, until it has seen the fleet), and counts the
@@ -314,10 +316,10 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // typed-nil store is refused. Project ids are hashes (WithProject): no key
 // reaches the store.
 // Default: none; the Client's state is its own.
-func WithSharedState(s SharedState) Option {
+func WithSharedState(s fleet.SharedState) Option {
 	return optionFunc(func(cfg *config) {
 		if s == nil {
-			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithSharedState(nil): pass a store (redisstore.New, NewMemoryState), or leave the option out"))
+			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithSharedState(nil): pass a store (redisstore.New, fleet.NewMemoryState), or leave the option out"))
 			return
 		}
 		if _, err := storeSettingsOf(s); err != nil {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
@@ -73,7 +74,7 @@ func soakConfigs() []soakConfig {
 			// one call in seven.
 			name: "B",
 			opts: []geminiguard.Option{
-				geminiguard.WithSharedState(&soakStore{SharedState: geminiguard.NewMemoryState()}),
+				geminiguard.WithSharedState(&soakStore{SharedState: fleet.NewMemoryState()}),
 				geminiguard.WithCascade(soakCascade...),
 				geminiguard.WithFallback(geminiguard.TextFallback(soakFallbackText)),
 				geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 300, TPM: 20_000, RPD: 2_000}),
@@ -93,25 +94,25 @@ func soakConfigs() []soakConfig {
 // soak's Client keeps switching between the fleet's limits and its own; it
 // notifies changes as the memory store does.
 type soakStore struct {
-	geminiguard.SharedState
+	fleet.SharedState
 	calls atomic.Int64
 }
 
 var errSoakStore = errors.New("soak: the shared state fails")
 
-func (s *soakStore) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+func (s *soakStore) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
 	if s.calls.Add(1)%7 == 0 {
-		return geminiguard.Lease{}, errSoakStore
+		return fleet.Lease{}, errSoakStore
 	}
 	return s.SharedState.Lease(ctx, r)
 }
 
 // Subscribe passes the memory store's notifications on.
 func (s *soakStore) Subscribe(project string, changed func()) (stop func()) {
-	return s.SharedState.(geminiguard.Subscriber).Subscribe(project, changed)
+	return s.SharedState.(fleet.Subscriber).Subscribe(project, changed)
 }
 
-func (s *soakStore) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
+func (s *soakStore) Publish(ctx context.Context, project string, f fleet.Fact) error {
 	if s.calls.Add(1)%7 == 0 {
 		return errSoakStore
 	}

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/geminiguard/geminiguard v0.0.0
+	github.com/geminiguard/geminiguard/redisstore v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
@@ -62,5 +63,8 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-// The library from this repository, not a published version.
-replace github.com/geminiguard/geminiguard => ../
+// The library and its Redis store from this repository, not published versions.
+replace (
+	github.com/geminiguard/geminiguard => ../
+	github.com/geminiguard/geminiguard/redisstore => ../redisstore
+)

@@ -8,12 +8,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
-var _ geminiguard.AnswerStore = (*Store)(nil)
+var _ fleet.AnswerStore = (*Store)(nil)
 
-// StoreAnswer implements geminiguard.AnswerStore in one round trip: SET
+// StoreAnswer implements fleet.AnswerStore in one round trip: SET
 // prefix:{project}:idem:key with ttl (PX, at least a millisecond). It
 // returns ctx's error when ctx ended, an error for an empty project, and
 // Redis's or the connection's error wrapped otherwise.
@@ -33,7 +33,7 @@ func (s *Store) StoreAnswer(ctx context.Context, project, key string, answer []b
 	return nil
 }
 
-// LoadAnswer implements geminiguard.AnswerStore in one round trip (GET).
+// LoadAnswer implements fleet.AnswerStore in one round trip (GET).
 // It returns nil and no error when there is no answer, ctx's error when
 // ctx ended, an error for an empty project, and Redis's or the
 // connection's error wrapped otherwise.

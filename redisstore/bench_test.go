@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/redisstore"
 )
@@ -45,7 +45,7 @@ func BenchmarkLease(b *testing.B) {
 	rdb.AddHook(counter)
 	s := redisstore.New(rdb)
 	ctx := context.Background()
-	r := geminiguard.LeaseRequest{
+	r := fleet.LeaseRequest{
 		Project: "bench", Replica: "a", ReplicaTTL: 10 * time.Second, Model: "gemini-3.5-flash",
 		Requests: 1, Tokens: 100, RPM: 1 << 30, TPM: 1 << 40, RPD: 1 << 30, DayEnd: time.Now().Add(time.Hour).Truncate(time.Second),
 	}

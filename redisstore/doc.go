@@ -1,5 +1,5 @@
 // Package redisstore keeps a fleet's shared state on Redis: a
-// geminiguard.SharedState for Clients of one Google project in many
+// fleet.SharedState for Clients of one Google project in many
 // processes, given to each with geminiguard.WithSharedState, and an
 // answer cache shared by them (NewAnswerCache, for
 // geminiguard.WithAnswerCache).
@@ -15,7 +15,7 @@
 // (EVAL the first time a server sees it, after a restart or a SCRIPT
 // FLUSH), atomic on the server and timed by the server's clock (TIME), so
 // replicas' clocks never skew the windows or expiries. StoreAnswer and
-// LoadAnswer (idempotency keys fleet-wide: geminiguard.AnswerStore) are
+// LoadAnswer (idempotency keys fleet-wide: fleet.AnswerStore) are
 // one SET PX and one GET.
 //
 // # Keys

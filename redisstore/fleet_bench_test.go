@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/redisstore"
@@ -28,10 +29,10 @@ func BenchmarkFleetCall(b *testing.B) {
 	defer rdb.Close()
 	for _, arm := range []struct {
 		name  string
-		store geminiguard.SharedState
+		store fleet.SharedState
 	}{
 		{"alone", nil},
-		{"memory", geminiguard.NewMemoryState()},
+		{"memory", fleet.NewMemoryState()},
 		{"redis", redisstore.New(rdb, redisstore.WithPrefix(b.Name()))},
 	} {
 		b.Run(arm.name, func(b *testing.B) {

@@ -3,7 +3,7 @@ package redisstore
 import "github.com/redis/go-redis/v9"
 
 // luaFacts is shared by both scripts: when a fact ends and what replaces
-// what, as geminiguard.FactKind states. Facts are JSON objects
+// what, as fleet.FactKind states. Facts are JSON objects
 // {k, m, e, at, u, r, d, l} with at and u in unix milliseconds.
 const luaFacts = `
 local CLOSED_MS = 60000      -- a FactClosed or FactListed is kept for a minute

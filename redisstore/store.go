@@ -13,10 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
-// Store is a geminiguard.SharedState on Redis. It is safe for concurrent
+// Store is a fleet.SharedState on Redis. It is safe for concurrent
 // use; each method is one round trip (one EVALSHA, or EVAL the first time a
 // server sees the script). It holds no state of its own: Stores on the same
 // Redis with the same key prefix share everything. Create it with New; the
@@ -25,14 +25,14 @@ type Store struct {
 	rdb        redis.UniversalClient
 	prefix     string
 	watchesCtx bool // rdb ends a command when its context ends (ContextTimeoutEnabled)
-	settings   geminiguard.StoreSettings
+	settings   fleet.StoreSettings
 	err        error // why the Store cannot serve (made without a client); nil when it can
 }
 
 var (
-	_ geminiguard.SharedState  = (*Store)(nil)
-	_ geminiguard.Subscriber   = (*Store)(nil)
-	_ geminiguard.SettledState = (*Store)(nil)
+	_ fleet.SharedState  = (*Store)(nil)
+	_ fleet.Subscriber   = (*Store)(nil)
+	_ fleet.SettledState = (*Store)(nil)
 )
 
 // errNoClient is the error of a Store made without a Redis client.
@@ -65,11 +65,11 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// StoreSettings implements geminiguard.SettledState: the bounds and the
+// StoreSettings implements fleet.SettledState: the bounds and the
 // alone period WithTimeouts, WithWarmUp, WithFailures and WithAloneFor set
 // (zero: geminiguard's defaults), and an error for a Store made without a
 // client.
-func (s *Store) StoreSettings() (geminiguard.StoreSettings, error) {
+func (s *Store) StoreSettings() (fleet.StoreSettings, error) {
 	return s.settings, s.err
 }
 
@@ -122,7 +122,7 @@ func (f optionFunc) apply(s *Store) { f(s) }
 
 // WithTimeouts sets the bounds of each round trip a Client makes to the
 // Store: the Client learns the bound from the round trips' latency, at
-// least least and at most most (geminiguard.StoreSettings). Raise them for
+// least least and at most most (fleet.StoreSettings). Raise them for
 // a Redis across zones or regions, whose p99 or a GC pause may pass 30 ms.
 // Default: 30ms and 250ms.
 func WithTimeouts(least, most time.Duration) Option {
@@ -167,15 +167,15 @@ func (s *Store) base(project string) string {
 	return s.prefix + ":{" + project + "}:"
 }
 
-// Lease implements geminiguard.SharedState.Lease in one round trip. It
+// Lease implements fleet.SharedState.Lease in one round trip. It
 // returns ctx's error when ctx ended, an error for an empty r.Project, and
 // Redis's or the connection's error wrapped otherwise.
-func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+func (s *Store) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
 	if err := cmp.Or(s.err, ctx.Err()); err != nil {
-		return geminiguard.Lease{}, err
+		return fleet.Lease{}, err
 	}
 	if r.Project == "" {
-		return geminiguard.Lease{}, errNoProject
+		return fleet.Lease{}, errNoProject
 	}
 	base := s.base(r.Project)
 	model := base + "m:" + r.Model + ":"
@@ -213,7 +213,7 @@ func (s *Store) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminigu
 		).Slice()
 	})
 	if err != nil {
-		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
+		return fleet.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
 	}
 	return parseLease(res)
 }
@@ -235,9 +235,9 @@ func ceilMillis(d time.Duration) int64 {
 }
 
 // parseLease reads leaseScript's answer.
-func parseLease(res []any) (geminiguard.Lease, error) {
-	bad := func(what string) (geminiguard.Lease, error) {
-		return geminiguard.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
+func parseLease(res []any) (fleet.Lease, error) {
+	bad := func(what string) (fleet.Lease, error) {
+		return fleet.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
 	}
 	if len(res) < 10 {
 		return bad("length")
@@ -259,15 +259,15 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	if err != nil {
 		return bad("version")
 	}
-	l := geminiguard.Lease{
+	l := fleet.Lease{
 		Requests:   int(granted),
 		RetryAfter: time.Duration(retry) * time.Microsecond,
 		Dimension:  dim,
 		Replicas:   int(replicas),
 		Version:    v,
 		Failures:   int(failures),
-		DaySpent:   geminiguard.Micros(daySpent),
-		MonthSpent: geminiguard.Micros(monthSpent),
+		DaySpent:   daySpent,
+		MonthSpent: monthSpent,
 	}
 	if answered > 0 {
 		l.Answered = time.UnixMilli(answered)
@@ -275,7 +275,7 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	if hasFacts == 0 {
 		return l, nil
 	}
-	l.Facts = make([]geminiguard.Fact, 0, len(res)-10)
+	l.Facts = make([]fleet.Fact, 0, len(res)-10)
 	for _, raw := range res[10:] {
 		s, ok := raw.(string)
 		if !ok {
@@ -290,11 +290,11 @@ func parseLease(res []any) (geminiguard.Lease, error) {
 	return l, nil
 }
 
-// Publish implements geminiguard.SharedState.Publish in one round trip. A
+// Publish implements fleet.SharedState.Publish in one round trip. A
 // zero f.At is Redis's now. It returns ctx's error when ctx ended, an error
 // for an empty project, and Redis's or the connection's error wrapped
 // otherwise.
-func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
+func (s *Store) Publish(ctx context.Context, project string, f fleet.Fact) error {
 	if err := cmp.Or(s.err, ctx.Err()); err != nil {
 		return err
 	}
@@ -316,7 +316,7 @@ func (s *Store) Publish(ctx context.Context, project string, f geminiguard.Fact)
 	return nil
 }
 
-// Subscribe implements geminiguard.Subscriber on Redis pub/sub: Publish
+// Subscribe implements fleet.Subscriber on Redis pub/sub: Publish
 // tells the channel prefix:{project}:changed, and a goroutine of the
 // subscription reads it and calls changed. Subscribe returns at once: the
 // goroutine subscribes, each try bounded by the Store's warm-up bound
@@ -377,14 +377,14 @@ const (
 // fieldOf returns the facts hash's field of f: what f replaces, one per
 // kind group, model and endpoint or dimension (FactOpen and FactClosed
 // share a group, and so do FactMissing and FactListed).
-func fieldOf(f geminiguard.Fact) string {
+func fieldOf(f fleet.Fact) string {
 	group, sub := f.Kind, ""
 	switch f.Kind {
-	case geminiguard.FactOpen, geminiguard.FactClosed:
-		group, sub = geminiguard.FactOpen, f.Endpoint
-	case geminiguard.FactMissing, geminiguard.FactListed:
-		group = geminiguard.FactMissing
-	case geminiguard.FactLimit:
+	case fleet.FactOpen, fleet.FactClosed:
+		group, sub = fleet.FactOpen, f.Endpoint
+	case fleet.FactMissing, fleet.FactListed:
+		group = fleet.FactMissing
+	case fleet.FactLimit:
 		sub = f.Dimension
 	}
 	return strconv.Itoa(int(group)) + "\n" + f.Model + "\n" + sub
@@ -393,17 +393,17 @@ func fieldOf(f geminiguard.Fact) string {
 // wireFact is a Fact as stored: times in unix milliseconds (0: zero time).
 // Times are float64 because Lua re-encodes a fact whose At it fills in.
 type wireFact struct {
-	Kind      geminiguard.FactKind `json:"k"`
-	Model     string               `json:"m"`
-	Endpoint  string               `json:"e"`
-	At        float64              `json:"at"`
-	Until     float64              `json:"u"`
-	Reason    geminiguard.Class    `json:"r"`
-	Dimension string               `json:"d"`
-	Limit     int                  `json:"l"`
+	Kind      fleet.FactKind `json:"k"`
+	Model     string         `json:"m"`
+	Endpoint  string         `json:"e"`
+	At        float64        `json:"at"`
+	Until     float64        `json:"u"`
+	Reason    int            `json:"r"`
+	Dimension string         `json:"d"`
+	Limit     int            `json:"l"`
 }
 
-func wireOf(f geminiguard.Fact) wireFact {
+func wireOf(f fleet.Fact) wireFact {
 	return wireFact{
 		Kind: f.Kind, Model: f.Model, Endpoint: f.Endpoint,
 		At: unixMillis(f.At), Until: unixMillis(f.Until),
@@ -411,8 +411,8 @@ func wireOf(f geminiguard.Fact) wireFact {
 	}
 }
 
-func (w wireFact) fact() geminiguard.Fact {
-	return geminiguard.Fact{
+func (w wireFact) fact() fleet.Fact {
+	return fleet.Fact{
 		Kind: w.Kind, Model: w.Model, Endpoint: w.Endpoint,
 		At: fromMillis(w.At), Until: fromMillis(w.Until),
 		Reason: w.Reason, Dimension: w.Dimension, Limit: w.Limit,

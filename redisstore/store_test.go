@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/internal/sharedtest"
 	"github.com/geminiguard/geminiguard/redisstore"
@@ -32,7 +32,7 @@ func client(t *testing.T, srv *redisserver.Server) *redis.Client {
 func TestConformance(t *testing.T) {
 	rdb := client(t, redisserver.Start(t))
 	n := 0
-	sharedtest.Run(t, func(*testing.T) geminiguard.SharedState {
+	sharedtest.Run(t, func(*testing.T) fleet.SharedState {
 		n++
 		return redisstore.New(rdb, redisstore.WithPrefix(fmt.Sprint("conformance", n)))
 	})
@@ -60,7 +60,7 @@ func TestConformanceCluster(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, MaxRedirects: 1})
 	t.Cleanup(func() { rdb.Close() })
 	n := 0
-	sharedtest.Run(t, func(*testing.T) geminiguard.SharedState {
+	sharedtest.Run(t, func(*testing.T) fleet.SharedState {
 		n++
 		return redisstore.New(rdb, redisstore.WithPrefix(fmt.Sprint("cluster", n)))
 	})
@@ -73,14 +73,14 @@ func TestEveryKeyExpires(t *testing.T) {
 	ctx := context.Background()
 	s := redisstore.New(rdb)
 	now := time.Now()
-	_, err := s.Lease(ctx, geminiguard.LeaseRequest{
+	_, err := s.Lease(ctx, fleet.LeaseRequest{
 		Project: "p1", Replica: "a", ReplicaTTL: time.Minute, Model: "m",
 		Requests: 1, Tokens: 10, Debt: 5, RPM: 10, TPM: 1000, RPD: 100, DayEnd: now.Add(time.Hour),
 		Probe: time.Second, Endpoint: "generate", Failures: 1,
 		Spent: 5, SpendDay: now.Add(time.Hour), SpendMonth: now.Add(time.Hour - time.Minute),
 	})
 	require.NoError(t, err)
-	require.NoError(t, s.Publish(ctx, "p1", geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: "m", Until: now.Add(time.Hour)}))
+	require.NoError(t, s.Publish(ctx, "p1", fleet.Fact{Kind: fleet.FactCoolDown, Model: "m", Until: now.Add(time.Hour)}))
 
 	keys, err := rdb.Keys(ctx, "*").Result()
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestRedisDown(t *testing.T) {
 	srv := redisserver.Start(t)
 	rdb := client(t, srv)
 	s := redisstore.New(rdb)
-	r := geminiguard.LeaseRequest{Project: "p1", Replica: "a", ReplicaTTL: time.Minute, Model: "m", Requests: 1, RPM: 1}
+	r := fleet.LeaseRequest{Project: "p1", Replica: "a", ReplicaTTL: time.Minute, Model: "m", Requests: 1, RPM: 1}
 	ctx := context.Background()
 	l, err := s.Lease(ctx, r)
 	require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestRedisDown(t *testing.T) {
 	_, err = s.Lease(short, r)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), time.Second, "an error comes promptly")
-	require.Error(t, s.Publish(short, "p1", geminiguard.Fact{Kind: geminiguard.FactCoolDown, Until: time.Now().Add(time.Hour)}))
+	require.Error(t, s.Publish(short, "p1", fleet.Fact{Kind: fleet.FactCoolDown, Until: time.Now().Add(time.Hour)}))
 
 	srv.Restart()
 	l, err = s.Lease(ctx, r)
@@ -136,7 +136,7 @@ func TestEmptyProject(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
 	s := redisstore.New(rdb)
-	_, err := s.Lease(context.Background(), geminiguard.LeaseRequest{Model: "m", Requests: 1})
+	_, err := s.Lease(context.Background(), fleet.LeaseRequest{Model: "m", Requests: 1})
 	require.ErrorContains(t, err, "empty project")
-	require.ErrorContains(t, s.Publish(context.Background(), "", geminiguard.Fact{Kind: geminiguard.FactCoolDown}), "empty project")
+	require.ErrorContains(t, s.Publish(context.Background(), "", fleet.Fact{Kind: fleet.FactCoolDown}), "empty project")
 }

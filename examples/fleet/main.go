@@ -19,7 +19,7 @@
 // replicas carry on alone, counted as uncoordinated, until they rejoin
 // (not with -redis: the program kills only a Redis it started).
 // Without redis-server it says so and shares the state in memory
-// (geminiguard.NewMemoryState). The burst takes a few seconds of real time:
+// (fleet.NewMemoryState). The burst takes a few seconds of real time:
 // Redis's clock is real.
 //
 //	go run ./examples/fleet                          # 10 replicas, a redis-server of its own
@@ -47,6 +47,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/redisstore"
@@ -84,8 +85,8 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 	d.replicas = n
 	redis.SetLogger(quiet{}) // go-redis logs the dials refused while Redis is killed; the table counts them
 	var srv *redisserver.Process
-	shared := func() geminiguard.SharedState { return geminiguard.NewMemoryState() }
-	where := "in memory (geminiguard.NewMemoryState)"
+	shared := func() fleet.SharedState { return fleet.NewMemoryState() }
+	where := "in memory (fleet.NewMemoryState)"
 	if addr == "" {
 		var (
 			stop func()
@@ -94,7 +95,7 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 		srv, stop, err = startRedis(ctx)
 		switch {
 		case errors.Is(err, exec.ErrNotFound):
-			fmt.Fprintln(out, "redis-server not found on PATH (apt-get install -y redis-server, or -redis host:port): sharing the state in memory with geminiguard.NewMemoryState() instead")
+			fmt.Fprintln(out, "redis-server not found on PATH (apt-get install -y redis-server, or -redis host:port): sharing the state in memory with fleet.NewMemoryState() instead")
 		case err != nil:
 			return err
 		default:
@@ -110,7 +111,7 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 		}
 		// A prefix of each part's own, so that the counts of an earlier
 		// part, or an earlier run on the same Redis, do not count against it.
-		shared = func() geminiguard.SharedState {
+		shared = func() fleet.SharedState {
 			return redisstore.New(rdb, redisstore.WithPrefix("geminiguard-fleetdemo-"+rand.Text()[:8]))
 		}
 		where = "on Redis at " + addr
@@ -126,7 +127,7 @@ func run(ctx context.Context, out io.Writer, n int, addr string) error {
 	var results []result
 	for _, a := range []struct {
 		name   string
-		shared geminiguard.SharedState
+		shared fleet.SharedState
 		outage *redisserver.Process
 	}{
 		{"alone", nil, nil},
@@ -195,7 +196,7 @@ type result struct {
 // and the replicas' breakers on Redis (open for 2s after three failures) have
 // let them try Redis again, each replica sends one more call, which
 // rejoins the fleet.
-func (b burst) play(ctx context.Context, name string, shared geminiguard.SharedState, outage *redisserver.Process) (result, error) {
+func (b burst) play(ctx context.Context, name string, shared fleet.SharedState, outage *redisserver.Process) (result, error) {
 	srv := geminitest.New(
 		geminitest.Model{Name: primary, Latency: 80 * time.Millisecond, Quota: geminitest.Quota{RPM: b.rpm}},
 		geminitest.Model{Name: secondary, Latency: 40 * time.Millisecond},

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 func TestMain(m *testing.M) {
@@ -30,7 +30,7 @@ func TestFleetInMemory(t *testing.T) {
 		d := defaultBurst
 		alone, err := d.play(t.Context(), "alone", nil, nil)
 		require.NoError(t, err)
-		fleet, err := d.play(t.Context(), "fleet", geminiguard.NewMemoryState(), nil)
+		fleet, err := d.play(t.Context(), "fleet", fleet.NewMemoryState(), nil)
 		require.NoError(t, err)
 
 		assert.Equal(t, d.calls, alone.ok, "calls answered alone")

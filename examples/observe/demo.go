@@ -19,6 +19,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
@@ -97,7 +98,7 @@ func newDemo(ctx context.Context, out io.Writer, s script, jsonSpans bool) (*dem
 		geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 2, BaseDelay: 100 * time.Millisecond}),
 		geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, DeadAfter: s.outage / 4, OpenFor: s.outage / 4}),
 		geminiguard.WithFallback(d.cache.fallback),
-		geminiguard.WithSharedState(geminiguard.NewMemoryState()), // a fleet of one: the dashboard's fleet panel has series
+		geminiguard.WithSharedState(fleet.NewMemoryState()), // a fleet of one: the dashboard's fleet panel has series
 		geminiguard.WithMeterProvider(d.mp),
 		geminiguard.WithTracerProvider(d.tp),
 	)

@@ -1,6 +1,6 @@
-// Package sharedtest is the conformance suite of geminiguard.SharedState:
+// Package sharedtest is the conformance suite of fleet.SharedState:
 // Run checks an implementation against the interface's contract (the doc
-// comments of shared.go), in real time and without sleeping, so that the
+// comments of package fleet), in real time and without sleeping, so that the
 // in-memory state and the Redis store behave the same.
 package sharedtest
 
@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 // slack bounds how far the store's clock and this process's may disagree
@@ -24,10 +24,10 @@ const slack = 2 * time.Second
 
 // Run runs the suite. newStore returns an empty state each time it is
 // called (its own projects), cleaned up by t.
-func Run(t *testing.T, newStore func(t *testing.T) geminiguard.SharedState) {
+func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 	for _, c := range []struct {
 		name string
-		run  func(*testing.T, geminiguard.SharedState)
+		run  func(*testing.T, fleet.SharedState)
 	}{
 		{"RPMGrantsThenRefuses", rpmGrantsThenRefuses},
 		{"PartialGrant", partialGrant},
@@ -62,7 +62,7 @@ const (
 	model   = "gemini-3.5-flash"
 )
 
-func lease(t *testing.T, s geminiguard.SharedState, r geminiguard.LeaseRequest) geminiguard.Lease {
+func lease(t *testing.T, s fleet.SharedState, r fleet.LeaseRequest) fleet.Lease {
 	t.Helper()
 	if r.Project == "" {
 		r.Project = project
@@ -79,13 +79,13 @@ func lease(t *testing.T, s geminiguard.SharedState, r geminiguard.LeaseRequest) 
 	return l
 }
 
-func publish(t *testing.T, s geminiguard.SharedState, f geminiguard.Fact) {
+func publish(t *testing.T, s fleet.SharedState, f fleet.Fact) {
 	t.Helper()
 	require.NoError(t, s.Publish(context.Background(), project, f))
 }
 
 // refused asserts that l granted nothing for dim, with a wait in (0, max].
-func refused(t *testing.T, l geminiguard.Lease, dim string, max time.Duration) {
+func refused(t *testing.T, l fleet.Lease, dim string, max time.Duration) {
 	t.Helper()
 	assert.Zero(t, l.Requests, "requests granted")
 	assert.Equal(t, dim, l.Dimension)
@@ -93,8 +93,8 @@ func refused(t *testing.T, l geminiguard.Lease, dim string, max time.Duration) {
 	assert.LessOrEqual(t, l.RetryAfter, max, "RetryAfter")
 }
 
-func rpmGrantsThenRefuses(t *testing.T, s geminiguard.SharedState) {
-	r := geminiguard.LeaseRequest{Requests: 1, RPM: 5}
+func rpmGrantsThenRefuses(t *testing.T, s fleet.SharedState) {
+	r := fleet.LeaseRequest{Requests: 1, RPM: 5}
 	for i := range 5 {
 		l := lease(t, s, r)
 		require.Equal(t, 1, l.Requests, "lease %d", i+1)
@@ -103,25 +103,25 @@ func rpmGrantsThenRefuses(t *testing.T, s geminiguard.SharedState) {
 	}
 	refused(t, lease(t, s, r), "rpm", time.Minute)
 	// Asking for nothing is not refused.
-	l := lease(t, s, geminiguard.LeaseRequest{RPM: 5})
+	l := lease(t, s, fleet.LeaseRequest{RPM: 5})
 	assert.Zero(t, l.Requests)
 	assert.Empty(t, l.Dimension)
 }
 
-func partialGrant(t *testing.T, s geminiguard.SharedState) {
-	assert.Equal(t, 7, lease(t, s, geminiguard.LeaseRequest{Requests: 7, RPM: 10}).Requests)
-	assert.Equal(t, 3, lease(t, s, geminiguard.LeaseRequest{Requests: 10, RPM: 10}).Requests)
-	refused(t, lease(t, s, geminiguard.LeaseRequest{Requests: 10, RPM: 10}), "rpm", time.Minute)
+func partialGrant(t *testing.T, s fleet.SharedState) {
+	assert.Equal(t, 7, lease(t, s, fleet.LeaseRequest{Requests: 7, RPM: 10}).Requests)
+	assert.Equal(t, 3, lease(t, s, fleet.LeaseRequest{Requests: 10, RPM: 10}).Requests)
+	refused(t, lease(t, s, fleet.LeaseRequest{Requests: 10, RPM: 10}), "rpm", time.Minute)
 }
 
-func tpmAndDebt(t *testing.T, s geminiguard.SharedState) {
-	r := geminiguard.LeaseRequest{Requests: 5, Tokens: 300, TPM: 1000}
+func tpmAndDebt(t *testing.T, s fleet.SharedState) {
+	r := fleet.LeaseRequest{Requests: 5, Tokens: 300, TPM: 1000}
 	assert.Equal(t, 3, lease(t, s, r).Requests, "900 of 1000 tokens")
 	r.Requests = 1
 	refused(t, lease(t, s, r), "tpm", time.Minute)
 
 	// Debt counts at once, even with nothing asked, and is never refused.
-	r2 := geminiguard.LeaseRequest{Model: "m2", Tokens: 100, TPM: 1000, Debt: 500}
+	r2 := fleet.LeaseRequest{Model: "m2", Tokens: 100, TPM: 1000, Debt: 500}
 	l := lease(t, s, r2)
 	assert.Zero(t, l.Requests)
 	assert.Empty(t, l.Dimension)
@@ -133,13 +133,13 @@ func tpmAndDebt(t *testing.T, s geminiguard.SharedState) {
 	refused(t, lease(t, s, r2), "tpm", time.Minute) // the refused lease's debt still counted
 }
 
-func requestLargerThanTPM(t *testing.T, s geminiguard.SharedState) {
-	refused(t, lease(t, s, geminiguard.LeaseRequest{Requests: 1, Tokens: 5000, TPM: 1000}), "tpm", time.Minute)
+func requestLargerThanTPM(t *testing.T, s fleet.SharedState) {
+	refused(t, lease(t, s, fleet.LeaseRequest{Requests: 1, Tokens: 5000, TPM: 1000}), "tpm", time.Minute)
 }
 
-func rpdAndNewDay(t *testing.T, s geminiguard.SharedState) {
+func rpdAndNewDay(t *testing.T, s fleet.SharedState) {
 	day1 := time.Now().Add(3 * time.Hour).Truncate(time.Second)
-	r := geminiguard.LeaseRequest{Requests: 2, RPD: 3, DayEnd: day1}
+	r := fleet.LeaseRequest{Requests: 2, RPD: 3, DayEnd: day1}
 	assert.Equal(t, 2, lease(t, s, r).Requests)
 	assert.Equal(t, 1, lease(t, s, r).Requests)
 	l := lease(t, s, r)
@@ -153,23 +153,23 @@ func rpdAndNewDay(t *testing.T, s geminiguard.SharedState) {
 
 // aloneCountsAtOnce: requests a replica sent alone count in the RPM window
 // and the day at once, even with nothing asked, and are never refused.
-func aloneCountsAtOnce(t *testing.T, s geminiguard.SharedState) {
+func aloneCountsAtOnce(t *testing.T, s fleet.SharedState) {
 	day := time.Now().Add(3 * time.Hour).Truncate(time.Second)
-	l := lease(t, s, geminiguard.LeaseRequest{Alone: 7, Debt: 700, DayEnd: day})
+	l := lease(t, s, fleet.LeaseRequest{Alone: 7, Debt: 700, DayEnd: day})
 	assert.Zero(t, l.Requests)
 	assert.Empty(t, l.Dimension)
-	assert.Equal(t, 3, lease(t, s, geminiguard.LeaseRequest{Requests: 5, RPM: 10, DayEnd: day}).Requests, "7 of 10 sent alone")
-	assert.Equal(t, 4, lease(t, s, geminiguard.LeaseRequest{Model: "m2", Requests: 5, Tokens: 100, TPM: 1000, Alone: 6, Debt: 600, DayEnd: day}).Requests,
+	assert.Equal(t, 3, lease(t, s, fleet.LeaseRequest{Requests: 5, RPM: 10, DayEnd: day}).Requests, "7 of 10 sent alone")
+	assert.Equal(t, 4, lease(t, s, fleet.LeaseRequest{Model: "m2", Requests: 5, Tokens: 100, TPM: 1000, Alone: 6, Debt: 600, DayEnd: day}).Requests,
 		"the debt of requests sent alone counts before the grant")
-	assert.Equal(t, 2, lease(t, s, geminiguard.LeaseRequest{Model: "m3", Alone: 8, DayEnd: day, Requests: 5, RPD: 10}).Requests, "8 of 10 today sent alone")
-	assert.Zero(t, lease(t, s, geminiguard.LeaseRequest{Alone: 20, DayEnd: day, Requests: 1, RPM: 10}).Requests, "never refused: the window is over")
+	assert.Equal(t, 2, lease(t, s, fleet.LeaseRequest{Model: "m3", Alone: 8, DayEnd: day, Requests: 5, RPD: 10}).Requests, "8 of 10 today sent alone")
+	assert.Zero(t, lease(t, s, fleet.LeaseRequest{Alone: 20, DayEnd: day, Requests: 1, RPM: 10}).Requests, "never refused: the window is over")
 }
 
 // unusedGivenBack: leased requests that lapsed unsent leave the RPM and TPM
 // windows and the day, never below zero.
-func unusedGivenBack(t *testing.T, s geminiguard.SharedState) {
+func unusedGivenBack(t *testing.T, s fleet.SharedState) {
 	day := time.Now().Add(3 * time.Hour).Truncate(time.Second)
-	r := geminiguard.LeaseRequest{Requests: 10, Tokens: 100, RPM: 10, TPM: 2000, RPD: 12, DayEnd: day}
+	r := fleet.LeaseRequest{Requests: 10, Tokens: 100, RPM: 10, TPM: 2000, RPD: 12, DayEnd: day}
 	assert.Equal(t, 10, lease(t, s, r).Requests)
 	r.Requests = 1
 	refused(t, lease(t, s, r), "rpm", time.Minute)
@@ -179,14 +179,14 @@ func unusedGivenBack(t *testing.T, s geminiguard.SharedState) {
 	assert.Equal(t, 10, lease(t, s, r).Requests, "all given back, none below zero: RPM (10) limits, not RPD (12)")
 }
 
-func longestWaitNamesDimension(t *testing.T, s geminiguard.SharedState) {
-	r := geminiguard.LeaseRequest{Requests: 3, RPM: 3, RPD: 3, DayEnd: time.Now().Add(2 * time.Hour).Truncate(time.Second)}
+func longestWaitNamesDimension(t *testing.T, s fleet.SharedState) {
+	r := fleet.LeaseRequest{Requests: 3, RPM: 3, RPD: 3, DayEnd: time.Now().Add(2 * time.Hour).Truncate(time.Second)}
 	assert.Equal(t, 3, lease(t, s, r).Requests)
 	refused(t, lease(t, s, r), "rpd", 2*time.Hour)
 }
 
-func modelsAndProjectsApart(t *testing.T, s geminiguard.SharedState) {
-	r := geminiguard.LeaseRequest{Requests: 2, RPM: 2}
+func modelsAndProjectsApart(t *testing.T, s fleet.SharedState) {
+	r := fleet.LeaseRequest{Requests: 2, RPM: 2}
 	assert.Equal(t, 2, lease(t, s, r).Requests)
 	refused(t, lease(t, s, r), "rpm", time.Minute)
 	r.Model = "other-model"
@@ -195,7 +195,7 @@ func modelsAndProjectsApart(t *testing.T, s geminiguard.SharedState) {
 	assert.Equal(t, 2, lease(t, s, r).Requests, "another project")
 }
 
-func concurrentLeasesNeverOvergrant(t *testing.T, s geminiguard.SharedState) {
+func concurrentLeasesNeverOvergrant(t *testing.T, s fleet.SharedState) {
 	const workers, each, rpm = 8, 10, 50
 	var (
 		wg      sync.WaitGroup
@@ -206,7 +206,7 @@ func concurrentLeasesNeverOvergrant(t *testing.T, s geminiguard.SharedState) {
 	for w := range workers {
 		wg.Go(func() {
 			for range each {
-				l, err := s.Lease(context.Background(), geminiguard.LeaseRequest{
+				l, err := s.Lease(context.Background(), fleet.LeaseRequest{
 					Project: project, Model: model, Replica: fmt.Sprint("r", w), ReplicaTTL: time.Minute,
 					Requests: 1, RPM: rpm,
 				})
@@ -224,8 +224,8 @@ func concurrentLeasesNeverOvergrant(t *testing.T, s geminiguard.SharedState) {
 	assert.Equal(t, rpm, granted, "requests granted to %d workers asking %d each", workers, each)
 }
 
-func probeSlot(t *testing.T, s geminiguard.SharedState) {
-	a := geminiguard.LeaseRequest{Replica: "a", ReplicaTTL: time.Minute, Requests: 1, Probe: 10 * time.Second, Endpoint: "generate"}
+func probeSlot(t *testing.T, s fleet.SharedState) {
+	a := fleet.LeaseRequest{Replica: "a", ReplicaTTL: time.Minute, Requests: 1, Probe: 10 * time.Second, Endpoint: "generate"}
 	b := a
 	b.Replica = "b"
 	require.Equal(t, 1, lease(t, s, a).Requests, "a takes the slot")
@@ -240,15 +240,15 @@ func probeSlot(t *testing.T, s geminiguard.SharedState) {
 	assert.Equal(t, 1, lease(t, s, plain).Requests, "a request without a probe is not held back")
 
 	now := time.Now().Truncate(time.Millisecond)
-	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)})
+	publish(t, s, fleet.Fact{Kind: fleet.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)})
 	require.Equal(t, 1, lease(t, s, b).Requests, "FactOpen freed the slot; b takes it")
 	refused(t, lease(t, s, a), "probe", 10*time.Second)
-	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate", At: now.Add(time.Millisecond)})
+	publish(t, s, fleet.Fact{Kind: fleet.FactClosed, Model: model, Endpoint: "generate", At: now.Add(time.Millisecond)})
 	assert.Equal(t, 1, lease(t, s, a).Requests, "FactClosed freed the slot")
 }
 
 // facts returns l's facts in a comparable form, sorted.
-func facts(l geminiguard.Lease) []string {
+func facts(l fleet.Lease) []string {
 	var out []string
 	for _, f := range l.Facts {
 		out = append(out, show(f))
@@ -257,7 +257,7 @@ func facts(l geminiguard.Lease) []string {
 	return out
 }
 
-func show(f geminiguard.Fact) string {
+func show(f fleet.Fact) string {
 	ms := func(t time.Time) int64 {
 		if t.IsZero() {
 			return 0
@@ -268,7 +268,7 @@ func show(f geminiguard.Fact) string {
 		f.Kind, f.Model, f.Endpoint, ms(f.At), ms(f.Until), f.Reason, f.Dimension, f.Limit)
 }
 
-func shows(fs ...geminiguard.Fact) []string {
+func shows(fs ...fleet.Fact) []string {
 	var out []string
 	for _, f := range fs {
 		out = append(out, show(f))
@@ -278,16 +278,16 @@ func shows(fs ...geminiguard.Fact) []string {
 }
 
 // current returns the project's version and facts.
-func current(t *testing.T, s geminiguard.SharedState) (uint64, []string) {
+func current(t *testing.T, s fleet.SharedState) (uint64, []string) {
 	t.Helper()
-	l := lease(t, s, geminiguard.LeaseRequest{Version: ^uint64(0)})
+	l := lease(t, s, fleet.LeaseRequest{Version: ^uint64(0)})
 	require.NotNil(t, l.Facts, "facts for a version that differs")
 	return l.Version, facts(l)
 }
 
-func coolDownMerge(t *testing.T, s geminiguard.SharedState) {
+func coolDownMerge(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	c := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(10 * time.Minute), Reason: geminiguard.Class(3)}
+	c := fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: now.Add(10 * time.Minute), Reason: 3}
 	v0, _ := current(t, s)
 	publish(t, s, c)
 	v1, got := current(t, s)
@@ -302,13 +302,13 @@ func coolDownMerge(t *testing.T, s geminiguard.SharedState) {
 	assert.Equal(t, shows(c), got)
 
 	later := c
-	later.Until, later.Reason = now.Add(20*time.Minute), geminiguard.Class(4)
+	later.Until, later.Reason = now.Add(20*time.Minute), 4
 	publish(t, s, later)
 	v3, got := current(t, s)
 	assert.NotEqual(t, v2, v3)
 	assert.Equal(t, shows(later), got, "a later Until replaces")
 
-	whole := geminiguard.Fact{Kind: geminiguard.FactCoolDown, At: now, Until: now.Add(time.Minute)}
+	whole := fleet.Fact{Kind: fleet.FactCoolDown, At: now, Until: now.Add(time.Minute)}
 	publish(t, s, whole)
 	_, got = current(t, s)
 	assert.Equal(t, shows(later, whole), got, "the project's cool-down is apart from the model's")
@@ -318,7 +318,7 @@ func coolDownMerge(t *testing.T, s geminiguard.SharedState) {
 // FactMissing and FactListed): first, published at now, stays against a
 // second published with an earlier At, and is replaced by one with a later
 // At, which it returns.
-func latestAtWins(t *testing.T, s geminiguard.SharedState, first, second geminiguard.Fact, now time.Time) geminiguard.Fact {
+func latestAtWins(t *testing.T, s fleet.SharedState, first, second fleet.Fact, now time.Time) fleet.Fact {
 	t.Helper()
 	publish(t, s, first)
 	v1, got := current(t, s)
@@ -341,15 +341,15 @@ func latestAtWins(t *testing.T, s geminiguard.SharedState, first, second geminig
 }
 
 // kindNames names the kinds latestAtWins checks, for its messages.
-var kindNames = map[geminiguard.FactKind]string{
-	geminiguard.FactOpen: "FactOpen", geminiguard.FactClosed: "FactClosed",
-	geminiguard.FactMissing: "FactMissing", geminiguard.FactListed: "FactListed",
+var kindNames = map[fleet.FactKind]string{
+	fleet.FactOpen: "FactOpen", fleet.FactClosed: "FactClosed",
+	fleet.FactMissing: "FactMissing", fleet.FactListed: "FactListed",
 }
 
-func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
+func openClosedMerge(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	open := geminiguard.Fact{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)}
-	closed := latestAtWins(t, s, open, geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate"}, now)
+	open := fleet.Fact{Kind: fleet.FactOpen, Model: model, Endpoint: "generate", At: now, Until: now.Add(30 * time.Second)}
+	closed := latestAtWins(t, s, open, fleet.Fact{Kind: fleet.FactClosed, Model: model, Endpoint: "generate"}, now)
 
 	reopen := open
 	reopen.At = now.Add(500 * time.Millisecond)
@@ -366,8 +366,8 @@ func openClosedMerge(t *testing.T, s geminiguard.SharedState) {
 
 // subscribersHearChanges: a Subscriber's changed runs after a Publish that
 // changed the facts, and not after its stop.
-func subscribersHearChanges(t *testing.T, s geminiguard.SharedState) {
-	sub, ok := s.(geminiguard.Subscriber)
+func subscribersHearChanges(t *testing.T, s fleet.SharedState) {
+	sub, ok := s.(fleet.Subscriber)
 	if !ok {
 		t.Skip("not a Subscriber")
 	}
@@ -385,7 +385,7 @@ func subscribersHearChanges(t *testing.T, s geminiguard.SharedState) {
 		deadline := time.After(5 * time.Second)
 		for {
 			until = until.Add(time.Millisecond)
-			publish(t, s, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: time.Now(), Until: until})
+			publish(t, s, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: time.Now(), Until: until})
 			select {
 			case <-ch:
 				return
@@ -408,26 +408,26 @@ func subscribersHearChanges(t *testing.T, s geminiguard.SharedState) {
 	assert.Empty(t, first, "changed called after stop")
 }
 
-func spendAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
+func spendAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Second)
 	day, month := now.Add(time.Hour), now.Add(48*time.Hour)
-	a := geminiguard.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model, SpendDay: day, SpendMonth: month}
+	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model, SpendDay: day, SpendMonth: month}
 	b := a
 	b.Replica, b.Model = "b", "other-model"
 
 	a.Spent = 300
 	l := lease(t, s, a)
-	assert.Equal(t, geminiguard.Micros(300), l.DaySpent)
-	assert.Equal(t, geminiguard.Micros(300), l.MonthSpent)
+	assert.Equal(t, int64(300), l.DaySpent)
+	assert.Equal(t, int64(300), l.MonthSpent)
 	b.Spent = 200
 	l = lease(t, s, b)
-	assert.Equal(t, geminiguard.Micros(500), l.DaySpent, "the project's spend, whatever the model")
-	assert.Equal(t, geminiguard.Micros(500), l.MonthSpent)
+	assert.Equal(t, int64(500), l.DaySpent, "the project's spend, whatever the model")
+	assert.Equal(t, int64(500), l.MonthSpent)
 
 	a.Spent, a.SpendDay = 50, day.Add(24*time.Hour)
 	l = lease(t, s, a)
-	assert.Equal(t, geminiguard.Micros(50), l.DaySpent, "a new day starts from nothing")
-	assert.Equal(t, geminiguard.Micros(550), l.MonthSpent, "the month goes on")
+	assert.Equal(t, int64(50), l.DaySpent, "a new day starts from nothing")
+	assert.Equal(t, int64(550), l.MonthSpent, "the month goes on")
 
 	a.Spent, a.SpendDay, a.SpendMonth = 0, time.Time{}, time.Time{}
 	l = lease(t, s, a)
@@ -435,9 +435,9 @@ func spendAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
 	assert.Zero(t, l.MonthSpent)
 }
 
-func failuresAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
+func failuresAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	a := geminiguard.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
+	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
 	b := a
 	b.Replica = "b"
 
@@ -466,10 +466,10 @@ func failuresAcrossReplicas(t *testing.T, s geminiguard.SharedState) {
 	assert.Zero(t, lease(t, s, other).Failures, "models are apart")
 }
 
-func missingListedMerge(t *testing.T, s geminiguard.SharedState) {
+func missingListedMerge(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	missing := geminiguard.Fact{Kind: geminiguard.FactMissing, Model: model, At: now, Reason: geminiguard.Class(5)}
-	latestAtWins(t, s, missing, geminiguard.Fact{Kind: geminiguard.FactListed, Model: model}, now)
+	missing := fleet.Fact{Kind: fleet.FactMissing, Model: model, At: now, Reason: 5}
+	latestAtWins(t, s, missing, fleet.Fact{Kind: fleet.FactListed, Model: model}, now)
 
 	again := missing
 	again.At = now.Add(2 * time.Second)
@@ -477,15 +477,15 @@ func missingListedMerge(t *testing.T, s geminiguard.SharedState) {
 	_, got := current(t, s)
 	assert.Equal(t, shows(again), got, "a later FactMissing replaces the FactListed")
 
-	cool := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)}
+	cool := fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)}
 	publish(t, s, cool)
 	_, got = current(t, s)
 	assert.Equal(t, shows(again, cool), got, "a cool-down is apart from the model's being missing")
 }
 
-func limitMerge(t *testing.T, s geminiguard.SharedState) {
+func limitMerge(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	rpm := geminiguard.Fact{Kind: geminiguard.FactLimit, Model: model, Dimension: "rpm", At: now, Limit: 100}
+	rpm := fleet.Fact{Kind: fleet.FactLimit, Model: model, Dimension: "rpm", At: now, Limit: 100}
 	publish(t, s, rpm)
 	v1, got := current(t, s)
 	assert.Equal(t, shows(rpm), got)
@@ -504,20 +504,20 @@ func limitMerge(t *testing.T, s geminiguard.SharedState) {
 	assert.NotEqual(t, v2, v3)
 	assert.Equal(t, shows(lower), got, "a lower limit replaces")
 
-	tpm := geminiguard.Fact{Kind: geminiguard.FactLimit, Model: model, Dimension: "tpm", At: now, Limit: 1_000_000}
+	tpm := fleet.Fact{Kind: fleet.FactLimit, Model: model, Dimension: "tpm", At: now, Limit: 1_000_000}
 	publish(t, s, tpm)
 	_, got = current(t, s)
 	assert.Equal(t, shows(lower, tpm), got, "dimensions are apart")
 }
 
-func endedFactsAbsent(t *testing.T, s geminiguard.SharedState) {
+func endedFactsAbsent(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
 	v0, _ := current(t, s)
-	for _, f := range []geminiguard.Fact{
-		{Kind: geminiguard.FactCoolDown, Model: model, At: now.Add(-time.Hour), Until: now.Add(-time.Second)},
-		{Kind: geminiguard.FactOpen, Model: model, Endpoint: "generate", At: now.Add(-time.Minute), Until: now.Add(-time.Second)},
-		{Kind: geminiguard.FactClosed, Model: model, Endpoint: "embed", At: now.Add(-61 * time.Second)},
-		{Kind: geminiguard.FactLimit, Model: model, Dimension: "rpd", At: now.Add(-25 * time.Hour), Limit: 5},
+	for _, f := range []fleet.Fact{
+		{Kind: fleet.FactCoolDown, Model: model, At: now.Add(-time.Hour), Until: now.Add(-time.Second)},
+		{Kind: fleet.FactOpen, Model: model, Endpoint: "generate", At: now.Add(-time.Minute), Until: now.Add(-time.Second)},
+		{Kind: fleet.FactClosed, Model: model, Endpoint: "embed", At: now.Add(-61 * time.Second)},
+		{Kind: fleet.FactLimit, Model: model, Dimension: "rpd", At: now.Add(-25 * time.Hour), Limit: 5},
 	} {
 		publish(t, s, f)
 	}
@@ -526,63 +526,63 @@ func endedFactsAbsent(t *testing.T, s geminiguard.SharedState) {
 	assert.Empty(t, got)
 
 	// Facts still in force by their kind's lifetime.
-	closed := geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "embed", At: now.Add(-50 * time.Second)}
-	limit := geminiguard.Fact{Kind: geminiguard.FactLimit, Model: model, Dimension: "rpd", At: now.Add(-23 * time.Hour), Limit: 5}
+	closed := fleet.Fact{Kind: fleet.FactClosed, Model: model, Endpoint: "embed", At: now.Add(-50 * time.Second)}
+	limit := fleet.Fact{Kind: fleet.FactLimit, Model: model, Dimension: "rpd", At: now.Add(-23 * time.Hour), Limit: 5}
 	publish(t, s, closed)
 	publish(t, s, limit)
 	_, got = current(t, s)
 	assert.Equal(t, shows(closed, limit), got)
 }
 
-func factsByVersion(t *testing.T, s geminiguard.SharedState) {
-	fresh := lease(t, s, geminiguard.LeaseRequest{})
+func factsByVersion(t *testing.T, s fleet.SharedState) {
+	fresh := lease(t, s, fleet.LeaseRequest{})
 	assert.Nil(t, fresh.Facts, "an empty project at the version a new replica holds")
-	l := lease(t, s, geminiguard.LeaseRequest{Version: fresh.Version + 1})
+	l := lease(t, s, fleet.LeaseRequest{Version: fresh.Version + 1})
 	assert.NotNil(t, l.Facts, "facts (none) for a version that differs")
 	assert.Empty(t, l.Facts)
 
 	now := time.Now().Truncate(time.Millisecond)
-	c := geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, At: now, Until: now.Add(time.Hour)}
+	c := fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: now.Add(time.Hour)}
 	publish(t, s, c)
-	l = lease(t, s, geminiguard.LeaseRequest{Version: fresh.Version})
+	l = lease(t, s, fleet.LeaseRequest{Version: fresh.Version})
 	assert.NotEqual(t, fresh.Version, l.Version)
 	assert.Equal(t, shows(c), facts(l), "a replica at the old version hears the fact")
-	again := lease(t, s, geminiguard.LeaseRequest{Version: l.Version, Requests: 1})
+	again := lease(t, s, fleet.LeaseRequest{Version: l.Version, Requests: 1})
 	assert.Nil(t, again.Facts, "nothing new at the current version")
 	assert.Equal(t, l.Version, again.Version)
 	assert.Equal(t, 1, again.Requests)
 }
 
-func atDefaultsToNow(t *testing.T, s geminiguard.SharedState) {
+func atDefaultsToNow(t *testing.T, s fleet.SharedState) {
 	before := time.Now()
-	publish(t, s, geminiguard.Fact{Kind: geminiguard.FactClosed, Model: model, Endpoint: "generate"})
-	l := lease(t, s, geminiguard.LeaseRequest{Version: ^uint64(0)})
+	publish(t, s, fleet.Fact{Kind: fleet.FactClosed, Model: model, Endpoint: "generate"})
+	l := lease(t, s, fleet.LeaseRequest{Version: ^uint64(0)})
 	require.Len(t, l.Facts, 1)
 	assert.WithinRange(t, l.Facts[0].At, before.Add(-slack), time.Now().Add(slack), "a zero At is the store's now")
 }
 
-func replicas(t *testing.T, s geminiguard.SharedState) {
-	a := geminiguard.LeaseRequest{Replica: "a", ReplicaTTL: time.Minute}
-	b := geminiguard.LeaseRequest{Replica: "b", ReplicaTTL: time.Minute}
+func replicas(t *testing.T, s fleet.SharedState) {
+	a := fleet.LeaseRequest{Replica: "a", ReplicaTTL: time.Minute}
+	b := fleet.LeaseRequest{Replica: "b", ReplicaTTL: time.Minute}
 	assert.Equal(t, 1, lease(t, s, a).Replicas)
 	assert.Equal(t, 2, lease(t, s, b).Replicas)
 	assert.Equal(t, 2, lease(t, s, a).Replicas, "a heartbeat is not a new replica")
-	gone := geminiguard.LeaseRequest{Replica: "c", ReplicaTTL: 0}
+	gone := fleet.LeaseRequest{Replica: "c", ReplicaTTL: 0}
 	assert.Equal(t, 2, lease(t, s, gone).Replicas, "a replica with no TTL left is not live")
 	other := a
 	other.Project = "other-project"
 	assert.Equal(t, 1, lease(t, s, other).Replicas, "projects are apart")
 }
 
-func cancelledContext(t *testing.T, s geminiguard.SharedState) {
+func cancelledContext(t *testing.T, s fleet.SharedState) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.Lease(ctx, geminiguard.LeaseRequest{Project: project, Model: model, Replica: "a", ReplicaTTL: time.Minute, Requests: 1})
+	_, err := s.Lease(ctx, fleet.LeaseRequest{Project: project, Model: model, Replica: "a", ReplicaTTL: time.Minute, Requests: 1})
 	require.ErrorIs(t, err, context.Canceled)
-	err = s.Publish(ctx, project, geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: model, Until: time.Now().Add(time.Hour)})
+	err = s.Publish(ctx, project, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, Until: time.Now().Add(time.Hour)})
 	require.ErrorIs(t, err, context.Canceled)
 	// Nothing was taken or recorded.
-	l := lease(t, s, geminiguard.LeaseRequest{Requests: 1, RPM: 1, Version: ^uint64(0)})
+	l := lease(t, s, fleet.LeaseRequest{Requests: 1, RPM: 1, Version: ^uint64(0)})
 	assert.Equal(t, 1, l.Requests)
 	assert.Empty(t, l.Facts)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
@@ -110,7 +111,7 @@ func fleetArm(name string, replicas int, mode fleetMode) Arm {
 		f := &fleetCaller{}
 		var opts []geminiguard.Option
 		if mode == sharedFleet {
-			f.store = &roundTripState{next: geminiguard.NewMemoryState(), trip: fleetRoundTrip}
+			f.store = &roundTripState{next: fleet.NewMemoryState(), trip: fleetRoundTrip}
 			opts = append(opts, geminiguard.WithSharedState(f.store))
 		}
 		if mode == dividedLimit {
@@ -188,7 +189,7 @@ type figureReporter interface {
 // half of trip before and half after the state it wraps answers, in the
 // bubble's fake time, and is counted. Safe for concurrent use.
 type roundTripState struct {
-	next  geminiguard.SharedState
+	next  fleet.SharedState
 	trip  time.Duration
 	trips atomic.Int64
 }
@@ -205,22 +206,22 @@ func (s *roundTripState) travel(ctx context.Context) error {
 	}
 }
 
-func (s *roundTripState) Lease(ctx context.Context, r geminiguard.LeaseRequest) (geminiguard.Lease, error) {
+func (s *roundTripState) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
 	s.trips.Add(1)
 	if err := s.travel(ctx); err != nil {
-		return geminiguard.Lease{}, err
+		return fleet.Lease{}, err
 	}
 	l, err := s.next.Lease(ctx, r)
 	if err != nil {
-		return geminiguard.Lease{}, err
+		return fleet.Lease{}, err
 	}
 	if err := s.travel(ctx); err != nil {
-		return geminiguard.Lease{}, err
+		return fleet.Lease{}, err
 	}
 	return l, nil
 }
 
-func (s *roundTripState) Publish(ctx context.Context, project string, f geminiguard.Fact) error {
+func (s *roundTripState) Publish(ctx context.Context, project string, f fleet.Fact) error {
 	s.trips.Add(1)
 	if err := s.travel(ctx); err != nil {
 		return err

@@ -1,4 +1,13 @@
-package geminiguard
+// Package fleet is the contract between a geminiguard Client and the store
+// its fleet of replicas shares (geminiguard.WithSharedState): SharedState
+// and its optional interfaces, the requests and facts they carry, and
+// NewMemoryState, a store in memory. It is for store authors (package
+// redisstore implements it on Redis) and for tests; a Client's user needs
+// only a store and geminiguard.WithSharedState. It imports nothing of geminiguard, so
+// amounts and failure classes appear here as their integers: Spent,
+// DaySpent and MonthSpent are geminiguard.Micros, Fact.Reason a
+// geminiguard.Class.
+package fleet
 
 import (
 	"context"
@@ -8,7 +17,7 @@ import (
 // SharedState is where the replicas of a fleet — Clients of one Google
 // project in many processes — keep what the project's quota and models
 // taught any of them: fleet-wide request and token counts, cool-downs,
-// open breakers and learned limits. WithSharedState gives it to a Client;
+// open breakers and learned limits. geminiguard.WithSharedState gives it to a Client;
 // package redisstore implements it on Redis, and NewMemoryState in memory
 // (Clients of one process, tests).
 //
@@ -16,7 +25,7 @@ import (
 // one atomic step of the shared state (a round trip to a server at most:
 // the Client calls Lease on its hot path), and must return promptly when
 // ctx ends: the Client gives each call a deadline of tens of milliseconds
-// and, on any error, carries on alone (see WithSharedState), so an error
+// and, on any error, carries on alone (see geminiguard.WithSharedState), so an error
 // never fails a user's call. Times in the state are the store's own clock
 // where the store has one (windows, expiries), so replicas' clocks may
 // disagree by a little.
@@ -37,7 +46,7 @@ type SharedState interface {
 // round trip to the store (within a second while calls flow: a replica
 // holding leased requests may send one more to a model another replica
 // found exhausted or dead); with it, a replica reads the facts as soon as
-// they change. WithSharedState uses it when the store has it. redisstore's
+// they change. geminiguard.WithSharedState uses it when the store has it. redisstore's
 // Store (Redis pub/sub) and NewMemoryState's store are Subscribers.
 type Subscriber interface {
 	// Subscribe calls changed after each Publish, by any replica, that
@@ -52,7 +61,7 @@ type Subscriber interface {
 
 // StoreSettings say how a Client treats the round trips to its
 // SharedState. A zero field means its default; a negative one is refused
-// by New.
+// by geminiguard.New.
 type StoreSettings struct {
 	// Timeout and MaxTimeout bound each round trip: the Client learns the
 	// bound from the round trips' own latency (a smoothed mean plus four
@@ -74,18 +83,18 @@ type StoreSettings struct {
 }
 
 // SettledState is a SharedState with settings of its own (redisstore's
-// options). WithSharedState reads them once: a non-nil error says the
+// options). geminiguard.WithSharedState reads them once: a non-nil error says the
 // store cannot serve as it was made (a redisstore.Store without a Redis
-// client), and New fails with it.
+// client), and geminiguard.New fails with it.
 type SettledState interface {
 	SharedState
 	StoreSettings() (StoreSettings, error)
 }
 
 // AnswerStore is a SharedState that also keeps the answers of idempotency
-// keys (Idempotent), so that a key replayed on any replica of the
+// keys (geminiguard.Idempotent), so that a key replayed on any replica of the
 // fleet gets the answer another replica stored, sending nothing, and a key
-// reused for a different request is refused fleet-wide. WithSharedState
+// reused for a different request is refused fleet-wide. geminiguard.WithSharedState
 // uses it when the store has it; without it, a key's answer is kept by the
 // Client that called (calls in flight are joined per Client either way).
 // redisstore's Store and NewMemoryState's store are AnswerStores. It earns
@@ -98,7 +107,7 @@ type SettledState interface {
 // itself. The Client changes neither the slice it gives StoreAnswer nor the
 // one LoadAnswer returns, so a store may keep and return them. Errors
 // never fail a call: the Client then keeps and looks up the key's answer
-// on its own (see WithSharedState for the deadline and breaker around
+// on its own (see geminiguard.WithSharedState for the deadline and breaker around
 // every call to the store).
 type AnswerStore interface {
 	// StoreAnswer keeps answer under project and key for ttl, replacing
@@ -155,12 +164,12 @@ type LeaseRequest struct {
 	Answered time.Time
 
 	// Spent is what this replica's priced responses cost since its last
-	// report (WithBudget), spent in the Pacific day ending SpendDay and the
+	// report (geminiguard.WithBudget), spent in the Pacific day ending SpendDay and the
 	// Pacific month ending SpendMonth: the store adds it to the project's
 	// spend of that day and that month, and Lease.DaySpent and MonthSpent
 	// return them. A zero SpendDay or SpendMonth reads and counts nothing
 	// for that window.
-	Spent      Micros
+	Spent      int64 // micro-dollars (a geminiguard.Micros)
 	SpendDay   time.Time
 	SpendMonth time.Time
 
@@ -198,7 +207,7 @@ type Lease struct {
 	// DaySpent and MonthSpent are the project's spend in the windows
 	// LeaseRequest.SpendDay and SpendMonth name, this report included; 0
 	// for a window not named.
-	DaySpent, MonthSpent Micros
+	DaySpent, MonthSpent int64 // micro-dollars (geminiguard.Micros)
 }
 
 // FactKind says what a Fact records and how Publish merges it with what the
@@ -228,7 +237,7 @@ const (
 	// (FactListed). The latest At of FactMissing and FactListed wins (at
 	// the same At, the later publish); a FactMissing is kept for a day.
 	FactMissing
-	// FactListed says a replica's CheckCascade found Model listed at At. It
+	// FactListed says a replica's geminiguard.CheckCascade found Model listed at At. It
 	// is kept for a minute, so that replicas hear it.
 	FactListed
 )
@@ -241,7 +250,56 @@ type Fact struct {
 	Endpoint  string
 	At        time.Time
 	Until     time.Time
-	Reason    Class
+	Reason    int // the geminiguard.Class of the failure behind the fact; a store keeps it as given
 	Dimension string
 	Limit     int
+}
+
+// FactKey is what a fact replaces: one per kind group, model and endpoint
+// or dimension. FactOpen and FactClosed share a group, and so do
+// FactMissing and FactListed. A project holds one fact per FactKey.
+type FactKey struct {
+	group uint8
+	model string
+	sub   string
+}
+
+// Key returns f's FactKey.
+func (f Fact) Key() FactKey {
+	switch f.Kind {
+	case FactOpen, FactClosed:
+		return FactKey{group: uint8(FactOpen), model: f.Model, sub: f.Endpoint}
+	case FactMissing, FactListed:
+		return FactKey{group: uint8(FactMissing), model: f.Model}
+	case FactLimit:
+		return FactKey{group: uint8(FactLimit), model: f.Model, sub: f.Dimension}
+	}
+	return FactKey{group: uint8(f.Kind), model: f.Model}
+}
+
+// End returns when f stops being in force: FactKind says how long each
+// kind is kept.
+func (f Fact) End() time.Time {
+	switch f.Kind {
+	case FactClosed, FactListed:
+		return f.At.Add(closedFactTTL)
+	case FactLimit, FactMissing:
+		return f.At.Add(limitFactTTL)
+	}
+	return f.Until
+}
+
+// Replaces reports whether f, published, replaces old, a fact of the same
+// Key, by FactKind's rules.
+func (f Fact) Replaces(old Fact) bool {
+	switch f.Kind {
+	case FactCoolDown:
+		return f.Until.After(old.Until)
+	case FactOpen, FactClosed, FactMissing, FactListed:
+		return !f.At.Before(old.At) // at the same At, the later publish
+
+	case FactLimit:
+		return f.Limit < old.Limit
+	}
+	return false
 }

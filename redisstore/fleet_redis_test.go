@@ -1,4 +1,4 @@
-package geminiguard_test
+package redisstore_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/redisstore"
@@ -32,12 +33,12 @@ func redisClient(t *testing.T, srv *redisserver.Server) *redis.Client {
 
 // callAll sends calls calls at once, spread over the fleet, and returns
 // how many failed.
-func callAll(t *testing.T, fleet []*geminiguard.Client, calls int) int {
+func callAll(t *testing.T, clients []*geminiguard.Client, calls int) int {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	failed := 0
 	for i := range calls {
-		c := fleet[i%len(fleet)]
+		c := clients[i%len(clients)]
 		wg.Go(func() {
 			if _, _, err := ask(t.Context(), c, ""); err != nil {
 				mu.Lock()
@@ -61,13 +62,13 @@ func TestRedisFleetSharesTheProjectQuota(t *testing.T) {
 			geminitest.Model{Name: pro, Quota: geminitest.Quota{RPM: 30}},
 			geminitest.Model{Name: flash},
 		)
-		var store geminiguard.SharedState
+		var store fleet.SharedState
 		if shared {
 			store = redisstore.New(rdb, redisstore.WithPrefix(t.Name()))
 		}
-		fleet := newFleet(t, srv, 5, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}))
-		failed := callAll(t, fleet, 60)
-		upstream429 := rateLimited(fleet, pro)
+		clients := newFleet(t, srv, 5, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}))
+		failed := callAll(t, clients, 60)
+		upstream429 := rateLimited(clients, pro)
 		proAnswers := srv.Hits(pro, geminitest.VerbGenerate) - int(upstream429)
 		t.Logf("shared=%v: %d server 429s, %d failed, the primary answered %d of 60", shared, upstream429, failed, proAnswers)
 		assert.Zero(t, failed)
@@ -80,7 +81,7 @@ func TestRedisFleetSharesTheProjectQuota(t *testing.T) {
 		// of its own needed by the time it came back.
 		assert.GreaterOrEqual(t, proAnswers, 21, "the primary serves its quota at the headroom")
 		assert.LessOrEqual(t, proAnswers, 24)
-		assert.True(t, fleet[0].Stats().Fleet.Connected)
+		assert.True(t, clients[0].Stats().Fleet.Connected)
 	}
 }
 
@@ -94,18 +95,18 @@ func TestRedisFleetDailyQuotaAndOpenBreakerHoldForAll(t *testing.T) {
 		geminitest.Model{Name: flash, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}},
 		geminitest.Model{Name: lite},
 	)
-	fleet := newFleet(t, srv, 5, redisstore.New(rdb, redisstore.WithPrefix(t.Name())),
+	clients := newFleet(t, srv, 5, redisstore.New(rdb, redisstore.WithPrefix(t.Name())),
 		geminiguard.WithCascade(pro, flash, lite),
 		geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 1000}), geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1000}),
 		geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: time.Hour, DeadAfter: -1}),
 		geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
 	for i := range 3 { // replica 0: pro's daily quota, then flash's 3 failures open its breaker
-		_, rec, err := ask(t.Context(), fleet[0], "")
+		_, rec, err := ask(t.Context(), clients[0], "")
 		require.NoError(t, err, "call %d", i)
 		assert.Equal(t, lite, rec.Model)
 	}
-	require.Equal(t, geminiguard.StateOpen, fleet[0].Stats().Models[1].State)
-	for i, c := range fleet[1:] {
+	require.Equal(t, geminiguard.StateOpen, clients[0].Stats().Models[1].State)
+	for i, c := range clients[1:] {
 		_, rec, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
 		assert.Equal(t, lite, rec.Model, "replica %d", i+1)
@@ -127,20 +128,21 @@ func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
 		geminitest.Model{Name: pro},
 		geminitest.Model{Name: flash},
 	)
-	fleet := newFleet(t, srv, 3, redisstore.New(rdb, redisstore.WithPrefix(t.Name()), redisstore.WithAloneFor(50*time.Millisecond)),
+	store := &projectSpy{Store: redisstore.New(rdb, redisstore.WithPrefix(t.Name()), redisstore.WithAloneFor(50*time.Millisecond))}
+	clients := newFleet(t, srv, 3, store,
 		geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 300}))
 	for range 2 { // every replica registers, then hears of the others
-		for _, c := range fleet {
+		for _, c := range clients {
 			_, _, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 		}
 	}
-	require.Equal(t, 3, fleet[0].Stats().Fleet.Replicas)
+	require.Equal(t, 3, clients[0].Stats().Fleet.Replicas)
 
 	redisSrv.Kill()
-	require.Zero(t, callAll(t, fleet, 30), "calls fail while Redis is down")
+	require.Zero(t, callAll(t, clients, 30), "calls fail while Redis is down")
 	var uncoordinated int64
-	for _, c := range fleet {
+	for _, c := range clients {
 		st := c.Stats().Fleet
 		assert.False(t, st.Connected)
 		uncoordinated += st.Uncoordinated
@@ -148,7 +150,7 @@ func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
 	assert.Positive(t, uncoordinated, "requests sent on the replicas' own shares while Redis was down")
 
 	redisSrv.Restart()
-	for _, c := range fleet { // each replica rejoins on a call once its store breaker lets it try
+	for _, c := range clients { // each replica rejoins on a call once its store breaker lets it try
 		deadline := time.Now().Add(10 * time.Second)
 		for !c.Stats().Fleet.Connected && time.Now().Before(deadline) {
 			_, _, err := ask(t.Context(), c, "")
@@ -162,8 +164,8 @@ func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
 	canary := redisstore.New(rdb, redisstore.WithPrefix(t.Name()))
 	require.Eventually(t, func() bool {
 		now := time.Now()
-		_ = canary.Publish(t.Context(), geminiguard.ProjectOf(fleet[0]), geminiguard.Fact{Kind: geminiguard.FactCoolDown, Model: "canary", At: now, Until: now.Add(time.Hour)})
-		for _, c := range fleet {
+		_ = canary.Publish(t.Context(), store.Project(), fleet.Fact{Kind: fleet.FactCoolDown, Model: "canary", At: now, Until: now.Add(time.Hour)})
+		for _, c := range clients {
 			if !slices.ContainsFunc(c.Stats().Models, func(m geminiguard.ModelStats) bool { return m.Model == "canary" }) {
 				return false
 			}
@@ -173,20 +175,20 @@ func TestRedisFleetRidesOutRedisKilledAndRestarted(t *testing.T) {
 
 	srv.Script(pro, geminitest.Step{Fault: geminitest.DailyQuota})
 	before := srv.Hits(pro, geminitest.VerbGenerate)
-	_, rec, err := ask(t.Context(), fleet[0], "")
+	_, rec, err := ask(t.Context(), clients[0], "")
 	require.NoError(t, err)
 	assert.Equal(t, flash, rec.Model)
 	// The others hear of it from Redis at once, holding leased requests
 	// or not; over a socket "at once" is not "before the next statement".
 	require.Eventually(t, func() bool {
-		for _, c := range fleet {
+		for _, c := range clients {
 			if c.Stats().Models[0].CoolDownUntil.IsZero() {
 				return false
 			}
 		}
 		return true
 	}, 5*time.Second, time.Millisecond, "every replica cools the primary down")
-	for _, c := range fleet[1:] {
+	for _, c := range clients[1:] {
 		_, rec, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model)
@@ -255,12 +257,12 @@ func TestRedisFleetColdStartWithRedisStopped(t *testing.T) {
 	defer resumed.Stop()
 	defer redisSrv.Resume()
 
-	fleet := make([]*geminiguard.Client, replicas)
+	clients := make([]*geminiguard.Client, replicas)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed int
 	var errs []error
-	for i := range fleet {
+	for i := range clients {
 		wg.Go(func() {
 			store := redisstore.New(redisClient(t, redisSrv), redisstore.WithPrefix(t.Name()))
 			c, err := geminiguard.New(t.Context(),
@@ -269,7 +271,7 @@ func TestRedisFleetColdStartWithRedisStopped(t *testing.T) {
 				geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}),
 				geminiguard.WithSharedState(store))
 			mu.Lock()
-			fleet[i] = c
+			clients[i] = c
 			errs = append(errs, err)
 			mu.Unlock()
 			if err != nil {
@@ -289,16 +291,16 @@ func TestRedisFleetColdStartWithRedisStopped(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for _, c := range fleet {
+	for _, c := range clients {
 		if c != nil {
 			t.Cleanup(func() { c.Close() })
 		}
 	}
 	require.NoError(t, errors.Join(errs...))
-	upstream429 := rateLimited(fleet, pro)
+	upstream429 := rateLimited(clients, pro)
 	proAnswers := srv.Hits(pro, geminitest.VerbGenerate) - int(upstream429)
 	var uncoordinated int64
-	for _, c := range fleet {
+	for _, c := range clients {
 		uncoordinated += c.Stats().Fleet.Uncoordinated
 	}
 	t.Logf("%d server 429s, %d failed, the primary answered %d of %d, %d uncoordinated", upstream429, failed, proAnswers, calls, uncoordinated)
@@ -315,7 +317,7 @@ func TestRedisFleetColdStartWithRedisStopped(t *testing.T) {
 // with an error (it used to panic at the first call).
 func TestRedisFleetNilStoresRefused(t *testing.T) {
 	var nilClient *redis.Client
-	for name, store := range map[string]geminiguard.SharedState{
+	for name, store := range map[string]fleet.SharedState{
 		"redisstore.New(nil)":         redisstore.New(nil),
 		"redisstore.New(nil *Client)": redisstore.New(nilClient),
 		"(*redisstore.Store)(nil)":    (*redisstore.Store)(nil),
@@ -336,7 +338,7 @@ func TestRedisFleetNewDoesNotBlockOnAStoppedRedis(t *testing.T) {
 	redisSrv.Pause()
 	defer redisSrv.Resume()
 	start := time.Now()
-	c := newClient(t, srv, nil, geminiguard.WithStartupCheck(false), geminiguard.WithCascade(pro),
+	c := newClient(t, srv, geminiguard.WithStartupCheck(false), geminiguard.WithCascade(pro),
 		geminiguard.WithSharedState(redisstore.New(redisClient(t, redisSrv), redisstore.WithWarmUp(200*time.Millisecond))))
 	took := time.Since(start)
 	_, _, err := ask(t.Context(), c, "")

@@ -1,4 +1,4 @@
-package geminiguard
+package fleet
 
 import (
 	"context"
@@ -54,56 +54,11 @@ func (s *memoryState) Subscribe(project string, changed func()) (stop func()) {
 }
 
 type memProject struct {
-	daySpend, monthSpend map[int64]Micros // by the window's end, unix seconds
+	daySpend, monthSpend map[int64]int64 // by the window's end, unix seconds
 	version              uint64
-	facts                map[factKey]Fact
+	facts                map[FactKey]Fact
 	replicas             map[string]time.Time // replica → live until
 	models               map[string]*memModel
-}
-
-// factKey is what a fact replaces: one per kind group, model and endpoint
-// or dimension. FactOpen and FactClosed share a group.
-type factKey struct {
-	group uint8
-	model string
-	sub   string
-}
-
-func keyOf(f Fact) factKey {
-	switch f.Kind {
-	case FactOpen, FactClosed:
-		return factKey{group: uint8(FactOpen), model: f.Model, sub: f.Endpoint}
-	case FactMissing, FactListed:
-		return factKey{group: uint8(FactMissing), model: f.Model}
-	case FactLimit:
-		return factKey{group: uint8(FactLimit), model: f.Model, sub: f.Dimension}
-	}
-	return factKey{group: uint8(f.Kind), model: f.Model}
-}
-
-// factEnd returns when f stops being in force.
-func factEnd(f Fact) time.Time {
-	switch f.Kind {
-	case FactClosed, FactListed:
-		return f.At.Add(closedFactTTL)
-	case FactLimit, FactMissing:
-		return f.At.Add(limitFactTTL)
-	}
-	return f.Until
-}
-
-// replaces reports whether f, published, replaces old by FactKind's rules.
-func replaces(f, old Fact) bool {
-	switch f.Kind {
-	case FactCoolDown:
-		return f.Until.After(old.Until)
-	case FactOpen, FactClosed, FactMissing, FactListed:
-		return !f.At.Before(old.At) // at the same At, the later publish
-
-	case FactLimit:
-		return f.Limit < old.Limit
-	}
-	return false
 }
 
 // dayKeep is how long a day's request count outlives the day, so that a
@@ -134,7 +89,7 @@ type memSecond struct {
 func (s *memoryState) project(id string) *memProject {
 	p := s.projects[id]
 	if p == nil {
-		p = &memProject{facts: make(map[factKey]Fact), replicas: make(map[string]time.Time), models: make(map[string]*memModel)}
+		p = &memProject{facts: make(map[FactKey]Fact), replicas: make(map[string]time.Time), models: make(map[string]*memModel)}
 		s.projects[id] = p
 	}
 	return p
@@ -162,7 +117,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	if r.Version != p.version {
 		out.Facts = []Fact{}
 		for k, f := range p.facts {
-			if now.Before(factEnd(f)) {
+			if now.Before(f.End()) {
 				out.Facts = append(out.Facts, f)
 			} else {
 				delete(p.facts, k)
@@ -260,12 +215,12 @@ func (m *memModel) settle(r LeaseRequest, sec int64, now time.Time) {
 // spend adds spent to the window of windows ending at end, and returns the
 // window's spend; nothing for a zero end. Windows ended over an hour ago
 // are dropped.
-func (p *memProject) spend(windows *map[int64]Micros, end time.Time, spent Micros, now time.Time) Micros {
+func (p *memProject) spend(windows *map[int64]int64, end time.Time, spent int64, now time.Time) int64 {
 	if end.IsZero() {
 		return 0
 	}
 	if *windows == nil {
-		*windows = make(map[int64]Micros)
+		*windows = make(map[int64]int64)
 	}
 	for e := range *windows {
 		if time.Unix(e, 0).Add(time.Hour).Before(now) {
@@ -365,11 +320,11 @@ func (s *memoryState) publish(project string, f Fact, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.project(project)
-	k := keyOf(f)
-	if old, ok := p.facts[k]; ok && now.Before(factEnd(old)) && !replaces(f, old) {
+	k := f.Key()
+	if old, ok := p.facts[k]; ok && now.Before(old.End()) && !f.Replaces(old) {
 		return false
 	}
-	if !now.Before(factEnd(f)) {
+	if !now.Before(f.End()) {
 		return false
 	}
 	p.facts[k] = f

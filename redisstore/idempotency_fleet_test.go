@@ -1,4 +1,4 @@
-package geminiguard_test
+package redisstore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/redisserver"
 	"github.com/geminiguard/geminiguard/redisstore"
@@ -20,10 +21,10 @@ import (
 // replayOnAnotherReplica runs the fleet-wide idempotency story on two
 // replicas sharing store: replica B replays replica A's key and gets A's
 // answer, sending nothing; B refuses the key for a different request.
-func replayOnAnotherReplica(t *testing.T, srv *geminitest.Server, store geminiguard.SharedState) {
+func replayOnAnotherReplica(t *testing.T, srv *geminitest.Server, store fleet.SharedState) {
 	t.Helper()
-	fleet := newFleet(t, srv, 2, store, geminiguard.WithCascade(flash), geminiguard.WithIdempotencyTTL(time.Hour))
-	a, b := fleet[0], fleet[1]
+	clients := newFleet(t, srv, 2, store, geminiguard.WithCascade(flash), geminiguard.WithIdempotencyTTL(time.Hour))
+	a, b := clients[0], clients[1]
 
 	text, rec, _, err := askWith(keyed(t.Context(), "order-42"), a, "Say hi", nil)
 	require.NoError(t, err)
@@ -57,24 +58,24 @@ func replayOnAnotherReplica(t *testing.T, srv *geminitest.Server, store geminigu
 
 func TestIdempotencyReplayOnAnotherReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		replayOnAnotherReplica(t, geminitest.New(geminitest.Model{Name: flash}), geminiguard.NewMemoryState())
+		replayOnAnotherReplica(t, geminitest.New(geminitest.Model{Name: flash}), fleet.NewMemoryState())
 	})
 }
 
 func TestIdempotencyFleetAnswerExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
-		fleet := newFleet(t, srv, 2, geminiguard.NewMemoryState(), geminiguard.WithCascade(flash), geminiguard.WithIdempotencyTTL(time.Minute))
-		_, _, _, err := askWith(keyed(t.Context(), "k"), fleet[0], "Say hi", nil)
+		clients := newFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(flash), geminiguard.WithIdempotencyTTL(time.Minute))
+		_, _, _, err := askWith(keyed(t.Context(), "k"), clients[0], "Say hi", nil)
 		require.NoError(t, err)
 
 		time.Sleep(time.Minute - time.Millisecond)
-		_, rec, _, err := askWith(keyed(t.Context(), "k"), fleet[1], "Say hi", nil)
+		_, rec, _, err := askWith(keyed(t.Context(), "k"), clients[1], "Say hi", nil)
 		require.NoError(t, err)
 		assert.True(t, rec.Replayed, "within the TTL")
 
 		time.Sleep(time.Millisecond)
-		_, rec, _, err = askWith(keyed(t.Context(), "k"), fleet[1], "Say hi", nil)
+		_, rec, _, err = askWith(keyed(t.Context(), "k"), clients[1], "Say hi", nil)
 		require.NoError(t, err)
 		assert.False(t, rec.Replayed, "the TTL passed: asked again")
 		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate))
@@ -83,7 +84,7 @@ func TestIdempotencyFleetAnswerExpires(t *testing.T) {
 
 // brokenAnswers is a working SharedState whose answers fail.
 type brokenAnswers struct {
-	geminiguard.SharedState
+	fleet.SharedState
 }
 
 func (brokenAnswers) StoreAnswer(context.Context, string, string, []byte, time.Duration) error {
@@ -99,8 +100,8 @@ func (brokenAnswers) LoadAnswer(context.Context, string, string) ([]byte, error)
 func TestIdempotencyStoreDownKeepsKeysPerClient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash})
-		fleet := newFleet(t, srv, 2, brokenAnswers{geminiguard.NewMemoryState()}, geminiguard.WithCascade(flash))
-		for i, c := range []*geminiguard.Client{fleet[0], fleet[1], fleet[0]} {
+		clients := newFleet(t, srv, 2, brokenAnswers{fleet.NewMemoryState()}, geminiguard.WithCascade(flash))
+		for i, c := range []*geminiguard.Client{clients[0], clients[1], clients[0]} {
 			_, rec, took, err := askWith(keyed(t.Context(), "k"), c, "Say hi", nil)
 			require.NoError(t, err)
 			assert.Equal(t, i == 2, rec.Replayed, "call %d", i)
