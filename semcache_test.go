@@ -44,14 +44,14 @@ func semanticClient(t *testing.T, cache *geminiguard.SemanticCache) (*geminitest
 func TestSemanticCacheServesAParaphraseAboveTheThreshold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, c := semanticClient(t, geminiguard.NewSemanticCache(geminiguard.SemanticCacheConfig{EmbeddingModel: embedder, TTL: time.Hour}))
-		resp, rec, err := send(t.Context(), c, "How is the weather in Paris today?")
+		_, rec, err := send(t.Context(), c, "How is the weather in Paris today?")
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model)
 		assert.Zero(t, rec.Cache)
 		assert.Equal(t, 1, srv.Hits(embedder, geminitest.VerbEmbed), "the answered request's text is embedded once, through the chain")
 
 		down(srv, flash)
-		resp, rec, err = send(t.Context(), c, "What's the weather like in Paris today?")
+		resp, rec, err := send(t.Context(), c, "What's the weather like in Paris today?")
 		require.NoError(t, err)
 		assert.Equal(t, "Sunny in Paris.", resp.Text(), "the paraphrase, at 0.97, gets the Paris answer")
 		assert.True(t, geminiguard.IsFallback(resp))
