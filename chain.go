@@ -191,7 +191,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	if call.endpoint.metered() {
 		a.tokens = call.inputTokens(ctx, sl.m) // may take time: reads the clock after it
 	}
-	for _, s := range admitOrder {
+	for s := range numAdmitSteps {
 		next, err := call.admitBy(s, ctx, sl, a)
 		if next != stepGo {
 			a.unreserve(sl.m)
@@ -202,19 +202,6 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	a.m, a.endpoint, a.ctx = sl.m, call.endpoint, ctx
 	a.hold = call.holdBudget(sl.m)
 	return stepGo, nil
-}
-
-// admitOrder is the order of admit's steps.
-var admitOrder = [...]admitStep{
-	admitDeadline, // the call's deadline has not passed
-	admitConfig,   // WithModelConfig's adjustment makes a valid request
-	admitBudget,   // WithBudget: not spent, or steered to a cheaper model
-	admitCooling,  // no quota, 404 or project cool-down
-	admitOpen,     // the breaker is not open
-	admitThrottle, // adaptive throttling of a model failing most requests
-	admitLimiter,  // RPM, TPM, RPD and IPM tokens, waited for when no other model can answer
-	admitFleet,    // the fleet's lease (WithSharedState)
-	admitPermit,   // the breaker's permit (a probe when half-open)
 }
 
 // try sends the admitted request (the n-th to its model in this call) and

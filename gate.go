@@ -36,23 +36,26 @@ type admission struct {
 	ctx          context.Context // the call's, for the reports of settle
 }
 
-// admitStep names one defence's say in admit (admitOrder). Its check
-// (admitBy) returns stepGo when the call's next request to sl's model may go
-// as far as this defence is concerned, filling its part of a; else, having
-// recorded why, stepNext or stepStop with the error. A step that refuses
-// may leave in a what it took: admit gives it back (unreserve).
+// admitStep names one defence's say in admit, which runs the steps in the
+// order of their constants. Its check (admitBy) returns stepGo when the
+// call's next request to sl's model may go as far as this defence is
+// concerned, filling its part of a; else, having recorded why, stepNext or
+// stepStop with the error. A step that refuses may leave in a what it took:
+// admit gives it back (unreserve).
 type admitStep uint8
 
+// The steps of admit, in the order it runs them.
 const (
-	admitDeadline admitStep = iota
-	admitConfig
-	admitBudget
-	admitCooling
-	admitOpen
-	admitThrottle
-	admitLimiter
-	admitFleet
-	admitPermit
+	admitDeadline admitStep = iota // the call's deadline has not passed
+	admitConfig                    // WithModelConfig's adjustment makes a valid request
+	admitBudget                    // WithBudget: not spent, or steered to a cheaper model
+	admitCooling                   // no quota, 404 or project cool-down
+	admitOpen                      // the breaker is not open
+	admitThrottle                  // adaptive throttling of a model failing most requests
+	admitLimiter                   // RPM, TPM, RPD and IPM tokens, waited for when no other model can answer
+	admitFleet                     // the fleet's lease (WithSharedState)
+	admitPermit                    // the breaker's permit (a probe when half-open)
+	numAdmitSteps
 )
 
 // String returns the step's name, as the Debug log line of a refusal gives it.
