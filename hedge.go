@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 )
 
@@ -99,9 +98,8 @@ var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answere
 // hedgeAfter returns the delay after which the attempt of call to m that
 // starts at start is hedged, false when it is not hedged: streams, calls
 // that do not learn answer times, the fleet mode, hedging off, or a delay
-// that reaches the attempt's end. A zero delay and true say that the
-// model has not learned the class's answer times yet: the attempt is
-// watched instead (hedged runs it as watched does), hedging on or off.
+// that reaches the attempt's end, or answer times the model has not
+// learned yet for the class.
 func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
 	c := call.c
 	if !call.learns || call.stream != nil {
@@ -109,75 +107,10 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 	}
 	d, ok := m.lat.hedge(call.class)
 	switch {
-	case !ok:
-		return 0, true
-	case call.only || c.fleet != nil || !c.cfg.hedge.On || !start.Add(d).Before(end):
+	case !ok, call.only || c.fleet != nil || !c.cfg.hedge.On || !start.Add(d).Before(end):
 		return 0, false
 	}
 	return d, true
-}
-
-// watched runs the admitted attempt a, which starts at call.now and ends by
-// end, while its model has not learned the class's answer times: nothing
-// bounds it but end yet, and a stall at a Client's start would be waited
-// out. The request runs in the call's goroutine; a timer looks every
-// cutFloor whether the model has learned its cut meanwhile (from the
-// answers of other calls), and once the attempt has run that long, cuts
-// it as attempt would have, within the cut budget. It returns as attempt
-// does.
-func (call *call[R]) watched(ctx context.Context, a *admission, end time.Time) (R, Verdict, time.Duration, error) {
-	c, m, start, class := call.c, a.m, call.now, call.class
-	actx, cancel := context.WithDeadline(ctx, end)
-	defer cancel()
-	var w watch
-	w.look = func() { // reads nothing of call: a look may outlive the attempt it watches
-		if w.over.Load() {
-			return
-		}
-		now := time.Now()
-		d, ok := m.lat.cut(class)
-		switch {
-		case !ok:
-			w.arm(cutFloor) // still learning
-		case !start.Add(d).Before(end):
-		case now.Before(start.Add(d)):
-			w.arm(start.Add(d).Sub(now))
-		case c.cuts.allows(now):
-			w.cut.Store(int64(d))
-			cancel()
-		}
-	}
-	w.arm(cutFloor)
-	defer w.stop()
-	m.counters.requests.Add(1)
-	a.sent = true
-	resp, err := call.send(actx, call, m)
-	w.stop()
-	call.now = time.Now()
-	return call.ended(ctx, m, start, call.now, time.Duration(w.cut.Load()), actx.Err() != nil, resp, err)
-}
-
-// watch is the timer of a watched attempt: look runs on each firing, in
-// the timer's goroutine, and may arm it again.
-type watch struct {
-	look  func()
-	timer atomic.Pointer[time.Timer] // the latest armed
-	over  atomic.Bool                // the request ended: look does nothing
-	cut   atomic.Int64               // the cut that ended the request, 0: none
-}
-
-// arm runs look after d, unless the watch is over.
-func (w *watch) arm(d time.Duration) {
-	w.timer.Store(time.AfterFunc(d, w.look))
-}
-
-// stop ends the watch: no look runs after it returns but one already
-// running, which then changes nothing but what it read.
-func (w *watch) stop() {
-	w.over.Store(true)
-	if t := w.timer.Load(); t != nil {
-		t.Stop()
-	}
 }
 
 // hedgeTarget returns the model a hedge of call's attempt to m goes to,
@@ -284,9 +217,6 @@ func (call *call[R]) race(ctx context.Context, m *modelState, hedge bool, out ch
 // panic in either (raised here, once both are joined) or in the call's
 // goroutine cancels them and waits for them first.
 func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
-	if after == 0 {
-		return call.watched(ctx, a, end)
-	}
 	c, m, start := call.c, a.m, call.now
 	out := make(chan raced[R], 2)
 	octx, ocancel := context.WithDeadline(ctx, end)

@@ -126,51 +126,6 @@ func TestStalledStreamIsAbandonedAtTheLearnedFirstChunkDeadline(t *testing.T) {
 	})
 }
 
-func TestStallAtTheStartIsCutOnceAnswerTimesAreLearned(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		// Twenty calls at the Client's start, before any answer time is
-		// learned; pro's first two requests stall 45s, the others answer in
-		// 500ms.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				if i < 2 {
-					return geminitest.Step{Latency: 45 * time.Second}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-
-		start := time.Now()
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var slowest time.Duration
-		var models []string
-		first := make(chan struct{})
-		for i := range 20 {
-			wg.Go(func() {
-				if i > 0 {
-					<-first // pro's first requests are the first calls'
-				}
-				_, rec, err := ask(t.Context(), c, "")
-				assert.NoError(t, err)
-				mu.Lock()
-				defer mu.Unlock()
-				slowest = max(slowest, time.Since(start))
-				models = append(models, rec.Model)
-			})
-			if i == 1 {
-				synctest.Wait()
-				close(first)
-			}
-		}
-		wg.Wait()
-
-		assert.LessOrEqual(t, slowest, 3*time.Second, "the stalls are cut at the cut learned meanwhile (1.5s), then flash answers")
-		assert.Equal(t, 18, countOf(models, pro))
-		assert.Equal(t, 2, countOf(models, flash))
-	})
-}
-
 // countOf returns how many of list are s.
 func countOf(list []string, s string) int {
 	n := 0
