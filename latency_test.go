@@ -125,14 +125,3 @@ func TestStalledStreamIsAbandonedAtTheLearnedFirstChunkDeadline(t *testing.T) {
 		assert.Equal(t, 1, srv.Total(flash), "one request to flash")
 	})
 }
-
-// countOf returns how many of list are s.
-func countOf(list []string, s string) int {
-	n := 0
-	for _, x := range list {
-		if x == s {
-			n++
-		}
-	}
-	return n
-}
