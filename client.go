@@ -240,28 +240,12 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 	if err := checkGenerate(contents, config); err != nil {
 		return nil, err
 	}
+	r := generateRequest{model: model, contents: contents, config: config}
 	if c.cfg.dedup || idempotencyKeyFrom(ctx) != "" {
-		return c.generateShared(ctx, model, contents, config)
+		r.start = time.Now()
+		r.digest, r.shared = requestDigest(model, contents, config)
 	}
-	return c.generate(ctx, model, contents, config)
-}
-
-// generate sends one GenerateContent request through the bulkhead and the
-// chain.
-func (c *Client) generate(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	bh, err := c.enterBulkhead(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer bh.leave(&err)
-	call := c.newGenerateCall(ctx, model, contents, config)
-	call.complete, call.learns = completeAnswer, true
-	var resp *genai.GenerateContentResponse
-	resp, err = call.observed(ctx)
-	if err == nil && c.cfg.answers != nil {
-		c.cacheAnswer(ctx, model, contents, config, resp)
-	}
-	return resp, err
+	return c.unary(ctx, &r, wrapIdempotency)
 }
 
 // EmbedContent embeds contents with model through the limiter, the breaker

@@ -329,30 +329,16 @@ func newWaiter(ctx context.Context) *waiter {
 	return w
 }
 
-// generateShared answers a GenerateContent call that may share its answer:
-// one with an idempotency key (Idempotent), or any call under
-// WithDedup. A request without a digest is sent on its own.
-func (c *Client) generateShared(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	start := time.Now()
-	d, ok := requestDigest(model, contents, config)
-	if !ok {
-		return c.generate(ctx, model, contents, config)
-	}
-	if key := idempotencyKeyFrom(ctx); key != "" {
-		return c.generateIdempotent(ctx, start, key, d, model, contents, config)
-	}
-	return c.generateDeduplicated(ctx, start, d, model, contents, config)
-}
-
 // generateDeduplicated joins the call in flight for the same request, or
 // starts it; the call stops when no caller waits for it any more.
-func (c *Client) generateDeduplicated(ctx context.Context, start time.Time, d digest, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	key, w := c.flightKey(ctx, string(d[:])), newWaiter(ctx)
-	f, lead := c.join(ctx, &c.shared.inflight, key, d, w, true, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
-		return c.generate(ctx, model, contents, config)
+func (c *Client) generateDeduplicated(ctx context.Context, r *generateRequest) (*genai.GenerateContentResponse, error) {
+	key, w := c.flightKey(ctx, string(r.digest[:])), newWaiter(ctx)
+	rest := *r // the flight's own: r stays on the caller's stack
+	f, lead := c.join(ctx, &c.shared.inflight, key, r.digest, w, true, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
+		return c.unary(ctx, &rest, wrapBulkhead)
 	})
 	defer c.shared.inflight.leave(key, f, w)
-	return c.await(ctx, start, f, w, lead, func(rec *CallRecord) { rec.Deduplicated = true }, model, contents, config)
+	return c.await(ctx, f, w, lead, func(rec *CallRecord) { rec.Deduplicated = true }, r)
 }
 
 // await waits for f and returns its answer: a copy of its response of its
@@ -370,20 +356,20 @@ func (c *Client) generateDeduplicated(ctx context.Context, start time.Time, d di
 // bulkhead: flightKey), the bulkhead refuses it (ErrBulkheadFull); when its
 // context ends otherwise, it returns the context's error. Refused or
 // ended, its CallRecord holds only the wait.
-func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waiter, lead bool, mark func(*CallRecord), model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+func (c *Client) await(ctx context.Context, f *flight, w *waiter, lead bool, mark func(*CallRecord), r *generateRequest) (*genai.GenerateContentResponse, error) {
 	rec := callRecordFrom(ctx)
 	select {
 	case <-f.done:
 	case attempts := <-w.gone:
-		return c.giveUp(ctx, start, attempts, model, contents, config)
+		return c.giveUp(ctx, attempts, r)
 	case <-ctx.Done():
 		select {
 		case attempts := <-w.gone: // told before its context ended
-			return c.giveUp(ctx, start, attempts, model, contents, config)
+			return c.giveUp(ctx, attempts, r)
 		default:
 		}
 		if rec != nil {
-			*rec = CallRecord{Latency: time.Since(start), CostKnown: true}
+			*rec = CallRecord{Latency: time.Since(r.start), CostKnown: true}
 			if !lead {
 				mark(rec)
 			}
@@ -402,7 +388,7 @@ func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waite
 			*rec = f.rec
 			rec.Attempts = slices.Clone(f.rec.Attempts)
 		} else {
-			*rec = CallRecord{Model: f.rec.Model, Fallback: f.rec.Fallback, Latency: time.Since(start), CostKnown: true}
+			*rec = CallRecord{Model: f.rec.Model, Fallback: f.rec.Fallback, Latency: time.Since(r.start), CostKnown: true}
 			mark(rec)
 		}
 	}
@@ -417,9 +403,9 @@ func (c *Client) await(ctx context.Context, start time.Time, f *flight, w *waite
 // with the answer cache's answer (WithAnswerCache), the Fallback's, or a
 // *CascadeError holding the shared call's attempts so far. It is counted
 // in Stats as a call of its own.
-func (c *Client) giveUp(ctx context.Context, start time.Time, attempts []Attempt, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
-	call := c.newGenerateCall(ctx, model, contents, config)
-	call.start = start
+func (c *Client) giveUp(ctx context.Context, attempts []Attempt, r *generateRequest) (*genai.GenerateContentResponse, error) {
+	call := c.newGenerateCall(ctx, r.model, r.contents, r.config)
+	call.start = r.start
 	call.attempts = append(call.attempts, attempts...)
 	c.stats.calls.Add(1)
 	defer call.recordUnfinished()

@@ -103,7 +103,8 @@ func (c *Client) stored() *lru.Cache[string, storedAnswer] {
 // generateIdempotent answers a call with an idempotency key: from the
 // stored answer of the key, from its call in flight, or from a new call
 // whose answer is stored.
-func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key string, d digest, model string, contents []*genai.Content, config *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
+func (c *Client) generateIdempotent(ctx context.Context, key string, r *generateRequest) (*genai.GenerateContentResponse, error) {
+	start, d := r.start, r.digest
 	answers := c.stored()
 	if a, ok := answers.Get(key); ok {
 		switch {
@@ -120,6 +121,7 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 		}
 	}
 	fk, w := c.flightKey(ctx, key), newWaiter(ctx)
+	rest := *r // the flight's own: r stays on the caller's stack
 	f, lead := c.join(ctx, &c.shared.keyed, fk, d, w, false, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
 		if a, ok := c.loadAnswer(ctx, key); ok {
 			// Another replica's answer (WithSharedState): kept here too.
@@ -130,13 +132,8 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 			*callRecordFrom(ctx) = CallRecord{Model: a.model, Latency: time.Since(start), CostKnown: true, Replayed: true}
 			return a.resp, nil
 		}
-		var resp *genai.GenerateContentResponse
-		var err error
-		if c.cfg.dedup {
-			resp, err = c.generateDeduplicated(ctx, time.Now(), d, model, contents, config)
-		} else {
-			resp, err = c.generate(ctx, model, contents, config)
-		}
+		rest.start = time.Now()
+		resp, err := c.unary(ctx, &rest, wrapDedupe)
 		if err == nil && !IsFallback(resp) {
 			// Stored before the flight ends: a call after it finds the answer.
 			a := storedAnswer{digest: d, resp: resp, model: callRecordFrom(ctx).Model, expires: time.Now().Add(c.cfg.idempotencyTTL)}
@@ -149,7 +146,7 @@ func (c *Client) generateIdempotent(ctx context.Context, start time.Time, key st
 	if f.digest != d {
 		return nil, errKeyReused()
 	}
-	return c.await(ctx, start, f, w, lead, func(rec *CallRecord) { rec.Replayed = true }, model, contents, config)
+	return c.await(ctx, f, w, lead, func(rec *CallRecord) { rec.Replayed = true }, r)
 }
 
 // wireAnswer is a storedAnswer as an AnswerStore keeps it.

@@ -1,0 +1,89 @@
+package geminiguard
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/genai"
+)
+
+// A unary GenerateContent call passes through these wrappers, outermost
+// first; each answers the call itself or hands it to the next. The order is
+// the constants' order, and unary runs them in it:
+//
+//	idempotency → dedupe → bulkhead → chain (→ answer cache)
+//
+// The idempotency key comes first so that a replayed key is answered before
+// anything else is spent; dedupe before the bulkhead so that a call joining
+// another's flight takes no slot of its own; the bulkhead last so that only
+// calls that will send hold a slot. The answer cache sits at the chain's
+// end: it keeps each model's good answer and serves one when every model
+// failed (finish, in chain.go).
+type wrapper int
+
+const (
+	wrapIdempotency wrapper = iota // Idempotent: the key's stored answer, its call in flight, or a new call whose answer is stored (idempotency.go)
+	wrapDedupe                     // WithDedup: the same request's call in flight, or a new one that others join (dedup.go)
+	wrapBulkhead                   // InBulkhead, WithBulkhead: a slot of the call's bulkhead for the rest (bulkhead.go)
+	wrapChain                      // limiter → breaker → retry → cascade (chain.go); the answer cache keeps a good answer (cachefb.go)
+)
+
+// generateRequest is one GenerateContent call's request as the wrappers
+// hand it down. It is not shared between calls: a wrapper that runs the
+// rest of the call as a flight (which other calls join) gives the flight a
+// copy, so the caller's stays on its stack.
+type generateRequest struct {
+	model    string
+	contents []*genai.Content
+	config   *genai.GenerateContentConfig
+	// start is when a wrapper that shares answers began waiting; digest
+	// the request's fingerprint (requestDigest). Both are set only when the
+	// call may share its answer (WithDedup, Idempotent) and the request has
+	// a digest (shared): a request without one is sent on its own.
+	start  time.Time
+	digest digest
+	shared bool
+}
+
+// unary runs the call of r through the wrappers from the given one on.
+func (c *Client) unary(ctx context.Context, r *generateRequest, from wrapper) (*genai.GenerateContentResponse, error) {
+	for w := from; ; w++ {
+		switch w {
+		case wrapIdempotency:
+			if key := idempotencyKeyFrom(ctx); key != "" && r.shared {
+				return c.generateIdempotent(ctx, key, r)
+			}
+		case wrapDedupe:
+			if c.cfg.dedup && r.shared {
+				return c.generateDeduplicated(ctx, r)
+			}
+		case wrapBulkhead:
+			return c.generateInBulkhead(ctx, r)
+		default: // wrapChain
+			return c.generateByChain(ctx, r)
+		}
+	}
+}
+
+// generateInBulkhead holds a slot of the call's bulkhead while the chain
+// runs it.
+func (c *Client) generateInBulkhead(ctx context.Context, r *generateRequest) (resp *genai.GenerateContentResponse, err error) {
+	bh, err := c.enterBulkhead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer bh.leave(&err)
+	return c.unary(ctx, r, wrapChain)
+}
+
+// generateByChain sends the request through the chain and keeps a good
+// answer in the answer cache (WithAnswerCache).
+func (c *Client) generateByChain(ctx context.Context, r *generateRequest) (*genai.GenerateContentResponse, error) {
+	call := c.newGenerateCall(ctx, r.model, r.contents, r.config)
+	call.complete, call.learns = completeAnswer, true
+	resp, err := call.observed(ctx)
+	if err == nil && c.cfg.answers != nil {
+		c.cacheAnswer(ctx, r.model, r.contents, r.config, resp)
+	}
+	return resp, err
+}
