@@ -176,8 +176,7 @@ func TestBudgetBadValuesAreNewErrors(t *testing.T) {
 		{"steer NaN", geminiguard.Budget{PerDay: 1, SteerAt: math.NaN()}, "SteerAt NaN is outside [0, 1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key),
-				geminiguard.WithStartupCheck(false), geminiguard.WithBudget(tc.b))
+			_, err := newOffline(t, geminiguard.WithBudget(tc.b))
 			require.Error(t, err)
 			assert.ErrorContains(t, err, tc.want)
 			assert.False(t, errors.Is(err, geminiguard.ErrBudgetExhausted))

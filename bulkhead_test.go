@@ -201,8 +201,7 @@ func TestBulkheadNames(t *testing.T) {
 }
 
 func TestWithBulkheadValidation(t *testing.T) {
-	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithStartupCheck(false),
-		geminiguard.WithBulkhead("", geminiguard.Bulkhead{MaxConcurrent: 1}),
+	_, err := newOffline(t, geminiguard.WithBulkhead("", geminiguard.Bulkhead{MaxConcurrent: 1}),
 		geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxQueue: -1, QueueTimeout: -time.Second, Limit: geminiguard.BulkheadLimit(7)}))
 	require.Error(t, err)
 	for _, want := range []string{

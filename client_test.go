@@ -15,10 +15,7 @@ import (
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	_, err := geminiguard.New(t.Context(),
-		geminiguard.WithAPIKey(geminitest.Key),
-		geminiguard.WithStartupCheck(false),
-		geminiguard.WithCascade(),
+	_, err := newOffline(t, geminiguard.WithCascade(),
 		geminiguard.WithHeadroom(1.5),
 		geminiguard.WithTimeouts(time.Minute, 30*time.Second),
 		geminiguard.WithLimits(flash, geminiguard.Limits{RPM: -1}),

@@ -246,8 +246,7 @@ func TestBlockedPromptIsCounted(t *testing.T) {
 // saying what to fix.
 func TestWithPricesRejectsBadPrices(t *testing.T) {
 	at := time.Date(2027, time.January, 1, 8, 0, 0, 0, time.UTC)
-	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
-		geminiguard.WithPrices(""),
+	_, err := newOffline(t, geminiguard.WithPrices(""),
 		geminiguard.WithPrices(flash, geminiguard.Price{Input: -1}),
 		geminiguard.WithPrices(pro, geminiguard.Price{Output: 3_000_000_000 * geminiguard.Dollar}), // $3e9 per 1M: units slipped
 		geminiguard.WithPrices(lite, geminiguard.Price{EffectiveFrom: at}, geminiguard.Price{EffectiveFrom: at.In(time.Local)}),

@@ -319,8 +319,7 @@ func TestIdempotencyWithDedup(t *testing.T) {
 }
 
 func TestIdempotencyTTLMustBePositive(t *testing.T) {
-	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithStartupCheck(false),
-		geminiguard.WithIdempotencyTTL(0))
+	_, err := newOffline(t, geminiguard.WithIdempotencyTTL(0))
 	require.ErrorContains(t, err, "geminiguard: WithIdempotencyTTL(0s): must be positive")
 }
 

@@ -126,8 +126,7 @@ func TestImagesPerMinute(t *testing.T) {
 		assert.Contains(t, err.Error(), "the request's 5 images exceed the effective IPM (4)")
 		assert.Equal(t, 3, srv.Hits(imagen, geminitest.VerbImages), "refused before sending")
 
-		_, err = geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
-			geminiguard.WithKnownModels(imagen), geminiguard.WithLimits(imagen, geminiguard.Limits{IPM: -1}))
+		_, err = newOffline(t, geminiguard.WithKnownModels(imagen), geminiguard.WithLimits(imagen, geminiguard.Limits{IPM: -1}))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), `WithLimits("`+imagen+`"): IPM (-1) is negative`)
 	})

@@ -110,8 +110,7 @@ func TestBackendEntryServesGenerationOnly(t *testing.T) {
 		assert.Contains(t, err.Error(), `EmbedContent on "local/gemma3" is not served`)
 		assert.Equal(t, 1, local.Hits())
 	})
-	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
-		geminiguard.WithTimeouts(10*time.Second, time.Minute), geminiguard.WithModelTimeout(localEntry, time.Minute),
+	_, err := newOffline(t, geminiguard.WithTimeouts(10*time.Second, time.Minute), geminiguard.WithModelTimeout(localEntry, time.Minute),
 		geminiguard.WithBackend(localEntry, "", nil))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `geminiguard: WithModelTimeout("local/gemma3", 1m0s): the attempt timeout must be positive and shorter than the call timeout (1m0s)`)

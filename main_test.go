@@ -93,6 +93,13 @@ func newClient(t *testing.T, srv *geminitest.Server, logs *logBuffer, opts ...ge
 	return c
 }
 
+// newOffline calls New with a key and no startup check, so nothing is sent:
+// what a test of New's refusals needs. The caller closes a Client it got.
+func newOffline(t *testing.T, opts ...geminiguard.Option) (*geminiguard.Client, error) {
+	t.Helper()
+	return geminiguard.New(t.Context(), append([]geminiguard.Option{geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false)}, opts...)...)
+}
+
 // ask sends one prompt and returns the answer, the call record and the error.
 func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.GenerateContentResponse, geminiguard.CallRecord, error) {
 	var rec geminiguard.CallRecord

@@ -160,7 +160,7 @@ func TestMalformedTableFilesAreRefused(t *testing.T) {
 			if tc.shutdowns {
 				opt = geminiguard.WithShutdownsFile(path)
 			}
-			_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false), opt)
+			_, err := newOffline(t, opt)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), path)
 			for _, want := range tc.want {
@@ -169,8 +169,7 @@ func TestMalformedTableFilesAreRefused(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), "geminiguard: "), err.Error())
 		})
 	}
-	_, err := geminiguard.New(t.Context(), geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithStartupCheck(false),
-		geminiguard.WithPricesFile(filepath.Join(t.TempDir(), "absent.json")))
+	_, err := newOffline(t, geminiguard.WithPricesFile(filepath.Join(t.TempDir(), "absent.json")))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	assert.Contains(t, err.Error(), "absent.json")
 }
