@@ -198,6 +198,15 @@ const (
 // token grant followed it, else as far as the later ones allow.
 // Times are arguments; the limiter reads no clock and starts no goroutine.
 // A limiter is safe for concurrent use. Use newLimiter.
+//
+// The windows are internal/window's, not golang.org/x/time/rate's, though
+// rate.Limiter takes times too (ReserveN(t, n), Reservation.CancelAt(t)):
+// the RPM window is no token bucket (above), and for TPM and IPM its
+// CancelAt restores only the tokens no later reservation used and forgets
+// the rest, where a grant given back here comes back in full once the
+// grants after it are given back too. On internal/window's
+// TestBucketGiveBackBehindLater script, rate.Limiter v0.16.0 keeps the next
+// full-bucket request waiting 30 s where window.Bucket admits it at once.
 type limiter struct {
 	headroom float64
 	active   atomic.Bool // something limits or blocks: reserve must take the lock
