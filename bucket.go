@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard/internal/pacific"
+	"github.com/geminiguard/geminiguard/internal/window"
 )
 
 // Limits is a model's quota as the Google project has it: AI Studio shows the
@@ -198,6 +198,15 @@ const (
 // token grant followed it, else as far as the later ones allow.
 // Times are arguments; the limiter reads no clock and starts no goroutine.
 // A limiter is safe for concurrent use. Use newLimiter.
+//
+// The windows are internal/window's, not golang.org/x/time/rate's, though
+// rate.Limiter takes times too (ReserveN(t, n), Reservation.CancelAt(t)):
+// the RPM window is no token bucket (above), and for TPM and IPM its
+// CancelAt restores only the tokens no later reservation used and forgets
+// the rest, where a grant given back here comes back in full once the
+// grants after it are given back too. On internal/window's
+// TestBucketGiveBackBehindLater script, rate.Limiter v0.16.0 keeps the next
+// full-bucket request waiting 30 s where window.Bucket admits it at once.
 type limiter struct {
 	headroom float64
 	active   atomic.Bool // something limits or blocks: reserve must take the lock
@@ -209,12 +218,12 @@ type limiter struct {
 	clock    time.Time          // send time of the latest grant; later ones are not sent before it
 	clockDim quotaDim           // the dimension that held the latest grant back
 	seq      uint64             // grants made and not given back as the latest
-	given    []order            // grants given back behind later ones, by seq; at most maxGiven
+	given    []order            // grants given back behind later ones, by seq; at most window.MaxGiven
 	limit    [numDims]int       // configured or learned limits; 0 when none
 	eff      [numDims]int       // effective limits: headroom × limit, at least 1
 	blocked  [numDims]time.Time // no grants before these (server 429s)
-	rpm      *window            // nil while RPM is not limited
-	tpm      tokenBucket        // perMinute 0 while TPM is not limited
+	rpm      *window.Sliding    // nil while RPM is not limited
+	tpm      window.Bucket      // PerMinute 0 while TPM is not limited
 	dayEnd   time.Time          // end (next Pacific midnight) of the day rpdCount counts
 	rpdCount int                // requests granted in the day ending at dayEnd
 	used     int64              // input tokens granted, corrected by reconcile
@@ -273,10 +282,10 @@ func (l *limiter) setLimit(d quotaDim, limit int) {
 	switch d {
 	case dimRPM:
 		if l.rpm == nil {
-			l.rpm = new(window)
+			l.rpm = new(window.Sliding)
 		}
 	case dimTPM:
-		l.tpm.resize(eff, l.now)
+		l.tpm.Resize(eff, l.now)
 		l.tokensOn.Store(true)
 	}
 	l.active.Store(true)
@@ -286,11 +295,11 @@ func (l *limiter) setLimit(d quotaDim, limit int) {
 // with nothing to enforce) gives nothing back.
 type grant struct {
 	l      *limiter
-	at     time.Time // send time
-	dim    quotaDim  // the dimension that held it back, when it waits
-	rpm    bool      // booked in the RPM window at at
-	tpm    take      // its tokens; zero when TPM was not limited
-	tokens int       // input tokens counted against TPM
+	at     time.Time   // send time
+	dim    quotaDim    // the dimension that held it back, when it waits
+	rpm    bool        // booked in the RPM window at at
+	tpm    window.Take // its tokens; zero when TPM was not limited
+	tokens int         // input tokens counted against TPM
 	order
 }
 
@@ -305,11 +314,6 @@ type order struct {
 	prevCount int
 	counted   bool // still counted in its day's rpdCount
 }
-
-// maxGiven bounds the grants given back behind later ones that a limiter
-// remembers (limiter.given): beyond it the oldest are forgotten, and the
-// limiter's order then stops going back at them.
-const maxGiven = 32
 
 // cancel gives back what the grant took: call it, at most once, when the
 // request was not sent after all (the context ended during the wait, the
@@ -328,10 +332,10 @@ func (g grant) cancel() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if g.rpm && l.rpm != nil {
-		l.rpm.remove(g.at)
+		l.rpm.Remove(g.at)
 	}
-	if g.tpm.cost > 0 {
-		l.tpm.giveBack(g.tpm)
+	if !g.tpm.IsZero() {
+		l.tpm.GiveBack(g.tpm)
 		l.count(-int64(g.tokens))
 	}
 	g.counted = !g.dayEnd.IsZero()
@@ -356,7 +360,7 @@ func (l *limiter) unwind(o order) {
 	if o.seq != l.seq {
 		i, _ := slices.BinarySearchFunc(l.given, o.seq, func(x order, seq uint64) int { return cmp.Compare(x.seq, seq) })
 		l.given = slices.Insert(l.given, i, o)
-		if len(l.given) > maxGiven {
+		if len(l.given) > window.MaxGiven {
 			l.given = slices.Delete(l.given, 0, 1)
 		}
 		return
@@ -411,7 +415,7 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 
 	// Earliest time every dimension admits the request, granted in order:
 	// never before the previous grant, nor before a request seen already.
-	l.now = later(l.now, now)
+	l.now = window.Later(l.now, now)
 	t := l.now
 	dim := l.clockDim
 	if !t.After(l.clock) {
@@ -424,18 +428,18 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 		}
 	}
 	if l.rpm != nil {
-		if e := l.rpm.earliest(t, l.eff[dimRPM]); e.After(at) {
+		if e := l.rpm.Earliest(t, l.eff[dimRPM]); e.After(at) {
 			at, dim = e, dimRPM
 		}
 	}
-	if l.tpm.perMinute == 0 || tokens < 0 {
+	if l.tpm.PerMinute() == 0 || tokens < 0 {
 		tokens = 0
 	}
 	if tokens > 0 {
 		if tokens > l.eff[dimTPM] {
 			return grant{}, 0, &RateLimitError{Dimension: l.dimName(dimTPM), Tokens: tokens, Limit: l.eff[dimTPM]}
 		}
-		if e := l.tpm.earliest(t, tokens); e.After(at) {
+		if e := l.tpm.Earliest(t, tokens); e.After(at) {
 			at, dim = e, dimTPM
 		}
 	}
@@ -468,11 +472,11 @@ func (l *limiter) reserve(now time.Time, tokens int, deadline time.Time) (grant,
 	l.seq++
 	g.seq = l.seq
 	if l.rpm != nil {
-		l.rpm.add(at, l.now)
+		l.rpm.Add(at, l.now)
 		g.rpm = true
 	}
 	if tokens > 0 {
-		g.tpm = l.tpm.take(at, tokens, false)
+		g.tpm = l.tpm.Take(at, tokens, false)
 		g.tokens = tokens
 		l.count(int64(tokens))
 	}
@@ -512,7 +516,7 @@ func (l *limiter) reconcile(now time.Time, estimated, actual int) {
 	defer l.mu.Unlock()
 	l.count(int64(actual) - int64(estimated))
 	if extra := min(actual-estimated, l.eff[dimTPM]); extra > 0 {
-		l.tpm.take(now, extra, true)
+		l.tpm.Take(now, extra, true)
 	}
 }
 
@@ -531,7 +535,7 @@ func (l *limiter) drain(now time.Time, d quotaDim, until time.Time) {
 		l.blocked[d] = until
 	}
 	if d == dimTPM {
-		l.tpm.empty(later(now, until))
+		l.tpm.Empty(window.Later(now, until))
 	}
 }
 
@@ -685,289 +689,4 @@ func valueBytes(v any, depth int) int {
 		return n
 	}
 	return bytesPerToken
-}
-
-// earlier returns the earlier of a and b.
-func earlier(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// windowSlots is the seconds of send time a window keeps in slots: any
-// second with a send less than a minute old.
-const windowSlots = 61
-
-// window counts the sends of the latest minute, per second of send time:
-// a fixed 61 slots, whatever the limit, and one more for the sends of
-// seconds whose slot a later send took while they could still count (a send
-// booked more than 61 s ahead, then given back). A second's sends count until
-// its first send is a minute old, all but one until its last one is: never
-// fewer than the sends of the latest minute, and exactly those when each
-// second's sends were made at one instant (a burst) or one at a time. Sends
-// are added in non-decreasing order, except after a give-back (the limiter
-// grants in order). It is not safe for concurrent use: the limiter's mu
-// guards it. The zero value is empty.
-type window struct {
-	slots [windowSlots]slot
-	spill slot // sends of seconds whose slot was taken, merged; sec unused
-	n     int  // sends in slots and spill, counting or not
-}
-
-// slot is one second of a window.
-type slot struct {
-	sec         int64     // the Unix second of its sends, [sec, sec+1)
-	n           int       // sends; 0: the slot is free
-	first, last time.Time // the earliest and the latest send
-}
-
-// at returns the slot of Unix second sec, which may hold another second.
-func (w *window) at(sec int64) *slot {
-	return &w.slots[(sec%windowSlots+windowSlots)%windowSlots]
-}
-
-// counted returns how many of s's sends count at t: all of them until the
-// first is a minute old, all but one until the last is.
-func (s *slot) counted(t time.Time) int {
-	switch {
-	case s.n == 0 || !t.Before(s.last.Add(time.Minute)):
-		return 0
-	case !t.Before(s.first.Add(time.Minute)):
-		return s.n - 1
-	}
-	return s.n
-}
-
-// release is a time at which sends stop counting.
-type release struct {
-	at time.Time
-	n  int
-}
-
-// earliest returns the first time at or after t (not before any send) when
-// fewer than limit sends count.
-func (w *window) earliest(t time.Time, limit int) time.Time {
-	if w.n < limit {
-		return t
-	}
-	sec := t.Unix()
-	n := w.spill.counted(t)
-	for j := sec - windowSlots + 1; j <= sec; j++ {
-		if s := w.at(j); s.sec == j {
-			n += s.counted(t)
-		}
-	}
-	if n < limit {
-		return t
-	}
-	var buf [2 * (windowSlots + 1)]release
-	rs := buf[:0]
-	releases := func(s *slot) {
-		c := s.counted(t)
-		if c == s.n && c > 0 {
-			rs = append(rs, release{s.first.Add(time.Minute), 1})
-			c--
-		}
-		if c > 0 {
-			rs = append(rs, release{s.last.Add(time.Minute), c})
-		}
-	}
-	releases(&w.spill)
-	for j := sec - windowSlots + 1; j <= sec; j++ {
-		if s := w.at(j); s.sec == j {
-			releases(s)
-		}
-	}
-	slices.SortFunc(rs, func(a, b release) int { return a.at.Compare(b.at) })
-	need := n - limit + 1
-	for _, r := range rs {
-		if need -= r.n; need <= 0 {
-			return r.at
-		}
-	}
-	return t // not reached: every counted send is released
-}
-
-// add records a send at t (not before now). A slot of another second whose
-// sends still count at now is merged into the spill slot first.
-func (w *window) add(t, now time.Time) {
-	sec := t.Unix()
-	s := w.at(sec)
-	w.n++
-	if s.sec != sec && s.counted(now) > 0 {
-		if w.spill.counted(now) == 0 {
-			w.n -= w.spill.n
-			w.spill = *s
-		} else {
-			w.spill.n += s.n
-			w.spill.first = earlier(w.spill.first, s.first)
-			w.spill.last = later(w.spill.last, s.last)
-		}
-		*s = slot{}
-	}
-	if s.sec != sec || s.n == 0 {
-		w.n -= s.n
-		*s = slot{sec: sec, n: 1, first: t, last: t}
-		return
-	}
-	s.n++
-	s.first = earlier(s.first, t)
-	s.last = later(s.last, t)
-}
-
-// remove forgets a send at t: a request booked and then not sent. When it
-// was its second's first send, the second's first becomes its last, as the
-// next-earliest is not kept (the sends then count a little longer). A send
-// merged into the spill slot stays counted.
-func (w *window) remove(t time.Time) {
-	sec := t.Unix()
-	s := w.at(sec)
-	if s.sec != sec || s.n == 0 {
-		return
-	}
-	s.n--
-	w.n--
-	switch {
-	case s.n == 0:
-		*s = slot{}
-	case t.Equal(s.first):
-		s.first = s.last
-	}
-}
-
-// tokenBucket is a token bucket that holds perMinute tokens and refills
-// perMinute tokens a minute, kept as the time it is full again (the generic
-// cell rate algorithm's "theoretical arrival time"), so that a take can be
-// given back. Times may be any: a take at a time before full spends tokens
-// the bucket will have by then. It is not safe for concurrent use: the
-// limiter's mu guards it. The zero value is not limited: use resize.
-type tokenBucket struct {
-	perMinute int           // size and refill a minute; 0: not limited
-	full      time.Time     // when the bucket is full again; any time before: full
-	floor     time.Time     // full is never given back to before it (empty: drained)
-	seq       uint64        // takes made and not given back as the latest
-	sum       time.Duration // the cost of those takes
-	last      time.Time     // the latest time a take was made at
-	given     []partial     // takes given back in part behind later ones, by seq; at most maxGiven
-}
-
-// take is one take from a tokenBucket, to give back.
-type take struct {
-	seq  uint64        // tokenBucket.seq after it
-	cost time.Duration // its tokens' refill time; 0: nothing taken
-	sum  time.Duration // tokenBucket.sum after it
-}
-
-// partial is a take given back in part: rest is still to give back once
-// every take after it is given back.
-type partial struct {
-	seq        uint64
-	cost, rest time.Duration
-}
-
-// cost returns the time the bucket takes to refill n tokens (0 ≤ n ≤
-// perMinute), rounded up to the nanosecond.
-func (b *tokenBucket) cost(n int) time.Duration {
-	hi, lo := bits.Mul64(uint64(n), uint64(time.Minute))
-	q, r := bits.Div64(hi, lo, uint64(b.perMinute))
-	if r > 0 {
-		q++
-	}
-	return time.Duration(q)
-}
-
-// resize makes the bucket hold and refill perMinute (> 0) tokens a minute,
-// keeping the tokens it owes at t (when t is not zero). Takes made before
-// keep their cost at the old rate, so a give-back after a lower rate returns
-// fewer tokens than they took.
-func (b *tokenBucket) resize(perMinute int, t time.Time) {
-	if b.perMinute > 0 && !t.IsZero() && b.full.After(t) {
-		owed := float64(b.full.Sub(t)) * float64(b.perMinute) / float64(perMinute)
-		b.full = t.Add(time.Duration(min(owed, float64(maxOwed))))
-	}
-	b.perMinute = perMinute
-}
-
-// maxOwed bounds a bucket's debt after a resize: far beyond any wait a call
-// can make, far below time.Duration's range.
-const maxOwed = 1000 * time.Hour
-
-// earliest returns the first time at or after t when the bucket holds n
-// tokens (0 < n ≤ perMinute).
-func (b *tokenBucket) earliest(t time.Time, n int) time.Time {
-	if e := b.full.Add(b.cost(n) - time.Minute); e.After(t) {
-		return e
-	}
-	return t
-}
-
-// take takes n tokens (0 < n ≤ perMinute) at t, whether the bucket holds
-// them or not (a debt the next takes wait for). A take that will not be
-// given back (a reconcile's debt) is final: the takes before it are then
-// never given back beyond what they were.
-func (b *tokenBucket) take(t time.Time, n int, final bool) take {
-	c := b.cost(n)
-	if t.After(b.full) || final {
-		// The bucket is full at t (no earlier take bears on it any more),
-		// or the takes before can no longer become the latest.
-		b.given = b.given[:0]
-		b.full = later(b.full, t)
-	}
-	b.full = b.full.Add(c)
-	b.last = later(b.last, t)
-	b.seq++
-	b.sum += c
-	return take{seq: b.seq, cost: c, sum: b.sum}
-}
-
-// giveBack returns tk's tokens. The latest take comes back whole (the bucket
-// is then full again no later than before it), and with it the rest of the
-// takes given back before it. An earlier one comes back as far as the takes
-// after it allow: each of those still needs its cost after its own time,
-// which is at or before b.last; the rest waits in b.given.
-func (b *tokenBucket) giveBack(tk take) {
-	if tk.seq != b.seq {
-		full := later(later(b.full.Add(-tk.cost), b.last.Add(b.sum-tk.sum)), b.floor)
-		if full.After(b.full) {
-			full = b.full
-		}
-		p := partial{seq: tk.seq, cost: tk.cost, rest: tk.cost - b.full.Sub(full)}
-		b.full = full
-		i, _ := slices.BinarySearchFunc(b.given, p.seq, func(x partial, seq uint64) int { return cmp.Compare(x.seq, seq) })
-		b.given = slices.Insert(b.given, i, p)
-		if len(b.given) > maxGiven {
-			b.given = slices.Delete(b.given, 0, 1)
-		}
-		return
-	}
-	full := b.full.Add(-tk.cost)
-	b.seq, b.sum = b.seq-1, b.sum-tk.cost
-	for n := len(b.given); n > 0 && b.given[n-1].seq == b.seq; n-- {
-		p := b.given[n-1]
-		full = full.Add(-p.rest)
-		b.seq, b.sum = b.seq-1, b.sum-p.cost
-		b.given = b.given[:n-1]
-	}
-	b.full = later(full, b.floor)
-}
-
-// empty makes the bucket empty at t: it holds no token before t and refills
-// from t on.
-func (b *tokenBucket) empty(t time.Time) {
-	if b.perMinute == 0 {
-		return
-	}
-	b.floor = t.Add(time.Minute)
-	if b.floor.After(b.full) {
-		b.full = b.floor
-	}
 }

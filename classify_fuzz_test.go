@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/fault"
 )
 
 // TestClassifyTextPrecision: texts that mention quotas, codes or delays in
@@ -52,9 +54,9 @@ func FuzzClassifyText(f *testing.F) {
 			require.True(t, got.Class > ClassNone && got.Class < numClasses, "class %v", got.Class)
 			require.True(t, got.Scope >= ScopeRequest && got.Scope <= ScopeProject, "scope %v", got.Scope)
 			require.GreaterOrEqual(t, got.RetryAfter, time.Duration(0))
-			require.LessOrEqual(t, got.RetryAfter, maxStatedDelay)
+			require.LessOrEqual(t, got.RetryAfter, fault.MaxStatedDelay)
 		}
-		if _, ok := embeddedFault(body); !ok || strings.ContainsAny(prefix+suffix, "{[") {
+		if _, ok := fault.Embedded(body); !ok || strings.ContainsAny(prefix+suffix, "{[") {
 			return
 		}
 		bare, around := classify(errors.New(body)), classify(errors.New(text))

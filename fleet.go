@@ -19,6 +19,7 @@ import (
 
 	"github.com/geminiguard/geminiguard/fleet"
 	"github.com/geminiguard/geminiguard/internal/pacific"
+	"github.com/geminiguard/geminiguard/internal/window"
 )
 
 // Fleet mode (WithSharedState). The gate consults the fleet after the
@@ -539,7 +540,7 @@ func (l *modelLease) failure() {
 func (l *modelLease) answer(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.answered = later(l.answered, now)
+	l.answered = window.Later(l.answered, now)
 	l.failed = 0
 	return l.fleetFailures > 0
 }
@@ -570,7 +571,7 @@ func (l *modelLease) reported(ok bool, r fleet.LeaseRequest, fl fleet.Lease) {
 		l.debt += r.Debt
 		l.unleased += r.Alone
 		l.failed += r.Failures
-		l.answered = later(l.answered, r.Answered)
+		l.answered = window.Later(l.answered, r.Answered)
 		if r.Unused > 0 && (l.unused == 0 || l.unusedDay.Equal(r.DayEnd)) {
 			l.unused, l.unusedTokens, l.unusedDay = l.unused+r.Unused, l.unusedTokens+r.UnusedTokens, r.DayEnd
 		}
