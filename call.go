@@ -23,6 +23,7 @@ type call[R any] struct {
 	first    string
 	endpoint endpoint
 	only     bool // the first model alone, no cascade (embeddings: other models' vectors do not mix; continuation hops)
+	read     bool // a read of the model itself (GetModel): a 404 of a model outside the cascade is the answer, as for a named one
 	contents []*genai.Content
 	send     func(ctx context.Context, call *call[R], m *modelState) (R, error)         // one upstream request
 	usage    func(R) int32                                                              // input tokens the response reports; nil: none

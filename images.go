@@ -202,23 +202,29 @@ func imageCount(n int32) int {
 // mediaCall sends one request of an image or video method (named method in
 // errors) to model's generation endpoint through the call's bulkhead and
 // the chain, without cascade or Fallback, reserving images from the
-// model's IPM limiter. vertexOnly refuses, before anything is sent, a model
-// called on the Gemini API, where the SDK has no such method.
+// model's IPM limiter. It refuses, before anything is sent, a Backend
+// entry (which has no SDK client) and, when vertexOnly, a model called on
+// the Gemini API, where the SDK has no such method.
 func mediaCall[R any](ctx context.Context, c *Client, method, model string, images int, vertexOnly bool, send func(ctx context.Context, m *modelState) (R, error)) (R, error) {
 	return mediaCallOn(ctx, c, endpointGenerate, method, model, images, vertexOnly, send)
 }
 
 // mediaCallOn is mediaCall through endpoint e's breaker (a metered one
-// through the limiter).
+// through the limiter); through endpointCount's, a read.
 func mediaCallOn[R any](ctx context.Context, c *Client, e endpoint, method, model string, images int, vertexOnly bool, send func(ctx context.Context, m *modelState) (R, error)) (resp R, err error) {
 	if err := c.usable(ctx); err != nil {
 		return resp, err
 	}
 	if model == "" {
-		return resp, &requestError{where: method + "' model", what: "is empty", fix: "give the model's name"}
+		return resp, &requestError{where: possessive(method) + " model", what: "is empty", fix: "give the model's name"}
 	}
-	if vertexOnly && !c.vertex(c.model(strings.TrimPrefix(model, "models/"))) {
-		return resp, &requestError{where: fmt.Sprintf("%s' model %q", method, model), what: "is called on the Gemini API, where the SDK sends no " + method + " (Vertex AI only)",
+	m := c.model(strings.TrimPrefix(model, "models/"))
+	if m.via != nil && m.via.local {
+		return resp, &requestError{where: fmt.Sprintf("%s model %q", possessive(method), model), what: "is a Backend (WithBackend), which generates only",
+			fix: "call a Gemini model for it"}
+	}
+	if vertexOnly && !c.vertex(m) {
+		return resp, &requestError{where: fmt.Sprintf("%s model %q", possessive(method), model), what: "is called on the Gemini API, where the SDK sends no " + method + " (Vertex AI only)",
 			fix: "call the model through a Vertex AI SDK client (WithGenAIClient, WithModelBackend)"}
 	}
 	bh, err := c.enterBulkhead(ctx)
@@ -228,8 +234,19 @@ func mediaCallOn[R any](ctx context.Context, c *Client, e endpoint, method, mode
 	defer bh.leave(&err)
 	mc := newCall[R](ctx, c, e, model, nil)
 	mc.only, mc.images = true, images
+	// Through countTokens' breaker go the reads (GetModel, WaitVideos'
+	// polls): a 404 answers them, and cools no model outside the cascade.
+	mc.read = e == endpointCount
 	mc.send = func(ctx context.Context, _ *call[R], m *modelState) (R, error) { return send(ctx, m) }
 	return mc.run(ctx)
+}
+
+// possessive writes name's: "GetModel's", "GenerateImages'".
+func possessive(name string) string {
+	if strings.HasSuffix(name, "s") {
+		return name + "'"
+	}
+	return name + "'s"
 }
 
 // mediaFor returns the SDK Models m's image and video requests go through:
