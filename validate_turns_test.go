@@ -12,7 +12,9 @@ import (
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
-func userTurn(parts ...*genai.Part) *genai.Content { return genai.NewContentFromParts(parts, genai.RoleUser) }
+func userTurn(parts ...*genai.Part) *genai.Content {
+	return genai.NewContentFromParts(parts, genai.RoleUser)
+}
 
 func modelTurn(parts ...*genai.Part) *genai.Content {
 	return genai.NewContentFromParts(parts, genai.RoleModel)
