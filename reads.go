@@ -32,7 +32,7 @@ func (c *Client) GetModel(ctx context.Context, model string, config *genai.GetMo
 		cfg = *config
 	}
 	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.made() && c.sdkRetries)
-	return mediaCallOn(ctx, c, endpointCount, "GetModel", model, 0, false, func(ctx context.Context, m *modelState) (*genai.Model, error) {
+	return mediaCallOn(ctx, c, endpointCount, opNone, "GetModel", model, 0, false, func(ctx context.Context, m *modelState) (*genai.Model, error) {
 		return c.mediaFor(m).Get(ctx, m.wire, &cfg)
 	})
 }
