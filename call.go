@@ -22,7 +22,9 @@ type call[R any] struct {
 	c        *Client
 	first    string
 	endpoint endpoint
-	only     bool // the first model alone, no cascade (embeddings: other models' vectors do not mix; continuation hops)
+	op       operation // what its telemetry names it (otel.go); by default the endpoint's
+	only     bool      // the first model alone, no cascade (embeddings: other models' vectors do not mix; continuation hops)
+	read     bool      // a read of the model itself (GetModel): a 404 of a model outside the cascade is the answer, as for a named one
 	contents []*genai.Content
 	send     func(ctx context.Context, call *call[R], m *modelState) (R, error)         // one upstream request
 	usage    func(R) int32                                                              // input tokens the response reports; nil: none
@@ -80,7 +82,7 @@ func (call *call[R]) init(ctx context.Context, c *Client, e endpoint, model stri
 	call.c = c
 	call.first = strings.TrimPrefix(model, "models/")
 	call.contents = contents
-	call.endpoint = e
+	call.endpoint, call.op = e, operationOf(e)
 	call.deadline = deadline
 	call.tokens = -1
 	call.start, call.now = now, now

@@ -389,10 +389,11 @@ func (call *call[R]) nextStep(m *modelState, v Verdict, n int) step {
 // does not exist (a 404) while m is the model the call named outside the
 // cascade: the call asked for it by name (a misspelt name, most likely), so
 // the 404 ends the call, the cascade does not answer in its place, and m is
-// not cooled down (the next call naming it asks the API again). Calls of one
-// model (only) return its failures anyway.
+// not cooled down (the next call naming it asks the API again). Other calls
+// of one model (only) return its failures anyway; a read (GetModel) is
+// treated as a named call.
 func (call *call[R]) namedMissing(m *modelState, v Verdict) bool {
-	return v.Class == ClassNotFound && !call.only && m.name == call.first && !slices.Contains(call.c.cascade, m.name)
+	return v.Class == ClassNotFound && (!call.only || call.read) && m.name == call.first && !slices.Contains(call.c.cascade, m.name)
 }
 
 // backoff reports the retry of sl's model after its failure err and waits d

@@ -48,7 +48,7 @@ func (c *Client) GenerateImages(ctx context.Context, model, prompt string, confi
 		cfg = *config
 	}
 	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.made() && c.sdkRetries)
-	return mediaCall(ctx, c, "GenerateImages", model, imageCount(cfg.NumberOfImages), true, func(ctx context.Context, m *modelState) (*genai.GenerateImagesResponse, error) {
+	return mediaCall(ctx, c, opGenerateImages, "GenerateImages", model, imageCount(cfg.NumberOfImages), true, func(ctx context.Context, m *modelState) (*genai.GenerateImagesResponse, error) {
 		return c.mediaFor(m).GenerateImages(ctx, m.wire, prompt, &cfg)
 	})
 }
@@ -64,7 +64,7 @@ func (c *Client) EditImage(ctx context.Context, model, prompt string, referenceI
 		cfg = *config
 	}
 	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.made() && c.sdkRetries)
-	return mediaCall(ctx, c, "EditImage", model, imageCount(cfg.NumberOfImages), true, func(ctx context.Context, m *modelState) (*genai.EditImageResponse, error) {
+	return mediaCall(ctx, c, opEditImage, "EditImage", model, imageCount(cfg.NumberOfImages), true, func(ctx context.Context, m *modelState) (*genai.EditImageResponse, error) {
 		return c.mediaFor(m).EditImage(ctx, m.wire, prompt, referenceImages, &cfg)
 	})
 }
@@ -80,7 +80,7 @@ func (c *Client) UpscaleImage(ctx context.Context, model string, image *genai.Im
 		cfg = *config
 	}
 	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.made() && c.sdkRetries)
-	return mediaCall(ctx, c, "UpscaleImage", model, 1, true, func(ctx context.Context, m *modelState) (*genai.UpscaleImageResponse, error) {
+	return mediaCall(ctx, c, opUpscaleImage, "UpscaleImage", model, 1, true, func(ctx context.Context, m *modelState) (*genai.UpscaleImageResponse, error) {
 		return c.mediaFor(m).UpscaleImage(ctx, m.wire, image, upscaleFactor, &cfg)
 	})
 }
@@ -101,7 +101,7 @@ func (c *Client) RecontextImage(ctx context.Context, model string, source *genai
 	if cfg.NumberOfImages != nil {
 		n = *cfg.NumberOfImages
 	}
-	return mediaCall(ctx, c, "RecontextImage", model, imageCount(n), true, func(ctx context.Context, m *modelState) (*genai.RecontextImageResponse, error) {
+	return mediaCall(ctx, c, opRecontextImage, "RecontextImage", model, imageCount(n), true, func(ctx context.Context, m *modelState) (*genai.RecontextImageResponse, error) {
 		return c.mediaFor(m).RecontextImage(ctx, m.wire, source, &cfg)
 	})
 }
@@ -117,7 +117,7 @@ func (c *Client) SegmentImage(ctx context.Context, model string, source *genai.S
 		cfg = *config
 	}
 	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.made() && c.sdkRetries)
-	return mediaCall(ctx, c, "SegmentImage", model, 1, true, func(ctx context.Context, m *modelState) (*genai.SegmentImageResponse, error) {
+	return mediaCall(ctx, c, opSegmentImage, "SegmentImage", model, 1, true, func(ctx context.Context, m *modelState) (*genai.SegmentImageResponse, error) {
 		return c.mediaFor(m).SegmentImage(ctx, m.wire, source, &cfg)
 	})
 }
@@ -144,7 +144,7 @@ func (c *Client) GenerateVideosFromSource(ctx context.Context, model string, sou
 		cfg = *config
 	}
 	cfg.HTTPOptions = withoutSDKRetry(cfg.HTTPOptions, c.made() && c.sdkRetries)
-	return mediaCall(ctx, c, "GenerateVideos", model, 0, false, func(ctx context.Context, m *modelState) (*genai.GenerateVideosOperation, error) {
+	return mediaCall(ctx, c, opGenerateVideos, "GenerateVideos", model, 0, false, func(ctx context.Context, m *modelState) (*genai.GenerateVideosOperation, error) {
 		return c.mediaFor(m).GenerateVideosFromSource(ctx, m.wire, source, &cfg)
 	})
 }
@@ -183,7 +183,7 @@ func (c *Client) WaitVideos(ctx context.Context, model string, op *genai.Generat
 		}
 		prev := op
 		var err error
-		op, err = mediaCallOn(ctx, c, endpointCount, "WaitVideos", model, 0, false, func(ctx context.Context, m *modelState) (*genai.GenerateVideosOperation, error) {
+		op, err = mediaCallOn(ctx, c, endpointCount, opNone, "WaitVideos", model, 0, false, func(ctx context.Context, m *modelState) (*genai.GenerateVideosOperation, error) {
 			return c.operationsFor(m).GetVideosOperation(ctx, prev, cfg)
 		})
 		if err != nil {
@@ -200,25 +200,33 @@ func imageCount(n int32) int {
 }
 
 // mediaCall sends one request of an image or video method (named method in
-// errors) to model's generation endpoint through the call's bulkhead and
-// the chain, without cascade or Fallback, reserving images from the
-// model's IPM limiter. vertexOnly refuses, before anything is sent, a model
-// called on the Gemini API, where the SDK has no such method.
-func mediaCall[R any](ctx context.Context, c *Client, method, model string, images int, vertexOnly bool, send func(ctx context.Context, m *modelState) (R, error)) (R, error) {
-	return mediaCallOn(ctx, c, endpointGenerate, method, model, images, vertexOnly, send)
+// errors, op in telemetry: its span and metrics) to model's generation
+// endpoint through the call's bulkhead and the chain, without cascade or
+// Fallback, reserving images from the
+// model's IPM limiter. It refuses, before anything is sent, a Backend
+// entry (which has no SDK client) and, when vertexOnly, a model called on
+// the Gemini API, where the SDK has no such method.
+func mediaCall[R any](ctx context.Context, c *Client, op operation, method, model string, images int, vertexOnly bool, send func(ctx context.Context, m *modelState) (R, error)) (R, error) {
+	return mediaCallOn(ctx, c, endpointGenerate, op, method, model, images, vertexOnly, send)
 }
 
 // mediaCallOn is mediaCall through endpoint e's breaker (a metered one
-// through the limiter).
-func mediaCallOn[R any](ctx context.Context, c *Client, e endpoint, method, model string, images int, vertexOnly bool, send func(ctx context.Context, m *modelState) (R, error)) (resp R, err error) {
+// through the limiter); through endpointCount's, a read. A call of opNone
+// records no telemetry.
+func mediaCallOn[R any](ctx context.Context, c *Client, e endpoint, op operation, method, model string, images int, vertexOnly bool, send func(ctx context.Context, m *modelState) (R, error)) (resp R, err error) {
 	if err := c.usable(ctx); err != nil {
 		return resp, err
 	}
 	if model == "" {
-		return resp, &requestError{where: method + "' model", what: "is empty", fix: "give the model's name"}
+		return resp, &requestError{where: possessive(method) + " model", what: "is empty", fix: "give the model's name"}
 	}
-	if vertexOnly && !c.vertex(c.model(strings.TrimPrefix(model, "models/"))) {
-		return resp, &requestError{where: fmt.Sprintf("%s' model %q", method, model), what: "is called on the Gemini API, where the SDK sends no " + method + " (Vertex AI only)",
+	m := c.model(strings.TrimPrefix(model, "models/"))
+	if m.via != nil && m.via.local {
+		return resp, &requestError{where: fmt.Sprintf("%s model %q", possessive(method), model), what: "is a Backend (WithBackend), which generates only",
+			fix: "call a Gemini model for it"}
+	}
+	if vertexOnly && !c.vertex(m) {
+		return resp, &requestError{where: fmt.Sprintf("%s model %q", possessive(method), model), what: "is called on the Gemini API, where the SDK sends no " + method + " (Vertex AI only)",
 			fix: "call the model through a Vertex AI SDK client (WithGenAIClient, WithModelBackend)"}
 	}
 	bh, err := c.enterBulkhead(ctx)
@@ -227,9 +235,20 @@ func mediaCallOn[R any](ctx context.Context, c *Client, e endpoint, method, mode
 	}
 	defer bh.leave(&err)
 	mc := newCall[R](ctx, c, e, model, nil)
-	mc.only, mc.images = true, images
+	mc.only, mc.images, mc.op = true, images, op
+	// Through countTokens' breaker go the reads (GetModel, WaitVideos'
+	// polls): a 404 answers them, and cools no model outside the cascade.
+	mc.read = e == endpointCount
 	mc.send = func(ctx context.Context, _ *call[R], m *modelState) (R, error) { return send(ctx, m) }
-	return mc.run(ctx)
+	return mc.observed(ctx)
+}
+
+// possessive writes name's: "GetModel's", "GenerateImages'".
+func possessive(name string) string {
+	if strings.HasSuffix(name, "s") {
+		return name + "'"
+	}
+	return name + "'s"
 }
 
 // mediaFor returns the SDK Models m's image and video requests go through:

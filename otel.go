@@ -32,8 +32,44 @@ import (
 // instrumentationName names the Meter and Tracer.
 const instrumentationName = "github.com/geminiguard/geminiguard"
 
-// Operation names of the GenAI semantic conventions, by endpoint.
-var operationNames = [numEndpoints]string{endpointGenerate: "generate_content", endpointEmbed: "embeddings"}
+// operation is what a call's span and metrics name it (gen_ai.operation.name).
+// The zero value, opNone, is a call that records no telemetry of its own
+// (CountTokens, GetModel, WaitVideos' polls).
+type operation uint8
+
+const (
+	opNone operation = iota
+	opGenerate
+	opEmbed
+	opGenerateImages
+	opEditImage
+	opUpscaleImage
+	opRecontextImage
+	opSegmentImage
+	opGenerateVideos
+	numOperations
+)
+
+// operationNames are the operation names, by operation: generate_content
+// and embeddings of the GenAI semantic conventions, which define none for
+// images or videos; those are genai's method names in snake case.
+var operationNames = [numOperations]string{
+	opGenerate: "generate_content", opEmbed: "embeddings",
+	opGenerateImages: "generate_images", opEditImage: "edit_image", opUpscaleImage: "upscale_image",
+	opRecontextImage: "recontext_image", opSegmentImage: "segment_image", opGenerateVideos: "generate_videos",
+}
+
+// operationOf is the operation of a call through endpoint e, unless the
+// call names another (the image and video methods).
+func operationOf(e endpoint) operation {
+	switch e {
+	case endpointGenerate:
+		return opGenerate
+	case endpointEmbed:
+		return opEmbed
+	}
+	return opNone
+}
 
 // Bucket boundaries the GenAI semantic conventions give.
 var (
@@ -79,8 +115,8 @@ type instruments struct {
 
 // modelTel is what a model's spans and metrics start from, built once.
 type modelTel struct {
-	spanName [numEndpoints]string
-	attrs    [numEndpoints][]attribute.KeyValue // operation, provider, request model, server
+	spanName [numOperations]string
+	attrs    [numOperations][]attribute.KeyValue // operation, provider, request model, server
 }
 
 // newTelemetry sets up c's instrumentation from its options, the global
@@ -208,9 +244,12 @@ func (t *telemetry) model(name string) *modelTel {
 	if b := t.backends[name]; b != nil {
 		provider, server = b.telemetry()
 	}
-	for e, op := range operationNames {
-		mt.spanName[e] = op + " " + name
-		mt.attrs[e] = []attribute.KeyValue{
+	for o, op := range operationNames {
+		if operation(o) == opNone {
+			continue
+		}
+		mt.spanName[o] = op + " " + name
+		mt.attrs[o] = []attribute.KeyValue{
 			attribute.String("gen_ai.operation.name", op),
 			attribute.String("gen_ai.provider.name", provider),
 			attribute.String("gen_ai.request.model", name),
@@ -223,7 +262,7 @@ func (t *telemetry) model(name string) *modelTel {
 
 // callEnd is what the end of a call tells its span and metrics.
 type callEnd struct {
-	endpoint endpoint
+	op       operation
 	first    string // the first-choice model
 	response string // the model that answered (its version when the response says); "" when none
 	attempts []Attempt
@@ -232,19 +271,19 @@ type callEnd struct {
 	spent    spend
 }
 
-// start opens the span of a call to first through endpoint e; nil when
+// start opens the span of a call of operation op to first; nil when
 // tracing is off.
-func (t *telemetry) start(ctx context.Context, e endpoint, first string) (context.Context, trace.Span) {
+func (t *telemetry) start(ctx context.Context, op operation, first string) (context.Context, trace.Span) {
 	if !t.tracing() {
 		return ctx, nil
 	}
 	mt := t.model(first)
-	return t.tracer.Start(ctx, mt.spanName[e], trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(mt.attrs[e]...))
+	return t.tracer.Start(ctx, mt.spanName[op], trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(mt.attrs[op]...))
 }
 
 // end closes a call's span (nil: none) and records its metrics.
 func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
-	attrs := t.model(ce.first).attrs[ce.endpoint]
+	attrs := t.model(ce.first).attrs[ce.op]
 	attrs = attrs[:len(attrs):len(attrs)]
 	if ce.response != "" {
 		attrs = append(attrs, attribute.String("gen_ai.response.model", ce.response))
@@ -253,7 +292,7 @@ func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
 		attrs = append(attrs, attribute.String("error.type", errorType(ce.err)))
 	}
 	if span != nil {
-		span.SetAttributes(attrs[len(t.model(ce.first).attrs[ce.endpoint]):]...) // what the start did not know
+		span.SetAttributes(attrs[len(t.model(ce.first).attrs[ce.op]):]...) // what the start did not know
 		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", ce.spent.tokens.Input),
 			attribute.Int64("gen_ai.usage.output_tokens", ce.spent.tokens.Output+ce.spent.tokens.Thinking))
 		if ce.err != nil {
@@ -266,7 +305,7 @@ func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
 	}
 	set := metric.WithAttributes(attrs...)
 	t.ins.duration.Record(ctx, ce.latency.Seconds(), set)
-	if ce.endpoint == endpointGenerate && ce.spent.tokens != (Tokens{}) {
+	if ce.op == opGenerate && ce.spent.tokens != (Tokens{}) {
 		t.ins.tokens.Record(ctx, float64(ce.spent.tokens.Input), metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], t.ins.tokenInput)...))
 		t.ins.tokens.Record(ctx, float64(ce.spent.tokens.Output+ce.spent.tokens.Thinking), metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], t.ins.tokenOutput)...))
 	}
@@ -276,7 +315,7 @@ func (t *telemetry) end(ctx context.Context, span trace.Span, ce callEnd) {
 			model = ce.response
 		}
 		t.ins.cost.Add(ctx, int64(ce.spent.cost), metric.WithAttributes(
-			attribute.String("gen_ai.operation.name", operationNames[ce.endpoint]), attribute.String("gen_ai.request.model", model)))
+			attribute.String("gen_ai.operation.name", operationNames[ce.op]), attribute.String("gen_ai.request.model", model)))
 	}
 	for _, a := range ce.attempts {
 		if a.Skipped {
@@ -295,17 +334,18 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-// observed runs the call (run) inside its span and records its metrics.
+// observed runs the call (run) inside its span and records its metrics;
+// a call of opNone records none.
 func (call *call[R]) observed(ctx context.Context) (R, error) {
 	t := call.c.tel
-	if !t.tracing() && !t.metering() {
+	if call.op == opNone || !t.tracing() && !t.metering() {
 		return call.run(ctx)
 	}
-	ctx, span := t.start(ctx, call.endpoint, call.firstModel())
+	ctx, span := t.start(ctx, call.op, call.firstModel())
 	ended := false
 	defer endUnended(span, &ended)
 	resp, err := call.run(ctx)
-	ce := callEnd{endpoint: call.endpoint, first: call.firstModel(), attempts: call.attempts, err: err,
+	ce := callEnd{op: call.op, first: call.firstModel(), attempts: call.attempts, err: err,
 		latency: call.now.Sub(call.start), spent: call.spent}
 	if err == nil {
 		ce.response = responseModel(resp, ce.attempts)
@@ -349,7 +389,7 @@ func (t *telemetry) startStream(s *streamRun) trace.Span {
 		first = s.c.cascade[0]
 	}
 	var span trace.Span
-	s.ctx, span = t.start(s.ctx, endpointGenerate, trimModels(first))
+	s.ctx, span = t.start(s.ctx, opGenerate, trimModels(first))
 	return span
 }
 
@@ -362,7 +402,7 @@ func (t *telemetry) endStream(s *streamRun, span trace.Span, err error, latency 
 	if first == "" {
 		first = s.c.cascade[0]
 	}
-	ce := callEnd{endpoint: endpointGenerate, first: trimModels(first), attempts: s.attempts, err: err, latency: latency, spent: s.spent}
+	ce := callEnd{op: opGenerate, first: trimModels(first), attempts: s.attempts, err: err, latency: latency, spent: s.spent}
 	if err == nil && !s.fallback {
 		ce.response = responseModel(nil, s.attempts)
 	} else if err == nil {

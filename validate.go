@@ -57,10 +57,15 @@ const (
 )
 
 // checkGenerate checks the arguments of GenerateContent and
-// GenerateContentStream before anything is sent. It returns nil or a
-// *requestError. It does not allocate when the request is fine.
+// GenerateContentStream before anything is sent: what the SDK cannot send
+// (contentsFlaw) and what the API certainly refuses with a 400
+// (turnsFlaw). It returns nil or a *requestError. It does not allocate
+// when the request is fine.
 func checkGenerate(contents []*genai.Content, config *genai.GenerateContentConfig) error {
 	if e := contentsFlaw(contents); e != nil {
+		return e
+	}
+	if e := turnsFlaw(contents); e != nil {
 		return e
 	}
 	if config == nil {
@@ -161,6 +166,102 @@ func partFlaw(p *genai.Part) *requestError {
 		}
 	}
 	return nil
+}
+
+// turnsFlaw reports, in contents that contentsFlaw passed, what the API
+// refuses with a 400 INVALID_ARGUMENT whatever the model: a content
+// without parts ("contents.parts must not be empty"), a role other than
+// "user" and "model" (or none: the API takes it for "user") ("Please use a
+// valid role: user, model."), a part with no field set, such as an empty
+// text ("required oneof field 'data' must have one initialized field"),
+// and a content of function responses that does not come right after a
+// model content with as many function calls ("Please ensure that function
+// response turn comes immediately after a function call turn.", "... the
+// number of function response parts is equal to the number of function
+// call parts ..."). A part with any field set passes, a thought part with
+// only its signature among them; so does a content that mixes function
+// responses with other parts.
+func turnsFlaw(contents []*genai.Content) *requestError {
+	for i, c := range contents {
+		at := "contents[" + strconv.Itoa(i) + "]"
+		if len(c.Parts) == 0 {
+			return &requestError{where: at + ".Parts", what: "is empty", fix: "give it a part, or remove the content (the API refuses a content without parts)"}
+		}
+		if e := roleFlaw(c.Role); e != nil {
+			return e.under(at + ".Role")
+		}
+		responses := 0
+		for j, p := range c.Parts {
+			if reflect.ValueOf(p).Elem().IsZero() {
+				return &requestError{where: at + ".Parts[" + strconv.Itoa(j) + "]", what: "is empty (no text, no data)",
+					fix: "give it text or other data, or remove it (the API refuses a part without data)"}
+			}
+			if p.FunctionResponse != nil {
+				responses++
+			}
+		}
+		if responses > 0 {
+			if e := responsesFlaw(contents, i, responses); e != nil {
+				return e.under(at)
+			}
+		}
+	}
+	return nil
+}
+
+// roleFlaw reports a content role the API refuses, with the role to use.
+func roleFlaw(role string) *requestError {
+	var fix string
+	switch role {
+	case "", genai.RoleUser, genai.RoleModel:
+		return nil
+	case "assistant", "bot", "ai":
+		fix = `use "model" (genai.RoleModel) for the model's turns: the API takes "user" and "model" only`
+	case "system", "developer":
+		fix = `put the instruction in GenerateContentConfig.SystemInstruction, or use "user": the API takes "user" and "model" only`
+	case "tool", "function":
+		fix = `use "user" (genai.RoleUser): function responses go in a user content`
+	default:
+		fix = `use "user" or "model": the API takes no other role`
+	}
+	return &requestError{what: "is " + strconv.Quote(role), fix: fix}
+}
+
+// responsesFlaw reports a content contents[i] holding responses function
+// responses that does not answer the function calls of the model content
+// right before it, one response per call.
+func responsesFlaw(contents []*genai.Content, i, responses int) *requestError {
+	const fix = "put the model content with the function calls right before it, and answer each call with one function response"
+	if i == 0 {
+		return &requestError{what: "holds function responses with no model content with function calls before it", fix: fix}
+	}
+	prev := contents[i-1]
+	calls := 0
+	if prev.Role == genai.RoleModel {
+		for _, p := range prev.Parts {
+			if p.FunctionCall != nil {
+				calls++
+			}
+		}
+	}
+	before := "contents[" + strconv.Itoa(i-1) + "]"
+	switch {
+	case prev.Role != genai.RoleModel:
+		return &requestError{what: "holds function responses, but " + before + " before it is not a model content (Role " + strconv.Quote(prev.Role) + ")", fix: fix}
+	case calls == 0:
+		return &requestError{what: "holds function responses, but " + before + " holds no function call", fix: fix}
+	case calls != responses:
+		return &requestError{what: "holds " + plural(responses, "function response") + ", but " + before + " holds " + plural(calls, "function call"), fix: fix}
+	}
+	return nil
+}
+
+// plural writes n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 func generateConfigFlaw(c *genai.GenerateContentConfig) *requestError {
