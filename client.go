@@ -355,8 +355,8 @@ func tokenCall[R any](ctx context.Context, c *Client, method, model string, cont
 }
 
 // GenAI returns the SDK client the Client calls through, for what
-// geminiguard does not wrap (Files, Caches, Batches, Live, Tunings,
-// Models.Get, Models.List, ...).
+// geminiguard does not wrap (Files, Caches, Live, Tunings, Models.Update,
+// Models.Delete, ...).
 // Calls made on it bypass the chain: no limiter, breaker, retry, cascade or
 // Fallback, and Stats does not see them. With WithGenAIClient it is the
 // client given; otherwise the one New built, whose own retry is off. Safe for concurrent use, as the SDK's client is.
