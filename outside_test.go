@@ -19,7 +19,9 @@ import (
 // from another module (internal/ would not be) and enough to test such code.
 // The module requires this repository through a replace directive and the
 // versions of this module's go.mod, so `go test` resolves everything from the
-// module cache, offline. It skips with -short or without the go command.
+// module cache, offline; its go line is the root's (go 1.25), and its
+// module graph holds no go-redis. It skips with -short or without the go
+// command.
 func TestOutsideModuleImportsGeminitest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: builds and tests a separate module with the go command")
@@ -65,6 +67,14 @@ func TestOutsideModuleImportsGeminitest(t *testing.T) {
 	for _, name := range []string{"TestAskSurvivesA503", "TestStreamSurvivesACut"} {
 		require.Contains(t, string(out), "--- PASS: "+name, "go test output:\n%s", out)
 	}
+
+	// A user of the root package alone does not get Redis's client: it
+	// comes with the redisstore module only.
+	list := exec.CommandContext(ctx, goCmd, "list", "-m", "all")
+	list.Dir, list.Env = dir, cmd.Env
+	mods, err := list.CombinedOutput()
+	require.NoError(t, err, "go list -m all:\n%s", mods)
+	require.NotContains(t, string(mods), "go-redis", "the modules of a module that imports only the root package")
 }
 
 // outsideHandler is the user's code: an HTTP handler that asks Gemini
