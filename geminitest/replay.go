@@ -140,8 +140,8 @@ type replayModel struct {
 	recs   []recorded // by time; set before the replay
 	chunks int        // the most chunks a whole answer delivered
 
-	mu     sync.Mutex
-	played []bool // guards: by recs' index, the requests already played
+	mu     sync.Mutex // guards played
+	played []bool     // by recs' index, the requests already played
 }
 
 // step is the step of a request at t into the replay (see Replay).
