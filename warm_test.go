@@ -97,8 +97,10 @@ func TestWarmOwnBudgetAndSkipsWhatTheCacheHolds(t *testing.T) {
 
 func TestFrequentRequestsAreWhatTheCacheWasAskedMost(t *testing.T) {
 	caches := map[string]func() geminiguard.AnswerCache{
-		"exact":    func() geminiguard.AnswerCache { return geminiguard.NewAnswerCache(16, time.Hour) },
-		"semantic": func() geminiguard.AnswerCache { return geminiguard.NewSemanticCache(geminiguard.SemanticCacheConfig{Size: 16, TTL: time.Hour}) },
+		"exact": func() geminiguard.AnswerCache { return geminiguard.NewAnswerCache(16, time.Hour) },
+		"semantic": func() geminiguard.AnswerCache {
+			return geminiguard.NewSemanticCache(geminiguard.SemanticCacheConfig{Size: 16, TTL: time.Hour})
+		},
 	}
 	for name, newCache := range caches {
 		t.Run(name, func(t *testing.T) {
