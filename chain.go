@@ -442,6 +442,9 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 			call.now = time.Now()
 			if fok {
 				resp, err, fallback = fresp, nil, true
+				if call.hit.Kind == "" { // the Fallback's own answer, not the cache's
+					c.stats.defaults.Add(1)
+				}
 				c.fellBack(ctx, FallbackEvent{Model: call.firstModel(), Err: cerr})
 			}
 		}
