@@ -53,14 +53,15 @@ func NewAnswerCache(size int, ttl time.Duration) AnswerCache {
 		ttl = defaultAnswerCacheTTL
 	}
 	lru, _ := simplelru.NewLRU[string, memoryEntry](size, nil) // fails only for a size below 1
-	return &memoryCache{lru: lru, ttl: ttl}
+	return &memoryCache{lru: lru, ttl: ttl, asked: newAsked(askedPerAnswer * size)}
 }
 
 // memoryCache is NewAnswerCache's AnswerCache.
 type memoryCache struct {
-	mu  sync.Mutex
-	lru *simplelru.LRU[string, memoryEntry]
-	ttl time.Duration
+	mu    sync.Mutex
+	lru   *simplelru.LRU[string, memoryEntry]
+	ttl   time.Duration
+	asked *asked // the requests it was asked (FrequentRequests)
 }
 
 // memoryEntry is one answer of a memoryCache: its JSON, until expires.
@@ -142,6 +143,7 @@ func (c *Client) cacheAnswer(ctx context.Context, model string, contents []*gena
 		return
 	}
 	if key, ok := c.answerKey(model, contents, config); ok {
+		c.countAsked(ctx, key, model, contents, config)
 		if rc, ok := c.cfg.answers.(requestCache); ok {
 			rc.store(ctx, c, key, c.cacheRequest(model, contents, config), resp)
 			return
@@ -157,6 +159,7 @@ func (c *Client) cachedAnswer(ctx context.Context, model string, contents []*gen
 	if !ok {
 		return nil, CacheHit{}
 	}
+	c.countAsked(ctx, key, model, contents, config)
 	if rc, ok := c.cfg.answers.(requestCache); ok {
 		resp, hit, ok := rc.lookup(ctx, c, key, c.cacheRequest(model, contents, config))
 		if !ok || resp == nil {

@@ -58,6 +58,7 @@ type streamCall struct {
 	parent  context.Context // the caller's context, which an open stream lives on
 	held    admission       // the answering model's admission: its outcome is known when the stream ends
 	session *streamSession  // the open stream of the answering attempt
+	opened  openedStream    // the answering request, for the recorder (WithRecorder)
 	// continues: the request continues an answer whose text was yielded (a
 	// resume, or a CONTINUATION hop): a chunk that only ends it is an answer.
 	continues bool

@@ -155,9 +155,14 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 		if next, err := call.admit(ctx, sl, &a); next != stepGo {
 			return zero, next, err
 		}
+		call.c.cfg.recorder.begin(call.now)
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
-		call.c.cfg.recorder.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
+		if call.stream != nil && err == nil { // recorded when the stream ends
+			call.stream.opened = openedStream{model: a.m.name, began: call.now.Add(-elapsed), firstChunk: elapsed}
+		} else {
+			call.c.cfg.recorder.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
+		}
 		if err == nil {
 			sl.m = a.m // a hedge's model may have answered (hedge.go)
 			call.answered(sl.m.name, sl.delay, elapsed)
@@ -438,6 +443,9 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 			call.now = time.Now()
 			if fok {
 				resp, err, fallback = fresp, nil, true
+				if call.hit.Kind == "" { // the Fallback's own answer, not the cache's
+					c.stats.defaults.Add(1)
+				}
 				c.fellBack(ctx, FallbackEvent{Model: call.firstModel(), Err: cerr})
 			}
 		}

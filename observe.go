@@ -176,6 +176,7 @@ type clientStats struct {
 	calls, successes, fallbacks atomic.Int64
 	// The answer cache's answers by kind, and lookups that found none.
 	cacheExact, cacheTemplate, cacheSemantic, cacheMisses atomic.Int64
+	defaults                                              atomic.Int64                // the Fallback's own answers (fallbacks less the cache's)
 	recorded                                              atomic.Uint64               // calls recorded; the next slot is recorded % latencyWindow
 	latencies                                             [latencyWindow]atomic.Int64 // ring of the latest call latencies, in nanoseconds
 }

@@ -106,7 +106,7 @@ type instruments struct {
 	breakerState                        metric.Int64ObservableGauge
 	bulkheadInFlight, bulkheadQueued    metric.Int64ObservableGauge
 	bulkheadAdmitted, bulkheadRejected  metric.Int64ObservableCounter
-	cacheLookups                        metric.Int64ObservableCounter
+	cacheLookups, cacheHits             metric.Int64ObservableCounter
 	fleetRoundTrips, fleetFailures      metric.Int64ObservableCounter
 	fleetUncoordinated                  metric.Int64ObservableCounter
 	fleetReplicas, fleetConnected       metric.Int64ObservableGauge
@@ -162,7 +162,7 @@ func newTelemetry(c *Client) *telemetry {
 		t.ins.init(mp.Meter(instrumentationName))
 		t.reg, _ = mp.Meter(instrumentationName).RegisterCallback(c.observeState, t.ins.breakerState,
 			t.ins.bulkheadInFlight, t.ins.bulkheadQueued, t.ins.bulkheadAdmitted, t.ins.bulkheadRejected,
-			t.ins.fleetRoundTrips, t.ins.fleetFailures, t.ins.fleetUncoordinated, t.ins.fleetReplicas, t.ins.fleetConnected, t.ins.cacheLookups)
+			t.ins.fleetRoundTrips, t.ins.fleetFailures, t.ins.fleetUncoordinated, t.ins.fleetReplicas, t.ins.fleetConnected, t.ins.cacheLookups, t.ins.cacheHits)
 	}
 	if t.tracer == nil && !t.meter {
 		return nil
@@ -204,6 +204,8 @@ func (ins *instruments) init(m metric.Meter) {
 		metric.WithDescription("Calls waiting for a slot of the bulkhead now, by bulkhead."))
 	ins.cacheLookups, _ = m.Int64ObservableCounter("geminiguard.cache.lookups", metric.WithUnit("{lookup}"),
 		metric.WithDescription("Answer cache lookups of calls whose every model failed, by result: exact, template, semantic or miss (Stats.Cache)."))
+	ins.cacheHits, _ = m.Int64ObservableCounter("geminiguard.cache.hits", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls whose every model failed and that were answered all the same, by what answered: the answer cache's exact, template or semantic entry, or default, the Fallback (Stats.Cache, Stats.Fallbacks)."))
 	ins.bulkheadAdmitted, _ = m.Int64ObservableCounter("geminiguard.bulkhead.admitted", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls given a slot of the bulkhead, by bulkhead."))
 	ins.bulkheadRejected, _ = m.Int64ObservableCounter("geminiguard.bulkhead.rejected", metric.WithUnit("{call}"),
@@ -475,7 +477,13 @@ func (c *Client) observeState(_ context.Context, o metric.Observer) error {
 	if c.cfg.answers != nil {
 		for result, n := range map[string]int64{"exact": c.stats.cacheExact.Load(), "template": c.stats.cacheTemplate.Load(), "semantic": c.stats.cacheSemantic.Load(), "miss": c.stats.cacheMisses.Load()} {
 			o.ObserveInt64(ins.cacheLookups, n, metric.WithAttributes(attribute.String("geminiguard.cache.result", result)))
+			if result != "miss" {
+				o.ObserveInt64(ins.cacheHits, n, metric.WithAttributes(attribute.String("geminiguard.cache.kind", result)))
+			}
 		}
+	}
+	if c.cfg.fallback != nil {
+		o.ObserveInt64(ins.cacheHits, c.stats.defaults.Load(), metric.WithAttributes(attribute.String("geminiguard.cache.kind", "default")))
 	}
 	if c.fleet != nil {
 		st := c.fleet.stats()

@@ -60,3 +60,45 @@ func TestRecorderReplaysAnIncident(t *testing.T) {
 		assert.Equal(t, 3*(200+800)*time.Millisecond+3*500*time.Millisecond+6*time.Second, time.Since(start), "with the same latencies")
 	})
 }
+
+func TestRecorderRecordsAStreamsChunksBeforeItsCut(t *testing.T) {
+	var trace bytes.Buffer
+	stream := func(t *testing.T, srv *geminitest.Server, opts ...geminiguard.Option) (chunks int, err error) {
+		c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithCascade(flash), geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1})}, opts...)...)
+		for _, err = range c.GenerateContentStream(t.Context(), "", genai.Text("The secret prompt"), nil) {
+			if err != nil {
+				return chunks, err
+			}
+			chunks++
+		}
+		return chunks, nil
+	}
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Chunks: 5, Latency: 300 * time.Millisecond,
+			Script: []geminitest.Step{{Fault: geminitest.StreamCutBetween, CutAfter: 2}}})
+		chunks, err := stream(t, srv, geminiguard.WithRecorder(&trace))
+		require.ErrorIs(t, err, geminiguard.ErrStreamInterrupted)
+		assert.Equal(t, 2, chunks)
+		chunks, err = stream(t, srv, geminiguard.WithRecorder(&trace))
+		require.NoError(t, err)
+		assert.Equal(t, 5, chunks)
+	})
+	lines := strings.Split(strings.TrimSpace(trace.String()), "\n")
+	require.Len(t, lines, 2)
+	var cut, whole map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &cut))
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &whole))
+	assert.Equal(t, map[string]any{"at_ms": 0.0, "model": flash, "endpoint": "generate", "status": 200.0, "class": "stream_cut", "latency_ms": 300.0, "chunks": 2.0}, cut)
+	assert.Equal(t, 5.0, whole["chunks"])
+	assert.Equal(t, "none", whole["class"])
+
+	synctest.Test(t, func(t *testing.T) {
+		models, err := geminitest.Replay(strings.NewReader(lines[0] + "\n" + lines[1]))
+		require.NoError(t, err)
+		require.Len(t, models, 1)
+		assert.Equal(t, 5, models[0].Chunks, "a whole answer's chunks")
+		chunks, err := stream(t, geminitest.New(models...))
+		require.ErrorIs(t, err, geminiguard.ErrStreamInterrupted)
+		assert.Equal(t, 2, chunks, "the replay cuts where the recording was cut")
+	})
+}

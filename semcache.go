@@ -100,6 +100,7 @@ type SemanticCache struct {
 	lru       *simplelru.LRU[string, *semEntry]
 	scopes    map[string]map[*semEntry]struct{} // entries with a vector, by scope
 	templates map[string]*semEntry              // by scope and template
+	asked     *asked                            // the requests it was asked (FrequentRequests)
 }
 
 // semEntry is one answer of a SemanticCache.
@@ -123,7 +124,7 @@ func NewSemanticCache(cfg SemanticCacheConfig) *SemanticCache {
 	if cfg.TTL <= 0 {
 		cfg.TTL = defaultAnswerCacheTTL
 	}
-	s := &SemanticCache{cfg: cfg, scopes: map[string]map[*semEntry]struct{}{}, templates: map[string]*semEntry{}}
+	s := &SemanticCache{cfg: cfg, scopes: map[string]map[*semEntry]struct{}{}, templates: map[string]*semEntry{}, asked: newAsked(askedPerAnswer * cfg.Size)}
 	s.lru, _ = simplelru.NewLRU[string, *semEntry](cfg.Size, s.evicted) // fails only for a size below 1
 	return s
 }

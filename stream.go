@@ -156,6 +156,7 @@ func (s *streamRun) stream(yield func(*genai.GenerateContentResponse, error) boo
 		}
 		model = call.stream.held.m.name
 		end := s.follow(call, first, s.partial.Len() > 0 && !hop, yield)
+		s.c.cfg.recorder.streamEnd(call.stream.opened, end.chunks, end.verdict())
 		if !end.done && end.token == nil {
 			// The attempt that answered was cut: the record says so.
 			s.attempts[len(s.attempts)-1].Err = &ModelError{Model: model, Verdict: cutVerdict(end.err), Err: end.err}
@@ -225,6 +226,17 @@ type streamEnd struct {
 	err   error  // the cut to heal, or the error already yielded when done
 	done  bool   // over: normally, by an error already yielded, or by the caller
 	token []byte // a CONTINUATION pause: send the next hop with this token
+	// chunks is the number of chunks the stream delivered.
+	chunks int
+}
+
+// verdict reads how the stream ended: a zero Verdict when it answered (or
+// paused for a hop), the cut's or the error's otherwise.
+func (e streamEnd) verdict() Verdict {
+	if e.err == nil {
+		return Verdict{}
+	}
+	return cutVerdict(e.err)
 }
 
 // follow yields the chunks of an open stream and reports how it ended. A
@@ -232,10 +244,12 @@ type streamEnd struct {
 // started over. The
 // answering model's admission is settled on every path, a panic in the
 // caller's loop body included.
-func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) streamEnd {
+func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentResponse, resumed bool, yield func(*genai.GenerateContentResponse, error) bool) (end streamEnd) {
 	c, ss, held := s.c, call.stream.session, &call.stream.held
 	defer ss.close()
 	defer held.abandon()
+	chunks := 0
+	defer func() { end.chunks = chunks }()
 	answered := false // this stream sent an answer part
 	// The latest chunk's usage is the stream's running total.
 	usage := first.UsageMetadata
@@ -258,6 +272,7 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 			c.settle(held, time.Now(), errNoFinishReason, cutVerdict(errNoFinishReason))
 			return streamEnd{err: errNoFinishReason}
 		}
+		chunks++
 		usage = cmp.Or(resp.UsageMetadata, usage)
 		answered = answered || hasAnswer(contentOf(resp))
 		if n == 0 && resumed {

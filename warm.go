@@ -1,11 +1,16 @@
 package geminiguard
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"google.golang.org/genai"
 )
 
@@ -62,6 +67,7 @@ func (c *Client) Warm(ctx context.Context, requests []WarmRequest, cfg WarmConfi
 	if cfg.Bulkhead != "" {
 		ctx = InBulkhead(ctx, cfg.Bulkhead)
 	}
+	ctx = context.WithValue(ctx, warmKey{}, true)
 	answered := 0
 	var spent Micros
 	var next time.Time
@@ -117,3 +123,160 @@ func budgetRefused(err error, rec CallRecord) error {
 	}
 	return nil
 }
+
+// askedDays is how many days of counts an answer cache keeps of the
+// requests it is asked (FrequentRequests).
+const askedDays = 31
+
+// askedPerAnswer is how many requests an answer cache counts per answer it
+// holds: a request asked often stays counted after its answer was evicted.
+const askedPerAnswer = 4
+
+// FrequentRequests returns the n requests that cache was asked most often
+// over the last days days (today, by UTC, and the days-1 before it; at most
+// 31), most frequent first (ties: the most recently asked first), for
+// Warm: cache counts, as NewAnswerCache's and a SemanticCache do, the
+// request of every GenerateContent call that a Client with
+// WithAnswerCache(cache) made through it (a model's answer stored, or a
+// lookup when every model failed), but not Warm's own. The counts are kept
+// in memory, per day, for the 4×size requests asked most recently (size:
+// the cache's bound), each request held as JSON. A cache of another kind
+// (redisstore's, any AnswerCache of the user's) counts nothing: it returns
+// nil, as it does for n or days below 1. The requests returned are the
+// caller's.
+func FrequentRequests(cache AnswerCache, n, days int) []WarmRequest {
+	ac, ok := cache.(askingCache)
+	if !ok || n < 1 || days < 1 {
+		return nil
+	}
+	return ac.askedCounts().frequent(n, min(days, askedDays), time.Now())
+}
+
+// askingCache is an answer cache that counts the requests it is asked
+// (FrequentRequests).
+type askingCache interface {
+	askedCounts() *asked
+}
+
+// warmKey marks the context of Warm's calls, whose requests the caches do
+// not count.
+type warmKey struct{}
+
+// countAsked counts a GenerateContent request in the answer cache, when it
+// counts requests and the call is not Warm's.
+func (c *Client) countAsked(ctx context.Context, key, model string, contents []*genai.Content, config *genai.GenerateContentConfig) {
+	if ac, ok := c.cfg.answers.(askingCache); ok && ctx.Value(warmKey{}) == nil {
+		ac.askedCounts().ask(key, model, contents, config, time.Now())
+	}
+}
+
+// asked counts the requests an answer cache is asked, per UTC day. Safe
+// for concurrent use; create with newAsked.
+type asked struct {
+	mu  sync.Mutex                            // guards lru and its requests' counts
+	lru *simplelru.LRU[string, *askedRequest] // by exact key, the most recently asked last
+}
+
+// askedRequest is one request counted by asked: its JSON and its counts,
+// count[d%askedDays] for day d when day[d%askedDays] is d.
+type askedRequest struct {
+	model            string
+	contents, config []byte
+	day              [askedDays]int64
+	count            [askedDays]int
+	last             time.Time
+}
+
+// newAsked returns an empty count of at most size requests (at least 1).
+func newAsked(size int) *asked {
+	lru, _ := simplelru.NewLRU[string, *askedRequest](max(size, 1), nil) // fails only for a size below 1
+	return &asked{lru: lru}
+}
+
+// utcDay returns the day of t since the Unix epoch, by UTC.
+func utcDay(t time.Time) int64 {
+	return t.Unix() / int64(24*time.Hour/time.Second)
+}
+
+// ask counts a request under its exact key at now. A request first counted
+// is kept as JSON (none is kept when it does not marshal).
+func (a *asked) ask(key, model string, contents []*genai.Content, config *genai.GenerateContentConfig, now time.Time) {
+	a.mu.Lock()
+	r, ok := a.lru.Get(key)
+	a.mu.Unlock()
+	if !ok {
+		cb, err := json.Marshal(contents)
+		if err != nil {
+			return
+		}
+		var gb []byte
+		if config != nil {
+			if gb, err = json.Marshal(config); err != nil {
+				return
+			}
+		}
+		r = &askedRequest{model: model, contents: cb, config: gb}
+	}
+	d := utcDay(now)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !ok {
+		if held, found := a.lru.Get(key); found { // counted meanwhile
+			r = held
+		} else {
+			a.lru.Add(key, r)
+		}
+	}
+	i := d % askedDays
+	if r.day[i] != d {
+		r.day[i], r.count[i] = d, 0
+	}
+	r.count[i]++
+	r.last = now
+}
+
+// frequent returns the n requests asked most often over the days days up to
+// now's.
+func (a *asked) frequent(n, days int, now time.Time) []WarmRequest {
+	today := utcDay(now)
+	type ranked struct {
+		r     *askedRequest
+		count int
+		last  time.Time
+	}
+	var all []ranked
+	a.mu.Lock()
+	for _, r := range a.lru.Values() {
+		sum := 0
+		for i, d := range r.day {
+			if d > today-int64(days) && d <= today {
+				sum += r.count[i]
+			}
+		}
+		if sum > 0 {
+			all = append(all, ranked{r, sum, r.last})
+		}
+	}
+	a.mu.Unlock()
+	slices.SortStableFunc(all, func(x, y ranked) int {
+		return cmp.Or(cmp.Compare(y.count, x.count), y.last.Compare(x.last))
+	})
+	out := make([]WarmRequest, 0, min(n, len(all)))
+	for _, x := range all[:min(n, len(all))] {
+		w := WarmRequest{Model: x.r.model}
+		if json.Unmarshal(x.r.contents, &w.Contents) != nil {
+			continue
+		}
+		if x.r.config != nil {
+			w.Config = new(genai.GenerateContentConfig)
+			if json.Unmarshal(x.r.config, w.Config) != nil {
+				continue
+			}
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func (m *memoryCache) askedCounts() *asked   { return m.asked }
+func (s *SemanticCache) askedCounts() *asked { return s.asked }

@@ -94,3 +94,50 @@ func TestWarmOwnBudgetAndSkipsWhatTheCacheHolds(t *testing.T) {
 		require.ErrorContains(t, err, "no answer cache")
 	})
 }
+
+func TestFrequentRequestsAreWhatTheCacheWasAskedMost(t *testing.T) {
+	caches := map[string]func() geminiguard.AnswerCache{
+		"exact": func() geminiguard.AnswerCache { return geminiguard.NewAnswerCache(16, time.Hour) },
+		"semantic": func() geminiguard.AnswerCache {
+			return geminiguard.NewSemanticCache(geminiguard.SemanticCacheConfig{Size: 16, TTL: time.Hour})
+		},
+	}
+	for name, newCache := range caches {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(always(dearModel, budgetStep))
+				cache := newCache()
+				c := newClient(t, srv, nil, geminiguard.WithCascade(dearModel), geminiguard.WithAnswerCache(cache))
+				for q, times := range map[string]int{"Question A": 5, "Question B": 3, "Question C": 1} {
+					for range times {
+						_, _, err := send(t.Context(), c, q)
+						require.NoError(t, err)
+					}
+				}
+				time.Sleep(3 * 24 * time.Hour)
+				for range 2 {
+					_, _, err := send(t.Context(), c, "Question D")
+					require.NoError(t, err)
+				}
+				texts := func(reqs []geminiguard.WarmRequest) []string {
+					var out []string
+					for _, r := range reqs {
+						out = append(out, r.Contents[0].Parts[0].Text)
+					}
+					return out
+				}
+				assert.Equal(t, []string{"Question A", "Question B", "Question D"}, texts(geminiguard.FrequentRequests(cache, 3, 7)), "the last 7 days, most frequent first")
+				assert.Equal(t, []string{"Question D"}, texts(geminiguard.FrequentRequests(cache, 3, 1)), "today's")
+
+				time.Sleep(2 * time.Hour) // the answers expired
+				warmed := srv.Total(dearModel)
+				n, err := c.Warm(t.Context(), geminiguard.FrequentRequests(cache, 2, 7), geminiguard.WarmConfig{})
+				require.NoError(t, err)
+				assert.Equal(t, 2, n)
+				assert.Equal(t, 2, srv.Total(dearModel)-warmed)
+				assert.Equal(t, []string{"Question A", "Question B", "Question D"}, texts(geminiguard.FrequentRequests(cache, 3, 7)), "the warm-up's own requests are not counted")
+			})
+		})
+	}
+	assert.Nil(t, geminiguard.FrequentRequests(nil, 3, 7))
+}

@@ -15,14 +15,28 @@ import (
 // timeout, so that the configuration replayed decides when to give up.
 const replayStall = 10 * time.Minute
 
+// replayMatch is how far from a recorded request's start a replayed
+// request may start to be played as that request: the recording's times
+// are to the microsecond, so the same configuration replayed meets its own
+// requests again well within it.
+const replayMatch = time.Millisecond
+
 // recorded is one line of a recording (geminiguard.WithRecorder).
 type recorded struct {
-	AtMS      int64  `json:"at_ms"`
-	Model     string `json:"model"`
-	Endpoint  string `json:"endpoint"`
-	Status    int    `json:"status"`
-	Class     string `json:"class"`
-	LatencyMS int64  `json:"latency_ms"`
+	AtMS      float64 `json:"at_ms"`
+	Model     string  `json:"model"`
+	Endpoint  string  `json:"endpoint"`
+	Status    int     `json:"status"`
+	Class     string  `json:"class"`
+	LatencyMS float64 `json:"latency_ms"`
+	Chunks    int     `json:"chunks"`
+}
+
+func (r recorded) at() time.Duration { return msDuration(r.AtMS) }
+
+// msDuration returns ms milliseconds as a Duration.
+func msDuration(ms float64) time.Duration {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Microsecond)
 }
 
 // replayFaults maps a recorded class to the fault that the classifier reads
@@ -49,20 +63,31 @@ var replayFaults = map[string]Fault{
 
 // Replay reads a recording made by geminiguard.WithRecorder and returns one
 // Model per model recorded (generate requests; other endpoints' lines are
-// skipped), whose Decide plays the recording back in time: a request at
-// time t after the first request any of the models got is answered as the
-// last request recorded for the model at or before t was (its first
-// recorded request before that): with a fault of the same class (a 503
-// overloaded body for "overloaded", a per-minute 429 for "rate_limit", ...)
-// after the same latency, or with an answer. A request recorded with no
-// response (status 0, a timeout) is played as an answer after 10 minutes,
-// so that the configuration replayed decides when to give up. Under
-// testing/synctest the time is the bubble's fake clock, so an hour's
-// incident plays in moments. Add other fields (Text, Quota) to the Models
-// before passing them to New. It fails on a line that is not a recording's
-// JSON.
+// skipped), whose Decide plays the recording back in time. A request at
+// time t after the first request any of the models got is played as the
+// first request recorded for the model within a millisecond of t that was
+// not played yet, so that the configuration recorded, replayed with the
+// same calls, meets every one of its requests again; a request with none
+// (another configuration sends at other times) is played as the last
+// request recorded for the model at or before t (its first recorded
+// request before that). A request is played with a fault of its class (a
+// 503 overloaded body for "overloaded", a per-minute 429 for "rate_limit",
+// ...) after the same latency, or with an answer. A stream recorded with
+// its chunks is played with as many: a cut stream (class "stream_cut")
+// sends the chunks it delivered, then is cut (StreamCutBetween), or, when
+// it delivered as many as the model's whole answers, ends without
+// finishReason (StreamNoFinish); an error inside a stream's 200 is sent
+// after its chunks (StreamErrorInside). The Model's Chunks is the most
+// chunks a whole answer of the model delivered in the recording (0 when it
+// has no stream). A request recorded with no response (status 0, a
+// timeout) is played as an answer after 10 minutes, so that the
+// configuration replayed decides when to give up. Under testing/synctest
+// the time is the bubble's fake clock, so an hour's incident plays in
+// moments. Add other fields (Text, Quota, ChunkInterval) to the Models
+// before passing them to New. It fails on a line that is not a
+// recording's JSON.
 func Replay(r io.Reader) ([]Model, error) {
-	byModel := map[string][]recorded{}
+	byModel := map[string]*replayModel{}
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		if len(sc.Bytes()) == 0 {
@@ -72,8 +97,17 @@ func Replay(r io.Reader) ([]Model, error) {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || rec.Model == "" {
 			return nil, fmt.Errorf("geminitest: Replay: line %d is not a recording's line (geminiguard.WithRecorder): %q", n, sc.Text())
 		}
-		if rec.Endpoint == "generate" {
-			byModel[rec.Model] = append(byModel[rec.Model], rec)
+		if rec.Endpoint != "generate" {
+			continue
+		}
+		m := byModel[rec.Model]
+		if m == nil {
+			m = new(replayModel)
+			byModel[rec.Model] = m
+		}
+		m.recs = append(m.recs, rec)
+		if rec.Class == "none" {
+			m.chunks = max(m.chunks, rec.Chunks)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -81,9 +115,10 @@ func Replay(r io.Reader) ([]Model, error) {
 	}
 	clock := new(replayClock)
 	models := make([]Model, 0, len(byModel))
-	for name, recs := range byModel {
-		sort.SliceStable(recs, func(i, j int) bool { return recs[i].AtMS < recs[j].AtMS })
-		models = append(models, Model{Name: name, Decide: func(Request, int) Step { return replayStep(recs, clock.since()) }})
+	for name, m := range byModel {
+		sort.SliceStable(m.recs, func(i, j int) bool { return m.recs[i].AtMS < m.recs[j].AtMS })
+		m.played = make([]bool, len(m.recs))
+		models = append(models, Model{Name: name, Chunks: m.chunks, Decide: func(Request, int) Step { return m.step(clock.since()) }})
 	}
 	sort.Slice(models, func(i, j int) bool { return models[i].Name < models[j].Name })
 	return models, nil
@@ -100,17 +135,40 @@ func (c *replayClock) since() time.Duration {
 	return time.Since(c.start)
 }
 
-// replayStep is the step of a request at t into the replay of recs (by
-// time).
-func replayStep(recs []recorded, t time.Duration) Step {
-	i := sort.Search(len(recs), func(i int) bool { return time.Duration(recs[i].AtMS)*time.Millisecond > t }) - 1
-	rec := recs[max(i, 0)]
-	latency := time.Duration(rec.LatencyMS) * time.Millisecond
-	if rec.Status == 0 && rec.Class == "timeout" {
-		return Step{Latency: replayStall}
+// replayModel is one model's recorded requests. Safe for concurrent use.
+type replayModel struct {
+	recs   []recorded // by time; set before the replay
+	chunks int        // the most chunks a whole answer delivered
+
+	mu     sync.Mutex // guards played
+	played []bool     // by recs' index, the requests already played
+}
+
+// step is the step of a request at t into the replay (see Replay).
+func (m *replayModel) step(t time.Duration) Step {
+	m.mu.Lock()
+	i := sort.Search(len(m.recs), func(i int) bool { return m.recs[i].at() >= t-replayMatch })
+	for ; i < len(m.recs) && m.recs[i].at() <= t+replayMatch && m.played[i]; i++ {
 	}
-	if rec.Class == "timeout" {
+	if i < len(m.recs) && m.recs[i].at() <= t+replayMatch {
+		m.played[i] = true
+	} else {
+		i = max(sort.Search(len(m.recs), func(i int) bool { return m.recs[i].at() > t })-1, 0)
+	}
+	rec := m.recs[i]
+	m.mu.Unlock()
+	latency := msDuration(rec.LatencyMS)
+	switch {
+	case rec.Status == 0 && rec.Class == "timeout":
+		return Step{Latency: replayStall}
+	case rec.Class == "timeout":
 		return Step{Fault: GatewayTimeout, Latency: latency}
+	case rec.Chunks > 0 && rec.Class == "stream_cut" && m.chunks > 0 && rec.Chunks >= m.chunks:
+		return Step{Fault: StreamNoFinish, Latency: latency}
+	case rec.Chunks > 0 && rec.Class == "stream_cut":
+		return Step{Fault: StreamCutBetween, CutAfter: rec.Chunks, Latency: latency}
+	case rec.Chunks > 0 && rec.Class != "none":
+		return Step{Fault: StreamErrorInside, CutAfter: rec.Chunks, Latency: latency}
 	}
 	return Step{Fault: replayFaults[rec.Class], Latency: latency}
 }

@@ -1,22 +1,31 @@
 // Command replay plays a recording of an incident (geminiguard.WithRecorder)
 // back in fake time (geminitest.Replay) against the default configuration
 // and a grid of the settings that matter — breaker FailureThreshold and
-// OpenFor, backoff BaseDelay and MaxDelay, attempt timeout — and prints, per
-// configuration, best first: the calls answered by a model, p50 and p99
-// latency, upstream requests per call, and the primary's share of answers.
+// OpenFor, backoff BaseDelay and MaxDelay, attempt timeout, routing (hedged
+// attempts, the cascade's order) — and prints, per configuration, best
+// first: the share of calls a model answered, p50 and p99 latency, upstream
+// requests per call, the primary's share of calls and the cost per
+// thousand calls, as the yardstick (examples/internal/scenario) reports
+// them.
 //
-//	go run ./replay                      # the shipped recording of storm503
+//	go run ./replay                      # the shipped recording of storm503, with storm503's calls
 //	go run ./replay -trace incident.jsonl -every 250ms
+//	go run ./replay -trace incident.jsonl -scenario storm503
 //	go run ./replay -make storm503 > storm503.jsonl
 //
-// The workload replayed is one call every -every over the recording's span.
-// -make records the default configuration against a scenario of
-// examples/internal/scenario and writes the recording to stdout.
+// The calls replayed are a scenario's (-scenario; storm503's for the shipped
+// recording), or one every -every over the recording's span. -make records
+// the yardstick's geminiguard arm (the default configuration) against a
+// scenario and writes the recording to stdout: storm503.jsonl is made so
+// (go generate).
 package main
+
+//go:generate sh -c "go run . -make storm503 > storm503.jsonl"
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -26,24 +35,25 @@ import (
 	"log"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/examples/internal/scenario"
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
+// storm503 is the yardstick's geminiguard arm recorded against the
+// storm503 scenario (go generate).
+//
 //go:embed storm503.jsonl
 var storm503 []byte
 
 func main() {
 	trace := flag.String("trace", "", "the recording to replay (JSON Lines of geminiguard.WithRecorder); empty: the shipped recording of storm503")
-	every := flag.Duration("every", 500*time.Millisecond, "the replayed workload: one call every this long over the recording's span")
+	calls := flag.String("scenario", "", "replay this scenario's calls (e.g. storm503); empty: storm503's for the shipped recording, else one call every -every")
+	every := flag.Duration("every", 500*time.Millisecond, "without -scenario, the replayed calls: one every this long over the recording's span")
 	scenarioName := flag.String("make", "", "record the default configuration against this scenario (e.g. storm503) and write the recording to stdout")
 	flag.Parse()
 	log.SetOutput(io.Discard) // the SDK logs cut streams
@@ -66,8 +76,19 @@ func main() {
 			if data, err = os.ReadFile(*trace); err != nil {
 				return fail(err)
 			}
+		} else if *calls == "" {
+			*calls = "storm503"
 		}
-		rows, err := sweep(bubble, data, *every)
+		base, err := traceScenario(data, *every)
+		if *calls != "" {
+			if base = scenario.Lookup(*calls); base == nil {
+				err = fmt.Errorf("no scenario %q", *calls)
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		rows, err := sweep(bubble, data, base)
 		if err != nil {
 			return fail(err)
 		}
@@ -76,42 +97,23 @@ func main() {
 	})
 }
 
-// record runs sc's workload through a Client of the default configuration
-// over sc's fake, recording it to w.
+// record runs sc's calls through the yardstick's geminiguard arm over sc's
+// fake, recording its upstream requests to w.
 func record(ctx context.Context, w io.Writer, sc *scenario.Scenario) error {
-	start := time.Now()
-	srv := geminitest.New(sc.FakeModels(start)...)
 	bw := bufio.NewWriter(w)
-	names := make([]string, len(sc.Models))
-	for i, m := range sc.Models {
-		names[i] = m.Name
-	}
-	c, err := newClient(ctx, srv, names, geminiguard.WithRecorder(bw))
-	if err != nil {
+	sc.Arms = []scenario.Arm{scenario.GeminiguardArm("geminiguard", geminiguard.WithRecorder(bw))}
+	if err := scenario.Run(ctx, sc).Arms[0].StartErr; err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	for i, at := range sc.Workload.Arrivals {
-		wg.Go(func() {
-			time.Sleep(at - time.Since(start))
-			_, _ = c.GenerateContent(ctx, "", genai.Text(scenario.Prompt(i)), nil)
-		})
-	}
-	wg.Wait()
 	return bw.Flush()
 }
 
-func newClient(ctx context.Context, srv *geminitest.Server, cascade []string, opts ...geminiguard.Option) (*geminiguard.Client, error) {
-	return geminiguard.New(ctx, append([]geminiguard.Option{
-		geminiguard.WithAPIKey(geminitest.Key), geminiguard.WithBaseURL(geminitest.BaseURL),
-		geminiguard.WithHTTPClient(srv.HTTPClient()), geminiguard.WithCascade(cascade...),
-	}, opts...)...)
-}
-
-// setting is one configuration of the grid.
+// setting is one configuration of the grid: the yardstick's geminiguard arm
+// with opts, or with its cascade reversed.
 type setting struct {
-	name string
-	opts []geminiguard.Option
+	name     string
+	opts     []geminiguard.Option
+	reversed bool
 }
 
 // grid returns the default configuration and its variations.
@@ -133,7 +135,11 @@ func grid() []setting {
 			}
 		}
 	}
-	return out
+	return append(out,
+		setting{name: "attempt 2s", opts: []geminiguard.Option{geminiguard.WithTimeouts(2*time.Second, 180*time.Second)}},
+		setting{name: "routing: hedged attempts", opts: []geminiguard.Option{geminiguard.WithHedging(geminiguard.HedgePolicy{On: true})}},
+		setting{name: "routing: cascade reversed", reversed: true},
+	)
 }
 
 // row is what one configuration did.
@@ -141,122 +147,119 @@ type row struct {
 	name             string
 	calls, ok        int
 	p50, p99         time.Duration
-	perCall, primary float64
+	perCall, primary float64 // primary: the share of calls the recording's primary answered
+	cost             geminiguard.Micros
 }
 
-// cascadeOf returns the recording's models in the order they first appear
-// (the primary first) and its span.
-func cascadeOf(data []byte) ([]string, time.Duration, error) {
-	var names []string
+// traceScenario returns a scenario for data, a recording: its models in the
+// order they first appear (the primary first), and one call every every
+// over its span.
+func traceScenario(data []byte, every time.Duration) (*scenario.Scenario, error) {
+	sc := &scenario.Scenario{Name: "trace"}
 	var span time.Duration
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
+	lines := bufio.NewScanner(bytes.NewReader(data))
+	for lines.Scan() {
 		var l struct {
-			AtMS  int64  `json:"at_ms"`
-			Model string `json:"model"`
+			AtMS  float64 `json:"at_ms"`
+			Model string  `json:"model"`
 		}
-		if len(sc.Bytes()) == 0 || json.Unmarshal(sc.Bytes(), &l) != nil {
+		if len(lines.Bytes()) == 0 || json.Unmarshal(lines.Bytes(), &l) != nil {
 			continue
 		}
-		if !slices.Contains(names, l.Model) {
-			names = append(names, l.Model)
+		if !slices.ContainsFunc(sc.Models, func(m scenario.Model) bool { return m.Name == l.Model }) {
+			sc.Models = append(sc.Models, scenario.Model{Name: l.Model})
 		}
-		span = max(span, time.Duration(l.AtMS)*time.Millisecond)
+		span = max(span, time.Duration(l.AtMS*float64(time.Millisecond)))
 	}
-	if len(names) == 0 {
-		return nil, 0, fmt.Errorf("the recording has no requests")
-	}
-	return names, span, sc.Err()
-}
-
-// sweep replays data against every setting of the grid, each in its own
-// bubble, and returns the rows best first: most calls answered, then the
-// lowest p99, then the fewest requests per call.
-func sweep(bubble func(func(context.Context)), data []byte, every time.Duration) ([]row, error) {
-	cascade, span, err := cascadeOf(data)
-	if err != nil {
+	if err := lines.Err(); err != nil {
 		return nil, err
 	}
-	calls := max(1, int(span/every))
+	if len(sc.Models) == 0 {
+		return nil, fmt.Errorf("the recording has no requests")
+	}
+	for i := range max(1, int(span/every)) {
+		sc.Workload.Arrivals = append(sc.Workload.Arrivals, time.Duration(i)*every)
+	}
+	return sc, nil
+}
+
+// sweep replays data with base's calls against every setting of the grid,
+// each in its own bubble, and returns the rows best first: most calls
+// answered, then the lowest p99, then the fewest requests per call, then
+// the lowest cost.
+func sweep(bubble func(func(context.Context)), data []byte, base *scenario.Scenario) ([]row, error) {
 	var rows []row
 	for _, s := range grid() {
-		var r row
-		var rerr error
-		bubble(func(ctx context.Context) { r, rerr = replay(ctx, data, cascade, calls, every, s) })
-		if rerr != nil {
-			return nil, rerr
+		sc, err := replayScenario(base, data)
+		if err != nil {
+			return nil, err
 		}
+		primary := sc.Models[0].Name
+		if s.reversed {
+			sc.Models = slices.Clone(sc.Models)
+			slices.Reverse(sc.Models)
+		}
+		sc.Arms = []scenario.Arm{scenario.GeminiguardArm(s.name, s.opts...)}
+		var run *scenario.ArmRun
+		bubble(func(ctx context.Context) { run = scenario.Run(ctx, sc).Arms[0] })
+		if run.StartErr != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, run.StartErr)
+		}
+		sum := scenario.Summarize(sc, run)
+		r := row{name: s.name, calls: sum.Calls, ok: sum.Answered, p50: sum.P50, p99: sum.P99, perCall: sum.PerCall, cost: geminiguard.Micros(run.Figures[scenario.FigCost])}
+		for _, c := range run.Calls {
+			if c.OK && c.Model == primary {
+				r.primary++
+			}
+		}
+		r.primary /= float64(max(r.calls, 1))
 		rows = append(rows, r)
 	}
 	slices.SortStableFunc(rows, func(a, b row) int {
-		switch {
-		case a.ok != b.ok:
-			return b.ok - a.ok
-		case a.p99 != b.p99:
-			return int(a.p99 - b.p99)
-		}
-		return int(1000 * (a.perCall - b.perCall))
+		return cmp.Or(cmp.Compare(b.ok, a.ok), cmp.Compare(a.p99, b.p99), cmp.Compare(a.perCall, b.perCall), cmp.Compare(a.cost, b.cost))
 	})
 	return rows, nil
 }
 
-// replay plays data for s: calls calls, one every every.
-func replay(ctx context.Context, data []byte, cascade []string, calls int, every time.Duration, s setting) (row, error) {
+// replayScenario returns a copy of sc whose script plays data back
+// (geminitest.Replay) instead of sc's own: every model answers as the
+// recording says, with the text sc's calls expect.
+func replayScenario(sc *scenario.Scenario, data []byte) (*scenario.Scenario, error) {
 	models, err := geminitest.Replay(bytes.NewReader(data))
 	if err != nil {
-		return row{}, err
+		return nil, err
 	}
-	srv := geminitest.New(models...)
-	c, err := newClient(ctx, srv, cascade, append(s.opts, geminiguard.WithStartupCheck(false))...)
-	if err != nil {
-		return row{}, err
+	decide := map[string]func(geminitest.Request, int) geminitest.Step{}
+	for _, m := range models {
+		decide[m.Name] = m.Decide
 	}
-	defer c.Close()
-	r := row{name: s.name, calls: calls}
-	latencies := make([]time.Duration, calls)
-	answered := make([]string, calls)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range calls {
-		wg.Go(func() {
-			time.Sleep(time.Duration(i)*every - time.Since(start))
-			began := time.Now()
-			var rec geminiguard.CallRecord
-			resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), "", genai.Text(scenario.Prompt(i)), nil)
-			latencies[i] = time.Since(began)
-			if err == nil && !geminiguard.IsFallback(resp) {
-				answered[i] = rec.Model
-			}
-		})
-	}
-	wg.Wait()
-	total := 0
-	for _, m := range cascade {
-		total += srv.Total(m)
-	}
-	primary := 0
-	for _, m := range answered {
-		if m != "" {
-			r.ok++
+	out := *sc
+	out.Script = func(r scenario.Request) geminitest.Step {
+		d, ok := decide[r.Model]
+		if !ok {
+			return geminitest.Step{Fault: geminitest.NotFound}
 		}
-		if m == cascade[0] {
-			primary++
-		}
+		step := d(geminitest.Request{}, 0)
+		step.Text = scenario.Answer(r.Call)
+		return step
 	}
-	slices.Sort(latencies)
-	r.p50, r.p99 = latencies[calls/2], latencies[min(calls-1, calls*99/100)]
-	r.perCall = float64(total) / float64(calls)
-	if r.ok > 0 {
-		r.primary = float64(primary) / float64(r.ok)
-	}
-	return r, nil
+	return &out, nil
 }
 
 func printRows(w io.Writer, rows []row) {
-	fmt.Fprintf(w, "%-55s %9s %8s %8s %9s %8s\n", "configuration", "success", "p50", "p99", "req/call", "primary")
+	fmt.Fprintf(w, "%-55s %9s %8s %8s %9s %8s %12s\n", "configuration", "success", "p50", "p99", "req/call", "primary", "$/1k calls")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-55s %8.2f%% %8v %8v %9.2f %7.1f%%\n", r.name, 100*float64(r.ok)/float64(r.calls), r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.perCall, 100*r.primary)
+		fmt.Fprintf(w, "%-55s %8.2f%% %8v %8v %9.2f %7.1f%% %12.4f\n", r.name, 100*float64(r.ok)/float64(r.calls), latency(r.p50), latency(r.p99), r.perCall, 100*r.primary,
+			float64(r.cost)/geminiguard.Dollar*1000/float64(max(r.calls, 1)))
 	}
+}
+
+// latency prints d to the millisecond, "never" for scenario.Never.
+func latency(d time.Duration) string {
+	if d == scenario.Never {
+		return "never"
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 // withBubble runs prog, giving it a function that runs f in a fresh

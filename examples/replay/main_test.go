@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"time"
+
+	"github.com/geminiguard/geminiguard/examples/internal/scenario"
 )
 
 // outage is a recording of a primary down for its first 20 seconds (503s
@@ -22,7 +26,9 @@ func TestSweepRanksTheGridOnARecording(t *testing.T) {
 	bubble := func(f func(context.Context)) {
 		synctest.Test(t, func(t *testing.T) { f(t.Context()) })
 	}
-	rows, err := sweep(bubble, []byte(outage), time.Second)
+	base, err := traceScenario([]byte(outage), time.Second)
+	require.NoError(t, err)
+	rows, err := sweep(bubble, []byte(outage), base)
 	require.NoError(t, err)
 	require.Len(t, rows, len(grid()))
 	for i, r := range rows {
@@ -40,4 +46,29 @@ func TestSweepRanksTheGridOnARecording(t *testing.T) {
 	assert.Greater(t, share["breaker 3/10s backoff 500ms-30s attempt 10s"], share["breaker 3/1m0s backoff 500ms-30s attempt 10s"],
 		"a breaker open for 10 s gives the primary back sooner once it is up again, at 20 s")
 	assert.Less(t, rows[len(rows)-1].perCall, 3.0)
+}
+
+func TestSweepOfTheShippedRecordingNamesABetterConfiguration(t *testing.T) {
+	bubble := func(f func(context.Context)) {
+		synctest.Test(t, func(t *testing.T) { f(t.Context()) })
+	}
+	rows, err := sweep(bubble, storm503, scenario.Storm503())
+	require.NoError(t, err)
+	require.Len(t, rows, len(grid()))
+	var out bytes.Buffer
+	printRows(&out, rows)
+	t.Log("\n" + out.String())
+	assert.Contains(t, out.String(), "$/1k calls")
+	i := slices.IndexFunc(rows, func(r row) bool { return r.name == "default" })
+	require.GreaterOrEqual(t, i, 0)
+	def := rows[i]
+	assert.Positive(t, i, "a configuration of the grid does better than the default on storm503")
+	assert.Equal(t, 1000, def.calls)
+	assert.Equal(t, 1000, def.ok, "the default answers every call, as in the scenario")
+	assert.InDelta(t, 1.35, def.perCall, 0.005, "as the scenario's run that was recorded")
+	assert.InDelta(t, 0.581, def.primary, 0.0015)
+	for _, r := range rows {
+		assert.Positive(t, r.cost, "%s: the cost of its answers", r.name)
+	}
+	assert.Less(t, rows[0].p99, def.p99)
 }

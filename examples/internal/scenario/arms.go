@@ -172,6 +172,20 @@ func (g *guardCaller) Stream(ctx context.Context, call int) Outcome {
 	return out
 }
 
+// FigCost is the name of the ArmRun.Figures that geminiguard arms report:
+// what their Client's responses cost, in micro-dollars (the sum of
+// Stats.Models' Cost, at the Client's prices).
+const FigCost = "cost"
+
+// figures reports the Client's cost (FigCost).
+func (g *guardCaller) figures() map[string]float64 {
+	var cost geminiguard.Micros
+	for _, m := range g.c.Stats().Models {
+		cost += m.Cost
+	}
+	return map[string]float64{FigCost: float64(cost)}
+}
+
 // featureKey is the context key of the feature that sends a call
 // (Workload.Feature).
 type featureKey struct{}
