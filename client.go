@@ -63,6 +63,7 @@ type Client struct {
 	fleet          *fleetLink                // WithSharedState's; nil: the Client is on its own
 	signers        signers                   // which model made each thought signature received (turns.go)
 	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
+	batch          batchCounters             // the Batch API lane's (batch.go)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
