@@ -3,6 +3,7 @@ package geminiguard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -21,10 +22,11 @@ import (
 // 24 hours (most much sooner) or expire after 48.
 //
 // Each request to the API (a job's create, get, cancel or delete) goes
-// through the call's bulkhead, the breaker of the model's countTokens
-// endpoint (the lane's requests are free of the models' per-minute quota,
-// so not through the limiter) and classifier-driven retries, with backoff
-// and the server's stated delays, within the call timeout of WithTimeouts.
+// through the call's bulkhead, a breaker of the model's own for the lane,
+// and classifier-driven retries, with backoff and the server's stated
+// delays, within the call timeout of WithTimeouts; not through the
+// limiter, and neither refused nor cooled down by the model's quota
+// cool-downs: the Batch API's quota is its own.
 // A job's results are typed as GenerateContent types its answers: a
 // response, or a quiet failure as a *ResponseError, or a per-request API
 // error as a *ModelError that unwraps to a genai.APIError. A job that
@@ -177,7 +179,8 @@ func (j *BatchJob) Handle() ([]byte, error) { return json.Marshal(j.h) }
 // results are never read.
 //
 // Errors: ErrBudgetExhausted when WithBudget's spend is reached; those of
-// CountTokens for a create whose retries all failed; a refusal, as for a
+// CountTokens for a create whose retries all failed (an open breaker of the
+// model's batch endpoint among them); a refusal, as for a
 // malformed request, when requests is empty or a request's contents are.
 func (b *Batches) Create(ctx context.Context, model string, requests []*genai.InlinedRequest, config *genai.CreateBatchJobConfig) (*BatchJob, error) {
 	c := b.c
@@ -313,11 +316,10 @@ func (b *Batches) Poll(ctx context.Context, j *BatchJob) (done bool, err error) 
 		return false, err
 	}
 	cfg := &genai.GetBatchJobConfig{HTTPOptions: withoutSDKRetry(nil, b.c.sdkRetries)}
-	for p := 0; p < len(j.h.Parts); p++ { // resubmissions append to Parts, and are read next time
+	for p, part := range j.h.Parts { // the resubmissions flush makes are read by the next Poll
 		if j.settled[p] {
 			continue
 		}
-		part := j.h.Parts[p]
 		job, err := batchCall(ctx, b.c, "Batches.Get", part.Model, func(ctx context.Context, bt *genai.Batches) (*genai.BatchJob, error) {
 			return bt.Get(ctx, part.Name, cfg)
 		})
@@ -563,10 +565,10 @@ func jobEnded(s genai.JobState) bool {
 
 // batchCall sends one Batch API request (named method in errors) of
 // model's jobs through the call's bulkhead, the breaker of the model's
-// countTokens endpoint and classifier-driven retries, as WaitVideos' polls
-// go: not through the limiter, no cascade, no Fallback.
+// batch endpoint and classifier-driven retries: not through the limiter,
+// no cool-downs, no cascade, no Fallback.
 func batchCall[R any](ctx context.Context, c *Client, method, model string, send func(ctx context.Context, bt *genai.Batches) (R, error)) (R, error) {
-	return mediaCallOn(ctx, c, endpointCount, method, model, 0, false, func(ctx context.Context, m *modelState) (R, error) {
+	return mediaCallOn(ctx, c, endpointBatch, method, model, 0, false, func(ctx context.Context, m *modelState) (R, error) {
 		return send(ctx, c.batchesFor(m))
 	})
 }
@@ -578,4 +580,72 @@ func (c *Client) batchesFor(m *modelState) *genai.Batches {
 		return m.via.sdk.Batches
 	}
 	return c.sdk().Batches
+}
+
+// ErrDeferred: a call marked Deferrable found no model to answer it now
+// and was sent to the Batch API lane instead. The error is a
+// *DeferredError carrying the job.
+var ErrDeferred = errors.New("geminiguard: deferred to the batch lane")
+
+// DeferredError is what a Deferrable GenerateContent call returns when every
+// model failed for a reason a batch job may outlive (a daily quota, a zero
+// quota, open breakers and cool-downs, overload, server errors, timeouts,
+// per-minute limits) and no Fallback answered: the request was submitted as
+// a batch job of the call's first model, whose result Batches.Wait (or
+// Poll) gives, and whose Handle can be saved. It matches ErrDeferred, and
+// through Unwrap the call's own error (errors.Is(err, ErrQuotaExhausted)
+// still tells a quota was involved). Returned as a pointer.
+type DeferredError struct {
+	Job *BatchJob
+	Err error // the call's error: a *CascadeError
+}
+
+func (e *DeferredError) Error() string {
+	return fmt.Sprintf("geminiguard: deferred to batch job %s: %s", e.Job.Name(), strings.TrimPrefix(e.Err.Error(), "geminiguard: "))
+}
+
+// Is reports ErrDeferred.
+func (e *DeferredError) Is(target error) bool { return target == ErrDeferred }
+
+// Unwrap returns the call's error.
+func (e *DeferredError) Unwrap() error { return e.Err }
+
+type deferrableKey struct{}
+
+// Deferrable marks the GenerateContent calls made with the returned context
+// as deferrable: one that every model fails for a reason a batch job may
+// outlive is submitted to the Batch API lane instead and returns a
+// *DeferredError carrying the job (see there). A Fallback that answers
+// still answers first. A call whose batch submission fails returns its own
+// error, as an unmarked call does. Calls are not deferrable by default.
+func Deferrable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferrableKey{}, true)
+}
+
+// deferrableClasses are the failures a batch job may outlive: its quota is
+// separate and its deadline a day away. A project's spend cap, keys and
+// budgets, and caller mistakes, bind a batch as well.
+var deferrableClasses = map[Class]bool{
+	ClassDailyQuota: true, ClassNoQuota: true, ClassCircuitOpen: true, ClassOverloaded: true,
+	ClassServerError: true, ClassTimeout: true, ClassNetwork: true, ClassRateLimit: true, ClassLocalRateLimit: true,
+}
+
+// deferCall returns err, or a *DeferredError when ctx is Deferrable, err is
+// a *CascadeError whose every failure is of deferrableClasses, and the
+// request could be submitted as a batch job of model (the call's first).
+func (c *Client) deferCall(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig, err error) error {
+	var ce *CascadeError
+	if on, _ := ctx.Value(deferrableKey{}).(bool); !on || !errors.As(err, &ce) {
+		return err
+	}
+	for _, a := range ce.Unwrap() {
+		if !deferrableClasses[Classify(a).Class] {
+			return err
+		}
+	}
+	job, berr := c.Batches().Create(ctx, model, []*genai.InlinedRequest{{Contents: contents, Config: config}}, nil)
+	if berr != nil {
+		return err
+	}
+	return &DeferredError{Job: job, Err: err}
 }

@@ -283,3 +283,64 @@ func TestBatchSpanAndBudget(t *testing.T) {
 		assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbBatchCreate))
 	})
 }
+
+// TestBatchDeferrableOverflow: a Deferrable call whose every model is out
+// of its daily quota or overloaded goes to the batch lane and returns a
+// *DeferredError with the job, whose Wait answers it; an unmarked call, and
+// a marked one that failed for the caller's mistake, are not deferred.
+func TestBatchDeferrableOverflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Faults: []geminitest.Chance{{P: 1, Step: geminitest.Step{Fault: geminitest.DailyQuota}}}},
+			geminitest.Model{Name: flash, Faults: []geminitest.Chance{{P: 1, Step: geminitest.Step{Fault: geminitest.Overloaded}}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+		defer c.Close()
+
+		_, err := c.GenerateContent(t.Context(), "", genai.Text("Say hi"), nil)
+		require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
+		assert.NotErrorIs(t, err, geminiguard.ErrDeferred)
+		assert.Zero(t, srv.Hits(pro, geminitest.VerbBatchCreate))
+
+		resp, err := c.GenerateContent(geminiguard.Deferrable(t.Context()), "", genai.Text("Say hi"), nil)
+		assert.Nil(t, resp)
+		require.ErrorIs(t, err, geminiguard.ErrDeferred)
+		require.ErrorIs(t, err, geminiguard.ErrQuotaExhausted, "the call's own error is still there")
+		var de *geminiguard.DeferredError
+		require.ErrorAs(t, err, &de)
+		assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbBatchCreate))
+		results, err := c.Batches().Wait(t.Context(), de.Job)
+		require.NoError(t, err)
+		require.Len(t, results, 1)
+		require.NoError(t, results[0].Err)
+		assert.Equal(t, srv.FullText(pro), results[0].Response.Text())
+
+		mistake := geminitest.New(geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.InvalidArgument}}}, geminitest.Model{Name: flash})
+		c2 := newClient(t, mistake, nil, geminiguard.WithCascade(pro, flash))
+		defer c2.Close()
+		_, err = c2.GenerateContent(geminiguard.Deferrable(t.Context()), "", genai.Text("Say hi"), nil)
+		require.Error(t, err)
+		assert.Zero(t, mistake.Hits(pro, geminitest.VerbBatchCreate))
+		assert.NotErrorIs(t, err, geminiguard.ErrDeferred)
+	})
+}
+
+// TestBatchQuotaIsItsOwn: a daily-quota 429 on a batch create does not
+// cool the model down for interactive calls, whose quota is not the Batch
+// API's.
+func TestBatchQuotaIsItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro}, geminitest.Model{Name: flash})
+		srv.ScriptBatch(pro, geminitest.BatchScript{Control: []geminitest.Step{{Fault: geminitest.DailyQuota}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+		defer c.Close()
+		_, err := c.Batches().Create(t.Context(), "", batchRequests(2), nil)
+		require.ErrorIs(t, err, geminiguard.ErrQuotaExhausted)
+
+		resp, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, pro, resp.ModelVersion, "the primary still answers interactive calls")
+		for _, m := range c.Stats().Models {
+			assert.Zero(t, m.CoolDownUntil, m.Model)
+		}
+	})
+}

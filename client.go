@@ -222,7 +222,9 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // returned at once; a *StreamError (ErrStreamInterrupted) holding the text
 // so far when a CONTINUATION hop of the answer failed; a *CascadeError
 // (ErrAllModelsFailed, unwrapping to every attempt's error) when every model
-// failed or was skipped and no Fallback answered; the context's error when
+// failed or was skipped and no Fallback answered, or, for a call marked
+// Deferrable that went to the Batch API lane instead, a *DeferredError
+// (ErrDeferred) carrying the job and unwrapping to it; the context's error when
 // the caller cancelled. An error matching ErrBulkheadFull when the call's
 // bulkhead (InBulkhead) refused it, before anything was sent; such a
 // refusal is counted in its bulkhead's Stats only. Classify(err) gives the
@@ -241,10 +243,17 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 	if err := checkGenerate(contents, config); err != nil {
 		return nil, err
 	}
+	var resp *genai.GenerateContentResponse
+	var err error
 	if c.cfg.dedup || idempotencyKeyFrom(ctx) != "" {
-		return c.generateShared(ctx, model, contents, config)
+		resp, err = c.generateShared(ctx, model, contents, config)
+	} else {
+		resp, err = c.generate(ctx, model, contents, config)
 	}
-	return c.generate(ctx, model, contents, config)
+	if err != nil {
+		err = c.deferCall(ctx, model, contents, config, err) // batch.go: Deferrable, outside the bulkhead the batch's create enters
+	}
+	return resp, err
 }
 
 // generate sends one GenerateContent request through the bulkhead and the
