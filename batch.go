@@ -40,8 +40,10 @@ import (
 // conventions have no batch operation name) with the attribute
 // geminiguard.lane=batch.
 //
-// Batches is safe for concurrent use; a *BatchJob is not: use one from one
-// goroutine at a time. The zero value is not usable: get it from
+// The lane speaks the Gemini API's batches (inlined requests); a model
+// called through Vertex AI, whose batch jobs read Cloud Storage or
+// BigQuery, fails Create with the SDK's error. Batches is safe for
+// concurrent use; a *BatchJob is not: use one from one goroutine at a time. The zero value is not usable: get it from
 // Client.Batches.
 type Batches struct {
 	c *Client
@@ -201,7 +203,7 @@ func (b *Batches) Create(ctx context.Context, model string, requests []*genai.In
 	if model == "" {
 		model = c.cascade[0]
 	}
-	j := &BatchJob{h: batchHandle{Version: batchHandleVersion, First: strings.TrimPrefix(model, "models/"), Requests: requests, Config: config}}
+	j := &BatchJob{h: batchHandle{Version: batchHandleVersion, First: strings.TrimPrefix(model, "models/"), Requests: slices.Clone(requests), Config: config}}
 	if config != nil {
 		j.h.Display = config.DisplayName
 	}
