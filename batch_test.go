@@ -273,7 +273,7 @@ func TestBatchSpanAndBudget(t *testing.T) {
 		assert.Equal(t, "generate_content "+pro, spans[0].Name())
 		got := map[string]string{}
 		for _, kv := range spans[0].Attributes() {
-			got[string(kv.Key)] = kv.Value.Emit()
+			got[string(kv.Key)] = kv.Value.String()
 		}
 		assert.Equal(t, "generate_content", got["gen_ai.operation.name"])
 		assert.Equal(t, "batch", got["geminiguard.lane"])
