@@ -234,7 +234,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 		c.settle(a, end, err, v)
 	}
 	call.account(m, resp, end)
-	if err != nil && !call.namedMissing(m, v) {
+	if err != nil && !call.namedMissing(m, v) && call.endpoint.cools() {
 		c.applyVerdict(ctx, m, v, end)
 	} else if call.usage != nil && call.tokens >= 0 {
 		m.lim.reconcile(end, call.tokens, int(call.usage(resp)))

@@ -63,6 +63,7 @@ type Client struct {
 	fleet          *fleetLink                // WithSharedState's; nil: the Client is on its own
 	signers        signers                   // which model made each thought signature received (turns.go)
 	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
+	batch          batchCounters             // the Batch API lane's (batch.go)
 }
 
 // New builds a Client. Options are applied in order (the last one wins), then
@@ -221,7 +222,9 @@ func newGenAIClient(ctx context.Context, cfg *config) (*genai.Client, error) {
 // returned at once; a *StreamError (ErrStreamInterrupted) holding the text
 // so far when a CONTINUATION hop of the answer failed; a *CascadeError
 // (ErrAllModelsFailed, unwrapping to every attempt's error) when every model
-// failed or was skipped and no Fallback answered; the context's error when
+// failed or was skipped and no Fallback answered, or, for a call marked
+// Deferrable that went to the Batch API lane instead, a *DeferredError
+// (ErrDeferred) carrying the job and unwrapping to it; the context's error when
 // the caller cancelled. An error matching ErrBulkheadFull when the call's
 // bulkhead (InBulkhead) refused it, before anything was sent; such a
 // refusal is counted in its bulkhead's Stats only. Classify(err) gives the
@@ -245,7 +248,7 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 		r.start = time.Now()
 		r.digest, r.shared = requestDigest(model, contents, config)
 	}
-	return c.unary(ctx, &r, wrapIdempotency)
+	return c.unary(ctx, &r, wrapDeferrable)
 }
 
 // EmbedContent embeds contents with model through the limiter, the breaker

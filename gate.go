@@ -130,6 +130,9 @@ func (call *call[R]) checkBudget(ctx context.Context, sl *retrySlot) (step, erro
 // checkCooling refuses a model cooling down after a quota answer or a 404
 // (cooldown.go).
 func (call *call[R]) checkCooling(sl *retrySlot) (step, error) {
+	if !call.endpoint.cools() {
+		return stepGo, nil
+	}
 	if err := sl.m.cooling(call.now); err != nil {
 		call.skip(sl.m, err, sl.delay)
 		return stepNext, err

@@ -17,13 +17,22 @@ const (
 	endpointGenerate endpoint = iota
 	endpointEmbed
 	endpointCount // countTokens: free of quota, so not limited
+	endpointBatch // the Batch API's create, get, cancel, delete: a quota of its own (batch.go)
 	numEndpoints
 )
 
 // metered reports whether requests to e count against the model's quota,
-// and so go through its limiter and the spend budget: countTokens does not.
+// and so go through its limiter and the spend budget: countTokens and the
+// Batch API do not.
 func (e endpoint) metered() bool {
-	return e != endpointCount
+	return e != endpointCount && e != endpointBatch
+}
+
+// cools reports whether requests to e are refused while the model cools
+// down, and their quota failures cool it down: not the Batch API's, whose
+// quota is not the model's.
+func (e endpoint) cools() bool {
+	return e != endpointBatch
 }
 
 func (e endpoint) String() string {
@@ -32,6 +41,8 @@ func (e endpoint) String() string {
 		return "embed"
 	case endpointCount:
 		return "count"
+	case endpointBatch:
+		return "batch"
 	}
 	return "generate"
 }

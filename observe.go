@@ -119,6 +119,7 @@ type Stats struct {
 	Budget    BudgetStats     // the spend against WithBudget's limits; zero without
 	Fleet     FleetStats      // the shared state's figures; zero without WithSharedState
 	Cache     CacheStats      // the answer cache's lookups; zero without WithAnswerCache
+	Batch     BatchStats      // the Batch API lane's jobs and requests (Client.Batches)
 }
 
 // CacheStats count the answer cache's lookups (WithAnswerCache), made when
@@ -245,6 +246,7 @@ func (c *Client) Stats() Stats {
 	st.Budget = c.spending.stats(now)
 	st.Fleet = c.fleet.stats()
 	st.Cache = CacheStats{Exact: c.stats.cacheExact.Load(), Template: c.stats.cacheTemplate.Load(), Semantic: c.stats.cacheSemantic.Load(), Misses: c.stats.cacheMisses.Load()}
+	st.Batch = c.batch.stats()
 	return st
 }
 

@@ -460,8 +460,9 @@ func (t *telemetry) limiterWaited(ctx context.Context, m *modelState, d time.Dur
 	t.ins.limiterWaited.Add(ctx, d.Seconds(), kv)
 }
 
-// observeState reports every kept model's breaker states and every
-// bulkhead's figures to their observable instruments.
+// observeState reports every kept model's breaker states (generate, embed,
+// count; not the Batch API lane's) and every bulkhead's figures to their
+// observable instruments.
 func (c *Client) observeState(_ context.Context, o metric.Observer) error {
 	if c.tel == nil {
 		return nil
@@ -500,6 +501,9 @@ func (c *Client) observeState(_ context.Context, o metric.Observer) error {
 	now := time.Now()
 	observe := func(m *modelState) {
 		for e := range m.breakers {
+			if endpoint(e) == endpointBatch {
+				continue // the Batch API lane's breaker is not one of the model's endpoints the gauge reports
+			}
 			o.ObserveInt64(c.tel.ins.breakerState, int64(m.breakers[e].state(now)), metric.WithAttributes(
 				attribute.String("gen_ai.request.model", m.name), attribute.String("geminiguard.endpoint", endpoint(e).String())))
 		}

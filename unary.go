@@ -11,9 +11,11 @@ import (
 // first; each answers the call itself or hands it to the next. The order is
 // the constants' order, and unary runs them in it:
 //
-//	idempotency → dedupe → bulkhead → chain (→ answer cache)
+//	deferral → idempotency → dedupe → bulkhead → chain (→ answer cache)
 //
-// The idempotency key comes first so that a replayed key is answered before
+// Deferral comes first: it acts on the call's outcome, and the batch job it
+// creates enters the bulkhead again, which a call holding a slot would wait
+// for. The idempotency key comes next so that a replayed key is answered before
 // anything else is spent; dedupe before the bulkhead so that a call joining
 // another's flight takes no slot of its own; the bulkhead last so that only
 // calls that will send hold a slot. The answer cache sits at the chain's
@@ -22,7 +24,8 @@ import (
 type wrapper int
 
 const (
-	wrapIdempotency wrapper = iota // Idempotent: the key's stored answer, its call in flight, or a new call whose answer is stored (idempotency.go)
+	wrapDeferrable  wrapper = iota // Deferrable: a call every model failed for a reason a batch outlives goes to the Batch API lane (batch.go)
+	wrapIdempotency                // Idempotent: the key's stored answer, its call in flight, or a new call whose answer is stored (idempotency.go)
 	wrapDedupe                     // WithDedup: the same request's call in flight, or a new one that others join (dedup.go)
 	wrapBulkhead                   // InBulkhead, WithBulkhead: a slot of the call's bulkhead for the rest (bulkhead.go)
 	wrapChain                      // limiter → breaker → retry → cascade (chain.go); the answer cache keeps a good answer (cachefb.go)
@@ -49,6 +52,10 @@ type generateRequest struct {
 func (c *Client) unary(ctx context.Context, r *generateRequest, from wrapper) (*genai.GenerateContentResponse, error) {
 	for w := from; ; w++ {
 		switch w {
+		case wrapDeferrable:
+			if on, _ := ctx.Value(deferrableKey{}).(bool); on {
+				return c.generateDeferrable(ctx, r)
+			}
 		case wrapIdempotency:
 			if key := idempotencyKeyFrom(ctx); key != "" && r.shared {
 				return c.generateIdempotent(ctx, key, r)
@@ -63,6 +70,17 @@ func (c *Client) unary(ctx context.Context, r *generateRequest, from wrapper) (*
 			return c.generateByChain(ctx, r)
 		}
 	}
+}
+
+// generateDeferrable runs the rest of the call and, when every model
+// failed for a reason a batch job outlives, submits it to the Batch API
+// lane instead (deferCall).
+func (c *Client) generateDeferrable(ctx context.Context, r *generateRequest) (*genai.GenerateContentResponse, error) {
+	resp, err := c.unary(ctx, r, wrapIdempotency)
+	if err != nil {
+		err = c.deferCall(ctx, r.model, r.contents, r.config, err)
+	}
+	return resp, err
 }
 
 // generateInBulkhead holds a slot of the call's bulkhead while the chain

@@ -56,6 +56,7 @@ type Server struct {
 	requests   map[string][]Request
 	listScript []Step      // the scripted answers of the next models.list requests (ScriptList)
 	vertex     *vertexSite // the project and location of a Vertex AI Server (NewVertex); nil: the Gemini API
+	batch      batchSite   // the Batch API's jobs and scripts (batch.go), under a mutex of its own
 
 	responses atomic.Uint64 // numbers responseId values
 }
@@ -157,8 +158,8 @@ func (s *Server) FullText(model string) string {
 }
 
 // Reset zeroes the hit counters and request logs, rewinds every script and
-// fault draw, forgets all emulated quota usage and the ScriptList steps not
-// yet answered. Models stay.
+// fault draw, forgets all emulated quota usage, the ScriptList steps not
+// yet answered, and every batch job and ScriptBatch script. Models stay.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,6 +169,7 @@ func (s *Server) Reset() {
 	for _, st := range s.models {
 		st.rewind()
 	}
+	s.batch.reset()
 }
 
 // ClientConfig returns a config for genai.NewClient that reaches s through
@@ -228,9 +230,10 @@ func ClientConfigFor(srv *httptest.Server) *genai.ClientConfig {
 // (paged), GET {model}, POST {model}:generateContent,
 // {model}:streamGenerateContent?alt=sse, {model}:countTokens and
 // {model}:batchEmbedContents; a Server made by NewVertex serves Vertex AI's
-// routes instead, computeTokens among them (see there). Anything else is a 404.
+// routes instead, computeTokens among them (see there). It also serves the
+// Batch API (ScriptBatch). Anything else is a 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.serveMedia(w, r) { // images.go
+	if s.serveMedia(w, r) || s.serveBatch(w, r) { // images.go, batch.go
 		return
 	}
 	rt, ok := s.parseRoute(r)
