@@ -332,10 +332,10 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	switch o {
 	case outcomeSuccess:
 		a.m.routes[a.endpoint].answered(now)
-		c.answers.saw(now)
+		c.answers.Saw(now)
 	case outcomeFailure:
 		a.m.routes[a.endpoint].failed(now)
-		if c.answers.silentFor(now, outageAfter) {
+		if c.answers.SilentFor(now, outageAfter) {
 			o = outcomeOutage // no model answers: dead, not degraded
 		}
 	}

@@ -126,7 +126,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
 	}
-	c.answers.origin = time.Now()
+	c.answers.Origin = time.Now()
 	c.states = make([]*modelState, len(cfg.cascade))
 	for i, name := range cfg.cascade {
 		c.states[i] = c.newModelState(name)

@@ -401,7 +401,7 @@ func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Durat
 	bound := warmUp
 	switch {
 	case bound > 0:
-	case p.probe:
+	case p.Probe():
 		bound = f.settings.MaxTimeout // the first try after carrying on alone: a cold connection, maybe a restarted server
 	default:
 		bound = f.rtt.bound()
@@ -444,7 +444,7 @@ func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Durat
 // fleetChanged logs the store's breaker moving: the Client carrying on
 // alone, or rejoining.
 func (c *Client) fleetChanged(ctx context.Context, tr *transition, err error) {
-	switch tr.To {
+	switch State(tr.To) {
 	case StateOpen:
 		c.log(ctx, slog.LevelWarn, "geminiguard: shared state unreachable; carrying on alone with each limit divided by share",
 			slog.Int("share", c.fleet.share()), slog.Duration("retry_in", c.fleet.settings.AloneFor), slog.String("error", c.redact(err)))
@@ -904,7 +904,7 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	now := time.Now()
 	br := m.breakers[endpointGenerate]
 	silent := s.DeadAfter < 0 || l.Answered.IsZero() || now.Sub(l.Answered) >= s.DeadAfter
-	if !silent && !c.answers.silentFor(now, outageAfter) {
+	if !silent && !c.answers.SilentFor(now, outageAfter) {
 		return
 	}
 	if br.state(now) != StateClosed {
@@ -1004,7 +1004,7 @@ func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoin
 	if c.fleet == nil || tr == nil {
 		return
 	}
-	switch tr.To {
+	switch State(tr.To) {
 	case StateOpen:
 		c.publish(ctx, fleet.Fact{Kind: fleet.FactOpen, Model: m.name, Endpoint: e.String(), At: tr.At, Until: br.openUntil()})
 	case StateClosed:

@@ -195,7 +195,7 @@ func (call *call[R]) takePermit(ctx context.Context, sl *retrySlot, a *admission
 	m := sl.m
 	br := m.breakers[call.endpoint]
 	p, tr, err := br.allow(call.now)
-	if err == nil && p.probe && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
+	if err == nil && p.Probe() && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
 		br.done(p, call.now, outcomeIgnore) // another replica probes the model
 		err = ErrCircuitOpen
 	}

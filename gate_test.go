@@ -151,7 +151,7 @@ func TestAbandonFreesTheProbeSlotAndTheGrant(t *testing.T) {
 		a.abandon() // once only
 
 		st := br.snapshot(call.now)
-		assert.Equal(t, StateHalfOpen, st.State, "an abandoned probe says nothing about the model")
+		assert.Equal(t, StateHalfOpen, State(st.State), "an abandoned probe says nothing about the model")
 		assert.Zero(t, st.ProbesInFlight, "its slot is free")
 		for range 2 { // the unsent request's RPM slot came back: two leave now
 			_, wait, err := c.states[0].lim.reserve(call.now, 0, time.Time{})

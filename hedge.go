@@ -168,7 +168,7 @@ func (call *call[R]) admitHedge(ctx context.Context, m *modelState, h *admission
 	}
 	br := m.breakers[call.endpoint]
 	p, tr, err := br.allow(call.now)
-	if err != nil || p.probe { // a probe's slot is for a call of its own
+	if err != nil || p.Probe() { // a probe's slot is for a call of its own
 		if err == nil {
 			br.done(p, call.now, outcomeIgnore)
 		}

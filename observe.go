@@ -299,7 +299,7 @@ func (c *Client) stateChanged(ctx context.Context, model string, e endpoint, tr 
 			slog.String("from", tr.From.String()), slog.String("to", tr.To.String()))
 	}
 	if h := c.cfg.hooks.OnStateChange; h != nil {
-		h(ctx, StateChangeEvent{Model: model, Endpoint: e.String(), From: tr.From, To: tr.To, At: tr.At})
+		h(ctx, StateChangeEvent{Model: model, Endpoint: e.String(), From: State(tr.From), To: State(tr.To), At: tr.At})
 	}
 }
 

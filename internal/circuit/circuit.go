@@ -1,0 +1,534 @@
+// Package circuit holds the circuit breaker's state machine: Breaker, one
+// model's and endpoint's breaker (closed, open, half-open), with the two-step
+// Allow/Done of sony/gobreaker and a generation that drops the outcomes of
+// requests granted before a state change. Every method takes the time as an
+// argument (now), reads no other clock, starts no goroutine and calls no
+// user code: state changes are returned as Transitions for the caller to
+// report. What a request's error means for the breaker (its Outcome), the
+// error a refusal becomes, the settings' defaults and their validation are
+// the root package's (breaker.go).
+package circuit
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// State is the state of a breaker. The zero value is Closed.
+type State int
+
+const (
+	// Closed: requests flow; counted failures are tallied.
+	Closed State = iota
+	// Open: requests are refused until the open period has passed
+	// (MinOpenFor, doubled on each failed probe, up to OpenFor).
+	Open
+	// HalfOpen: up to HalfOpenProbes trial requests are let through; their
+	// successes close the breaker, a failure opens it again.
+	HalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half-open"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// windowBuckets is the number of slices the failure-rate window is kept in:
+// it slides in steps of Window/windowBuckets (Hystrix: 10 buckets).
+const windowBuckets = 10
+
+// Settings configures a Breaker; the root's BreakerSettings documents each
+// field. New applies no defaults: every field is as BreakerSettings'
+// withDefaults leaves it (FailureThreshold, OpenFor, MinOpenFor and
+// HalfOpenProbes positive, MinOpenFor at most OpenFor; Window at least 1s
+// when FailureRate is above 0). A negative DeadAfter opens on the failures
+// alone. It is a plain value.
+type Settings struct {
+	FailureThreshold int           // consecutive counted failures that open a closed breaker (with DeadAfter)
+	DeadAfter        time.Duration // silence that, with the failures, makes a model dead
+	OpenFor          time.Duration // the longest open period
+	MinOpenFor       time.Duration // the open period of a breaker opened from closed
+	HalfOpenProbes   int           // probes in flight in half-open, and successes that close it
+	FailureRate      float64       // failure fraction over Window that opens a closed breaker; 0: off
+	Window           time.Duration // the failure rate's span (FailureRate > 0)
+	MinRequests      int           // calls within Window below which the rate is not judged (FailureRate > 0)
+}
+
+// Refusal is what Allow returns when it refuses a request. Until is when the
+// breaker turns half-open; it is zero when the breaker is already half-open
+// and every probe slot is taken (the end then depends on the probes).
+// Values are never modified once made, so one value is shared by every
+// refusal of one opening.
+type Refusal struct {
+	Until time.Time
+	since time.Time // when the breaker opened
+}
+
+// probesBusy refuses a request while the breaker is half-open and every
+// probe slot is taken.
+var probesBusy = &Refusal{}
+
+// Permit is Allow's grant of one request; hand it back to Done. The zero
+// Permit is stale: Done ignores it.
+type Permit struct {
+	gen   uint64 // breaker generation when granted
+	probe bool   // granted in half-open: it holds a probe slot
+}
+
+// Probe reports whether p was granted in half-open: it holds a probe slot.
+func (p Permit) Probe() bool { return p.probe }
+
+// Outcome is what a permitted request said about the model's health. The
+// zero value is Ignore.
+type Outcome int
+
+const (
+	Ignore  Outcome = iota // says nothing about the model: the permit is released, nothing is counted
+	Success                // the model answered
+	Failure                // a counted failure: the model is unwell
+	Outage                 // a counted failure while no model answers at all: DeadAfter does not apply
+)
+
+// Transition reports a change of a breaker's state, made At the time passed
+// to the call that made it. Each change is returned by exactly one call.
+type Transition struct {
+	From, To State
+	At       time.Time
+}
+
+// Stats is a breaker's state as read at one time.
+type Stats struct {
+	State               State
+	ConsecutiveFailures int       // counted failures in a row while closed
+	OpenUntil           time.Time // when an open breaker turns half-open; zero unless State is Open
+	ProbesInFlight      int       // half-open probes granted and not yet done
+	WindowCalls         int       // successes and counted failures within Window (failure-rate rule only)
+	WindowFailures      int       // counted failures within Window (failure-rate rule only)
+	Trips               int       // times the breaker opened since it was made
+}
+
+// Breaker is the circuit breaker of one model and endpoint: a state machine
+// over the times passed in, compared with time.Time's Before only (so by the
+// monotonic clock when they carry its reading, as time.Now's do: a step of
+// the wall clock changes nothing), with a generation that changes on every state
+// change so that outcomes of requests granted before the change are
+// dropped (the two-step allow/done of sony/gobreaker). It is safe for
+// concurrent use; it starts no goroutine, reads no clock and calls no user
+// code: changes are returned as transitions for the caller to report after
+// the call. Create it with New; the zero value is not usable.
+type Breaker struct {
+	s Settings // read-only
+
+	// cur is gen<<2 | state, stored under mu on every change, so that Allow
+	// grants closed-state permits without taking mu.
+	cur atomic.Uint64
+	// answered is when the model last answered, set without mu on every
+	// success.
+	answered LastAnswer
+	// consecutive counts the counted failures in a row while closed. A
+	// success resets it without mu (the closed fast path of Done); failures
+	// add to it under mu.
+	consecutive atomic.Int64
+	// open is, while open, the end of the open period (Until) and what
+	// Allow returns; nil otherwise. Stored under mu before cur on every
+	// change; State reads it without mu.
+	open atomic.Pointer[Refusal]
+
+	mu        sync.Mutex // guards the fields below (and writes to cur and open)
+	changed   time.Time  // when the state last changed; zero: never
+	probes    int        // probes in flight, half-open
+	successes int        // probe successes, half-open
+	trips     int        // times opened
+	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
+	window    rateWindow // completed calls, closed, when FailureRate > 0
+}
+
+// New returns a closed breaker made at now, whose model has not answered
+// yet. s must be as Settings says.
+func New(s Settings, now time.Time) *Breaker {
+	b := &Breaker{s: s}
+	b.answered.Origin = now
+	b.window.span = b.s.Window / windowBuckets
+	b.cur.Store(1<<2 | uint64(Closed)) // generation 1: the zero permit is stale
+	return b
+}
+
+// Allow asks to send one request at now. It returns a permit to hand back to
+// Done, or a *Refusal (shared and not to be modified) and no permit.
+//
+// Closed, it grants at once, without taking the lock or allocating. Open, it
+// refuses until OpenFor has passed since the breaker opened; the first call
+// at or after that moves the breaker to half-open, returns that transition
+// and grants the first probe. Half-open, it grants a probe while fewer than
+// HalfOpenProbes are in flight and refuses otherwise. The transition is nil
+// unless this call changed the state.
+func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
+	if c := b.cur.Load(); State(c&3) == Closed {
+		return Permit{gen: c >> 2}, nil, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tr *Transition
+	gen, st := b.load()
+	switch st {
+	case Closed: // closed since the load above
+		return Permit{gen: gen}, nil, nil
+	case Open:
+		if r := b.open.Load(); now.Before(r.Until) {
+			return Permit{}, nil, r
+		}
+		tr = b.setState(HalfOpen, now)
+		gen, _ = b.load()
+	}
+	if b.probes >= b.s.HalfOpenProbes {
+		return Permit{}, nil, probesBusy
+	}
+	b.probes++
+	return Permit{gen: gen, probe: true}, tr, nil
+}
+
+// Done reports the outcome at now of a request that Allow permitted, and
+// returns the transition it caused, nil when none. Each permit must be
+// handed back exactly once, with Ignore when the request said nothing
+// about the model (the caller gave up, the stream was abandoned): a probe
+// permit never handed back holds its slot for good, and a half-open breaker
+// whose slots are all held refuses every request. A permit from an older
+// generation (the state changed since Allow granted it) changes nothing.
+//
+// Closed: a success resets the consecutive failures; a failure that makes
+// FailureThreshold in a row when the model has answered nothing for
+// DeadAfter, or brings the failure rate over Window to FailureRate, opens
+// the breaker for MinOpenFor. Half-open: the probe's slot is freed;
+// HalfOpenProbes successes close the breaker (every count starts again); a
+// failure opens it again for twice the previous open period, up to
+// OpenFor. An outage's failure (no model answers: the Client's early probes
+// find its end, AllOpenProbeEvery) opens it for OpenFor at once.
+// Ignore only frees the slot.
+func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
+	if o == Success {
+		b.answered.Saw(now)
+	}
+	if !p.probe && o == Success && b.s.FailureRate == 0 {
+		// Closed-state success: only the failure count changes. A stale
+		// permit resetting the count of a newer generation is harmless: a
+		// new generation starts with a zero count anyway.
+		if b.consecutive.Load() != 0 {
+			b.consecutive.Store(0)
+		}
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if gen, _ := b.load(); p.gen != gen {
+		return nil
+	}
+	if p.probe {
+		b.probes--
+		switch o {
+		case Success:
+			if b.successes++; b.successes >= b.s.HalfOpenProbes {
+				return b.setState(Closed, now)
+			}
+		case Failure:
+			return b.setState(Open, now)
+		case Outage:
+			return b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
+		}
+		return nil
+	}
+	switch o {
+	case Success:
+		b.consecutive.Store(0)
+		if b.s.FailureRate > 0 {
+			b.window.record(now, false)
+		}
+	case Failure, Outage:
+		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) {
+			switch {
+			case o == Outage:
+				return b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
+			case b.silentFor(now):
+				return b.setState(Open, now)
+			}
+		}
+		if b.s.FailureRate > 0 {
+			b.window.record(now, true)
+			calls, failures := b.window.totals(now)
+			if calls >= b.s.MinRequests && float64(failures) >= b.s.FailureRate*float64(calls) {
+				return b.setState(Open, now)
+			}
+		}
+	}
+	return nil
+}
+
+// LastAnswer is when something (a model, or any model of a Client) last
+// answered, as time since Origin, which may be negative for a time passed
+// in from before it. Safe for concurrent use once Origin is set.
+type LastAnswer struct {
+	Origin time.Time
+	at     atomic.Int64 // the last answer, since Origin
+	seen   atomic.Bool  // an answer came since Origin
+}
+
+// Saw records an answer at now.
+func (l *LastAnswer) Saw(now time.Time) {
+	l.at.Store(int64(now.Sub(l.Origin)))
+	l.seen.Store(true)
+}
+
+// SilentFor reports whether no answer came in the d before now (when none
+// ever came: whether d has passed since Origin).
+func (l *LastAnswer) SilentFor(now time.Time, d time.Duration) bool {
+	var last time.Duration
+	if l.seen.Load() {
+		last = time.Duration(l.at.Load())
+	}
+	return now.Sub(l.Origin)-last >= d
+}
+
+// never reports whether no answer came since Origin.
+func (l *LastAnswer) never() bool {
+	return !l.seen.Load()
+}
+
+// silentFor reports whether the model has answered nothing for DeadAfter
+// before now (or never did), or DeadAfter is negative.
+func (b *Breaker) silentFor(now time.Time) bool {
+	return b.s.DeadAfter < 0 || b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter)
+}
+
+// OpenEarly ends an open breaker's open period at now, as if OpenFor had
+// passed: it turns half-open, so that the next Allow grants a probe, and
+// returns that transition. It does nothing and returns nil unless the
+// breaker is open at now.
+func (b *Breaker) OpenEarly(now time.Time) *Transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateAt(now) != Open {
+		return nil
+	}
+	return b.setState(HalfOpen, now)
+}
+
+// OpenUntil returns when an open breaker turns half-open, read without the
+// lock; the zero time unless the breaker is open.
+func (b *Breaker) OpenUntil() time.Time {
+	if r := b.open.Load(); r != nil {
+		return r.Until
+	}
+	return time.Time{}
+}
+
+// OpenSince returns when an open breaker opened, read without the lock; the
+// zero time unless the breaker is open.
+func (b *Breaker) OpenSince() time.Time {
+	if r := b.open.Load(); r != nil {
+		return r.since
+	}
+	return time.Time{}
+}
+
+// State returns the state at now without changing anything: an open breaker
+// whose OpenFor has passed reads as half-open, which is what the next Allow
+// will make it (and report). Safe for concurrent use.
+func (b *Breaker) State(now time.Time) State {
+	switch st := State(b.cur.Load() & 3); st {
+	case Closed:
+		return Closed
+	case Open:
+		if r := b.open.Load(); r != nil && now.Before(r.Until) {
+			return Open
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stateAt(now)
+}
+
+// Snapshot returns the breaker's counters at now, read as State does,
+// without changing anything.
+func (b *Breaker) Snapshot(now time.Time) Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := Stats{
+		State:               b.stateAt(now),
+		ConsecutiveFailures: int(b.consecutive.Load()),
+		ProbesInFlight:      b.probes,
+		Trips:               b.trips,
+	}
+	if st.State == Open {
+		st.OpenUntil = b.open.Load().Until
+	}
+	if b.s.FailureRate > 0 {
+		st.WindowCalls, st.WindowFailures = b.window.totals(now)
+	}
+	return st
+}
+
+// load returns the generation and the state. Callers hold mu.
+func (b *Breaker) load() (uint64, State) {
+	c := b.cur.Load()
+	return c >> 2, State(c & 3)
+}
+
+// stateAt is State's reading; callers hold mu.
+func (b *Breaker) stateAt(now time.Time) State {
+	_, st := b.load()
+	if st == Open && !now.Before(b.open.Load().Until) {
+		return HalfOpen
+	}
+	return st
+}
+
+// setState moves the breaker to a different state at now, starts a new
+// generation with fresh counts, and returns the transition. Open, it stays
+// open for openPeriod. Callers hold mu.
+func (b *Breaker) setState(to State, now time.Time) *Transition {
+	var until time.Time
+	if to == Open {
+		if _, from := b.load(); from == HalfOpen {
+			b.reopens++ // a failed probe: this period is longer than the last
+		}
+		until = now.Add(b.openPeriod())
+	}
+	return b.setStateUntil(to, now, until)
+}
+
+// openPeriod returns how long the breaker stays open when it opens now:
+// MinOpenFor from closed, doubled for each failed probe since, up to
+// OpenFor. Callers hold mu.
+func (b *Breaker) openPeriod() time.Duration {
+	d := b.s.MinOpenFor
+	for range b.reopens {
+		if d >= b.s.OpenFor/2 {
+			return b.s.OpenFor
+		}
+		d *= 2
+	}
+	return min(d, b.s.OpenFor)
+}
+
+// setStateUntil is setState with the end of an open period given. Callers
+// hold mu.
+func (b *Breaker) setStateUntil(to State, now, until time.Time) *Transition {
+	gen, from := b.load()
+	b.consecutive.Store(0)
+	b.probes, b.successes = 0, 0
+	b.window.reset()
+	var open *Refusal
+	switch to {
+	case Open:
+		b.trips++
+		open = &Refusal{Until: until, since: now}
+	case Closed:
+		b.reopens = 0
+	}
+	b.changed = now
+	b.open.Store(open)
+	b.cur.Store((gen+1)<<2 | uint64(to))
+	return &Transition{From: from, To: to, At: now}
+}
+
+// OpenTill opens the breaker at now until until, as another replica's did
+// (a FactOpen): an open breaker's open period is extended to until, without
+// a transition. It does nothing when until is not after now or the breaker
+// is open at least that long already. It returns the transition, nil when
+// none.
+func (b *Breaker) OpenTill(now, until time.Time) *Transition {
+	if !until.After(now) {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateAt(now) == Open {
+		if r := b.open.Load(); r.Until.Before(until) {
+			b.open.Store(&Refusal{Until: until, since: r.since})
+		}
+		return nil
+	}
+	return b.setStateUntil(Open, now, until)
+}
+
+// CloseSince closes the breaker at now because a probe proved the model
+// healthy at since (another replica's: a FactClosed), unless the breaker is
+// closed or changed state after since (it then knows better). It returns
+// the transition, nil when none.
+func (b *Breaker) CloseSince(now, since time.Time) *Transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, st := b.load(); st == Closed || b.changed.After(since) {
+		return nil
+	}
+	return b.setState(Closed, now)
+}
+
+// rateWindow counts the calls completed over the last windowBuckets spans in
+// a fixed ring, so recording never allocates. A bucket is identified by its
+// epoch: the number of spans since origin, the first time recorded.
+type rateWindow struct {
+	span    time.Duration // Window / windowBuckets
+	origin  time.Time     // zero until the first record
+	head    int64         // newest epoch recorded
+	buckets [windowBuckets]rateBucket
+}
+
+type rateBucket struct {
+	epoch           int64
+	calls, failures int
+}
+
+// record counts one completed call at now. A now older than the newest
+// record (callers read the clock before taking the lock, so records can
+// arrive slightly out of order) counts in the newest bucket.
+func (w *rateWindow) record(now time.Time, failed bool) {
+	if w.origin.IsZero() {
+		w.origin = now
+	}
+	e := w.epoch(now)
+	w.head = e
+	bk := &w.buckets[e%windowBuckets]
+	if bk.epoch != e {
+		*bk = rateBucket{epoch: e}
+	}
+	bk.calls++
+	if failed {
+		bk.failures++
+	}
+}
+
+// totals returns the calls and failures recorded within the window that ends
+// at now.
+func (w *rateWindow) totals(now time.Time) (calls, failures int) {
+	if w.origin.IsZero() {
+		return 0, 0
+	}
+	e := w.epoch(now)
+	for _, bk := range w.buckets {
+		if bk.epoch > e-windowBuckets {
+			calls += bk.calls
+			failures += bk.failures
+		}
+	}
+	return calls, failures
+}
+
+// epoch returns the bucket epoch of now, never older than head.
+func (w *rateWindow) epoch(now time.Time) int64 {
+	return max(int64(now.Sub(w.origin)/w.span), w.head)
+}
+
+// reset forgets every call.
+func (w *rateWindow) reset() {
+	*w = rateWindow{span: w.span}
+}

@@ -1,0 +1,626 @@
+package circuit
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var brkT0 = time.Date(2026, time.March, 2, 10, 0, 0, 0, time.UTC)
+
+// defaultOpenFor is BreakerSettings' default OpenFor, which the tests below
+// were written against.
+const defaultOpenFor = 30 * time.Second
+
+// withDefaults returns s with its zero fields set to BreakerSettings'
+// defaults, as the root's BreakerSettings.withDefaults does before New.
+func withDefaults(s Settings) Settings {
+	s.FailureThreshold = cmp.Or(s.FailureThreshold, 5)
+	s.OpenFor = cmp.Or(s.OpenFor, defaultOpenFor)
+	if s.MinOpenFor == 0 {
+		s.MinOpenFor = min(2*time.Second, max(s.OpenFor, 0))
+	}
+	s.HalfOpenProbes = cmp.Or(s.HalfOpenProbes, 1)
+	s.DeadAfter = cmp.Or(s.DeadAfter, 10*time.Second)
+	if s.FailureRate > 0 {
+		s.Window = cmp.Or(s.Window, time.Minute)
+		s.MinRequests = cmp.Or(s.MinRequests, 10)
+	}
+	return s
+}
+
+// newBreaker returns a breaker made now for s with the defaults filled in, as
+// the root's newBreaker does.
+func newBreaker(s Settings) *Breaker { return New(withDefaults(s), time.Now()) }
+
+func TestStateString(t *testing.T) {
+	for s, want := range map[State]string{
+		Closed:   "closed",
+		Open:     "open",
+		HalfOpen: "half-open",
+		State(7): "State(7)",
+	} {
+		assert.Equal(t, want, s.String())
+	}
+}
+
+// breakerStep is one call on a breaker in a script. do is "allow", "ok",
+// "fail" or "ignore" (done with permit p), or "call ok", "call fail", "call
+// ignore" (allow, then done with that permit at the same time). want lists
+// what the step returned, space-separated: "granted" or "refused" for allow,
+// and each transition as "from→to", in the order they were returned.
+type breakerStep struct {
+	at    time.Duration // since brkT0
+	do    string
+	p     int // done: the permit, numbered from 0 in the order allow granted them
+	want  string
+	state State // state(now) after the step
+}
+
+// runBreakerScript plays steps on a new breaker and checks every result.
+func runBreakerScript(t *testing.T, s Settings, steps []breakerStep) {
+	t.Helper()
+	if s.MinOpenFor == 0 {
+		s.MinOpenFor = withDefaults(s).OpenFor // the scripts pin a fixed open period; TestBreakerOpenPeriodGrows the growing one
+	}
+	b := newBreaker(s)
+	var permits []Permit
+	for i, st := range steps {
+		now := brkT0.Add(st.at)
+		var got []string
+		allow := func() (Permit, bool) {
+			p, tr, r := b.Allow(now)
+			if tr != nil {
+				assert.Equal(t, now, tr.At, "step %d: transition time", i)
+				got = append(got, tr.From.String()+"→"+tr.To.String())
+			}
+			if r != nil {
+				assert.Equal(t, Permit{}, p, "step %d: a refusal carries no permit", i)
+				got = append(got, "refused")
+				return p, false
+			}
+			got = append(got, "granted")
+			permits = append(permits, p)
+			return p, true
+		}
+		done := func(p Permit, o string) {
+			out := map[string]Outcome{"ok": Success, "fail": Failure, "ignore": Ignore}[o]
+			if tr := b.Done(p, now, out); tr != nil {
+				assert.Equal(t, now, tr.At, "step %d: transition time", i)
+				got = append(got, tr.From.String()+"→"+tr.To.String())
+			}
+		}
+		switch op, o, _ := strings.Cut(st.do, " "); op {
+		case "allow":
+			allow()
+		case "call":
+			if p, ok := allow(); ok {
+				done(p, o)
+			}
+		default:
+			require.Less(t, st.p, len(permits), "step %d: no permit %d", i, st.p)
+			done(permits[st.p], st.do)
+		}
+		require.Equal(t, st.want, strings.Join(got, " "), "step %d (%s at %v)", i, st.do, st.at)
+		require.Equal(t, st.state, b.State(now), "step %d (%s at %v): state", i, st.do, st.at)
+	}
+}
+
+// failingCalls returns n steps that each call and fail at at, the last one
+// with want last and state s (the others must change nothing).
+func failingCalls(n int, at time.Duration, last string, s State) []breakerStep {
+	steps := make([]breakerStep, n)
+	for i := range steps {
+		steps[i] = breakerStep{at: at, do: "call fail", want: "granted", state: Closed}
+	}
+	steps[n-1].want, steps[n-1].state = last, s
+	return steps
+}
+
+// joinSteps concatenates scripts.
+func joinSteps(parts ...[]breakerStep) []breakerStep {
+	var all []breakerStep
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	return all
+}
+
+const (
+	wantClosedToOpen   = "granted closed→open"
+	wantOpenToHalfOpen = "open→half-open granted"
+)
+
+func TestBreakerScript(t *testing.T) {
+	s := 1 * time.Second
+	rate := Settings{FailureThreshold: 100, FailureRate: 0.5, MinRequests: 4, Window: 60 * s, DeadAfter: -1}
+	tests := []struct {
+		name     string
+		settings Settings
+		steps    []breakerStep
+	}{
+		{"threshold opens", Settings{}, failingCalls(5, 0, wantClosedToOpen, Open)},
+		{"a model that answered within DeadAfter is degraded, not dead", Settings{}, joinSteps(
+			[]breakerStep{{at: 0, do: "call ok", want: "granted", state: Closed}},
+			failingCalls(5, s, "granted", Closed),
+			failingCalls(3, 9*s, "granted", Closed),
+			failingCalls(1, 10*s, wantClosedToOpen, Open), // silent for DeadAfter, and failing
+		)},
+		{"a success within DeadAfter keeps it closed however many fail", Settings{DeadAfter: 5 * s}, joinSteps(
+			failingCalls(4, 0, "granted", Closed),
+			[]breakerStep{{at: 2 * s, do: "call ok", want: "granted", state: Closed}},
+			failingCalls(20, 3*s, "granted", Closed),
+			failingCalls(5, 7*s-1, "granted", Closed),
+			failingCalls(1, 7*s, wantClosedToOpen, Open),
+		)},
+		{"custom threshold", Settings{FailureThreshold: 2}, failingCalls(2, 0, wantClosedToOpen, Open)},
+		{"a success resets the consecutive count", Settings{DeadAfter: -1}, joinSteps(
+			failingCalls(4, 0, "granted", Closed),
+			[]breakerStep{{at: s, do: "call ok", want: "granted", state: Closed}},
+			failingCalls(4, 2*s, "granted", Closed),
+			failingCalls(1, 3*s, wantClosedToOpen, Open),
+		)},
+		{"ignore neither counts nor resets", Settings{}, joinSteps(
+			failingCalls(4, 0, "granted", Closed),
+			[]breakerStep{{at: s, do: "call ignore", want: "granted", state: Closed}},
+			failingCalls(1, 2*s, wantClosedToOpen, Open),
+		)},
+		{"open refuses until OpenFor", Settings{}, joinSteps(
+			failingCalls(5, 0, wantClosedToOpen, Open),
+			[]breakerStep{
+				{at: s, do: "allow", want: "refused", state: Open},
+				{at: 30*s - 1, do: "allow", want: "refused", state: Open},
+				{at: 30 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen},
+			},
+		)},
+		{"half-open admits one probe by default", Settings{}, joinSteps(
+			failingCalls(5, 0, wantClosedToOpen, Open),
+			[]breakerStep{
+				{at: 31 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen},
+				{at: 32 * s, do: "allow", want: "refused", state: HalfOpen},
+				{at: 40 * s, do: "ok", p: 5, want: "half-open→closed", state: Closed},
+				{at: 40 * s, do: "allow", want: "granted", state: Closed},
+			},
+		)},
+		{"exactly HalfOpenProbes in flight, all must succeed", Settings{FailureThreshold: 1, HalfOpenProbes: 3, DeadAfter: -1}, []breakerStep{
+			{at: 0, do: "call fail", want: wantClosedToOpen, state: Open},
+			{at: 30 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen},
+			{at: 30 * s, do: "allow", want: "granted", state: HalfOpen},
+			{at: 30 * s, do: "allow", want: "granted", state: HalfOpen},
+			{at: 30 * s, do: "allow", want: "refused", state: HalfOpen},
+			{at: 31 * s, do: "ok", p: 1, want: "", state: HalfOpen},
+			{at: 31 * s, do: "allow", want: "granted", state: HalfOpen}, // a slot freed
+			{at: 31 * s, do: "allow", want: "refused", state: HalfOpen},
+			{at: 32 * s, do: "ok", p: 2, want: "", state: HalfOpen},
+			{at: 33 * s, do: "ok", p: 3, want: "half-open→closed", state: Closed},
+			{at: 34 * s, do: "ok", p: 4, want: "", state: Closed}, // stale probe
+			{at: 35 * s, do: "call fail", want: wantClosedToOpen, state: Open},
+		}},
+		{"probe failure reopens with a fresh OpenFor", Settings{}, joinSteps(
+			failingCalls(5, 0, wantClosedToOpen, Open),
+			[]breakerStep{
+				{at: 45 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen},
+				{at: 50 * s, do: "fail", p: 5, want: "half-open→open", state: Open},
+				{at: 79 * s, do: "allow", want: "refused", state: Open},
+				{at: 80*s - 1, do: "allow", want: "refused", state: Open},
+				{at: 80 * s, do: "call ok", want: wantOpenToHalfOpen + " half-open→closed", state: Closed},
+			},
+		)},
+		{"one failing probe of several reopens", Settings{FailureThreshold: 1, HalfOpenProbes: 2}, []breakerStep{
+			{at: 0, do: "call fail", want: wantClosedToOpen, state: Open},
+			{at: 30 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen},
+			{at: 30 * s, do: "allow", want: "granted", state: HalfOpen},
+			{at: 31 * s, do: "ok", p: 1, want: "", state: HalfOpen},
+			{at: 32 * s, do: "fail", p: 2, want: "half-open→open", state: Open},
+			{at: 61 * s, do: "allow", want: "refused", state: Open},
+		}},
+		{"ignore frees a probe slot without closing", Settings{}, joinSteps(
+			failingCalls(5, 0, wantClosedToOpen, Open),
+			[]breakerStep{
+				{at: 30 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen},
+				{at: 30 * s, do: "allow", want: "refused", state: HalfOpen},
+				{at: 31 * s, do: "ignore", p: 5, want: "", state: HalfOpen},
+				{at: 31 * s, do: "allow", want: "granted", state: HalfOpen},
+				{at: 31 * s, do: "allow", want: "refused", state: HalfOpen},
+				{at: 32 * s, do: "ok", p: 6, want: "half-open→closed", state: Closed},
+			},
+		)},
+		{"stale permits change nothing", Settings{}, joinSteps(
+			[]breakerStep{
+				{at: 0, do: "allow", want: "granted", state: Closed}, // p0: granted closed, done late
+				{at: 0, do: "allow", want: "granted", state: Closed}, // p1
+			},
+			failingCalls(5, 0, wantClosedToOpen, Open),
+			[]breakerStep{
+				{at: s, do: "fail", p: 0, want: "", state: Open},
+				{at: 30 * s, do: "allow", want: wantOpenToHalfOpen, state: HalfOpen}, // p7
+				{at: 30 * s, do: "ok", p: 1, want: "", state: HalfOpen},              // not a probe: does not close
+				{at: 30 * s, do: "allow", want: "refused", state: HalfOpen},          // and frees no slot
+				{at: 31 * s, do: "ok", p: 7, want: "half-open→closed", state: Closed},
+				{at: 31 * s, do: "fail", p: 7, want: "", state: Closed}, // a probe handed back twice
+				{at: 31 * s, do: "fail", p: 0, want: "", state: Closed},
+			},
+		)},
+		{"a closed-state permit done after a round trip is stale", Settings{FailureThreshold: 1}, []breakerStep{
+			{at: 0, do: "allow", want: "granted", state: Closed}, // p0
+			{at: 0, do: "call fail", want: wantClosedToOpen, state: Open},
+			{at: 30 * s, do: "call ok", want: wantOpenToHalfOpen + " half-open→closed", state: Closed},
+			{at: 31 * s, do: "fail", p: 0, want: "", state: Closed}, // would open with threshold 1
+		}},
+		{"failure rate opens at the rate", rate, []breakerStep{
+			{at: 0, do: "call ok", want: "granted", state: Closed},
+			{at: s, do: "call fail", want: "granted", state: Closed},
+			{at: 2 * s, do: "call ok", want: "granted", state: Closed},
+			{at: 3 * s, do: "call ignore", want: "granted", state: Closed},    // not a call of the rate
+			{at: 4 * s, do: "call fail", want: wantClosedToOpen, state: Open}, // 2 of 4
+		}},
+		{"failure rate waits for MinRequests", rate, []breakerStep{
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: s, do: "call fail", want: "granted", state: Closed},
+			{at: 2 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 3 * s, do: "call fail", want: wantClosedToOpen, state: Open}, // 4 of 4
+		}},
+		{"failure rate below the threshold", rate, []breakerStep{
+			{at: 0, do: "call ok", want: "granted", state: Closed},
+			{at: s, do: "call ok", want: "granted", state: Closed},
+			{at: 2 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 3 * s, do: "call ok", want: "granted", state: Closed},
+			{at: 4 * s, do: "call ok", want: "granted", state: Closed},
+			{at: 5 * s, do: "call fail", want: "granted", state: Closed}, // 2 of 6
+		}},
+		{"failure rate forgets calls older than Window", rate, []breakerStep{
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: 61 * s, do: "call fail", want: "granted", state: Closed}, // 1 of 1 in the window
+			{at: 62 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 63 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 64 * s, do: "call fail", want: wantClosedToOpen, state: Open},
+		}},
+		{"failure rate counts an out-of-order time in the newest bucket", rate, []breakerStep{
+			{at: 0, do: "call ok", want: "granted", state: Closed},
+			{at: 61 * s, do: "call fail", want: "granted", state: Closed}, // the ok at 0 left the window
+			{at: s, do: "call fail", want: "granted", state: Closed},      // read the clock before the lock
+			{at: 62 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 62 * s, do: "call fail", want: wantClosedToOpen, state: Open},
+		}},
+		{"failure rate counts from zero after closing", rate, []breakerStep{
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: 0, do: "call fail", want: "granted", state: Closed},
+			{at: 0, do: "call fail", want: wantClosedToOpen, state: Open},
+			{at: 30 * s, do: "call ok", want: wantOpenToHalfOpen + " half-open→closed", state: Closed},
+			{at: 31 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 31 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 31 * s, do: "call fail", want: "granted", state: Closed},
+			{at: 31 * s, do: "call fail", want: wantClosedToOpen, state: Open},
+		}},
+		{"consecutive rule still applies with a rate", Settings{FailureThreshold: 3, FailureRate: 0.9, DeadAfter: -1}, joinSteps(
+			[]breakerStep{{at: 0, do: "call ok", want: "granted", state: Closed}},
+			failingCalls(3, s, wantClosedToOpen, Open),
+		)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runBreakerScript(t, tt.settings, tt.steps)
+		})
+	}
+}
+
+// A refusal says until when the breaker is open and since when, is one
+// value per opening, and has no known end while the breaker is half-open with
+// every probe slot taken.
+func TestBreakerRefusal(t *testing.T) {
+	b := newBreaker(Settings{FailureThreshold: 1, MinOpenFor: defaultOpenFor})
+	p, _, r := b.Allow(brkT0)
+	require.Nil(t, r)
+	require.NotNil(t, b.Done(p, brkT0, Failure))
+
+	_, _, r = b.Allow(brkT0.Add(time.Second))
+	require.NotNil(t, r)
+	assert.Equal(t, brkT0.Add(defaultOpenFor), r.Until)
+	assert.Equal(t, r.Until, b.OpenUntil())
+	assert.Equal(t, brkT0, b.OpenSince())
+	_, _, again := b.Allow(brkT0.Add(2 * time.Second))
+	assert.Same(t, r, again, "one refusal per opening")
+
+	_, tr, r := b.Allow(brkT0.Add(defaultOpenFor))
+	require.Nil(t, r)
+	require.NotNil(t, tr)
+	assert.Zero(t, b.OpenUntil(), "not open")
+	assert.Zero(t, b.OpenSince(), "not open")
+	_, _, r = b.Allow(brkT0.Add(defaultOpenFor))
+	require.NotNil(t, r)
+	assert.True(t, r.Until.IsZero(), "half-open: no known end")
+}
+
+func TestBreakerStateAndSnapshotDoNotMutate(t *testing.T) {
+	b := newBreaker(Settings{FailureThreshold: 3, FailureRate: 0.9, DeadAfter: -1, MinOpenFor: defaultOpenFor})
+	for i := range 2 {
+		p, _, r := b.Allow(brkT0)
+		require.Nil(t, r)
+		require.Nil(t, b.Done(p, brkT0.Add(time.Duration(i)*time.Second), Failure))
+	}
+	p, _, _ := b.Allow(brkT0)
+	b.Done(p, brkT0, Success)
+	assert.Equal(t, Stats{State: Closed, WindowCalls: 3, WindowFailures: 2}, b.Snapshot(brkT0.Add(2*time.Second)))
+	assert.Equal(t, Stats{State: Closed}, b.Snapshot(brkT0.Add(2*time.Minute)), "window passed")
+
+	p, _, _ = b.Allow(brkT0)
+	b.Done(p, brkT0, Failure)
+	p, _, _ = b.Allow(brkT0)
+	assert.Equal(t, Stats{State: Closed, ConsecutiveFailures: 1, WindowCalls: 4, WindowFailures: 3}, b.Snapshot(brkT0))
+	b.Done(p, brkT0, Failure)
+	p, _, _ = b.Allow(brkT0)
+	require.NotNil(t, b.Done(p, brkT0, Failure))
+
+	openUntil := brkT0.Add(defaultOpenFor)
+	assert.Equal(t, Stats{State: Open, OpenUntil: openUntil, Trips: 1}, b.Snapshot(brkT0))
+	later := openUntil.Add(time.Second)
+	for range 3 {
+		assert.Equal(t, HalfOpen, b.State(later), "past OpenFor reads as half-open")
+		assert.Equal(t, Stats{State: HalfOpen, Trips: 1}, b.Snapshot(later))
+	}
+	_, tr, r := b.Allow(later)
+	require.Nil(t, r)
+	assert.Equal(t, &Transition{From: Open, To: HalfOpen, At: later}, tr, "the reads left the transition to allow")
+	assert.Equal(t, Stats{State: HalfOpen, ProbesInFlight: 1, Trips: 1}, b.Snapshot(later))
+}
+
+// wallStepped returns tm with its wall clock moved by step and its monotonic
+// reading kept: what time.Now returns after the system clock was stepped
+// (NTP, a VM resumed, an operator) by step. tm must carry a monotonic reading
+// (from time.Now, not Round(0)) and step be whole seconds. It writes the
+// wall field of time.Time directly (the layout of Go 1.9+: wall with the
+// hasMonotonic bit, seconds since 1885 in bits 30-62, ext the monotonic
+// reading) and checks the result, so a change of the layout fails here.
+func wallStepped(t *testing.T, tm time.Time, step time.Duration) time.Time {
+	t.Helper()
+	require.Zero(t, step%time.Second, "whole seconds")
+	require.Contains(t, tm.String(), " m=", "tm has a monotonic reading")
+	type timeLayout struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	}
+	out := tm
+	(*timeLayout)(unsafe.Pointer(&out)).wall += uint64(int64(step/time.Second) << 30)
+	require.Equal(t, step, time.Duration(out.UnixNano()-tm.UnixNano()), "the wall clock moved")
+	require.Zero(t, out.Sub(tm), "the monotonic clock did not")
+	return out
+}
+
+// TestBreakerReadsAgreeAcrossAClockStep: after the system clock steps
+// (back or forward) while a breaker is open, the lock-free state read and the
+// locked reads (snapshot, allow) use one time base, the monotonic clock, and
+// agree: a model whose OpenFor has passed reads half-open, and the call path
+// does not skip it for the length of the step.
+func TestBreakerReadsAgreeAcrossAClockStep(t *testing.T) {
+	const openFor = 30 * time.Second
+	tests := []struct {
+		name  string
+		after time.Duration // monotonic time since the breaker opened
+		step  time.Duration // wall-clock step
+		want  State
+	}{
+		{"open, clock stepped back", 10 * time.Second, -time.Hour, Open},
+		{"OpenFor passed, clock stepped back", openFor + time.Second, -time.Hour, HalfOpen},
+		{"open, clock stepped forward", 10 * time.Second, time.Hour, Open},
+		{"OpenFor passed, clock stepped forward", openFor + time.Second, time.Hour, HalfOpen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBreaker(Settings{FailureThreshold: 1, OpenFor: openFor, MinOpenFor: openFor})
+			opened := time.Now()
+			p, _, r := b.Allow(opened)
+			require.Nil(t, r)
+			require.NotNil(t, b.Done(p, opened, Failure))
+
+			now := wallStepped(t, opened.Add(tt.after), tt.step)
+			assert.Equal(t, tt.want, b.State(now), "lock-free read")
+			assert.Equal(t, tt.want, b.Snapshot(now).State, "locked read")
+			_, tr, r := b.Allow(now)
+			if tt.want == Open {
+				assert.NotNil(t, r, "allow refuses")
+				return
+			}
+			require.Nil(t, r, "allow grants the probe")
+			require.NotNil(t, tr)
+			assert.Equal(t, HalfOpen, tr.To)
+		})
+	}
+}
+
+// TestBreakerConcurrent runs allow/done from many goroutines (run it with
+// -race): at most HalfOpenProbes probes of one half-open period are ever in
+// flight, every state change is returned exactly once, and every probe slot
+// is given back.
+func TestBreakerConcurrent(t *testing.T) {
+	const (
+		workers = 16
+		calls   = 3000
+		probes  = 3
+	)
+	b := newBreaker(Settings{FailureThreshold: 3, OpenFor: 20 * time.Millisecond, HalfOpenProbes: probes, DeadAfter: -1})
+	var (
+		clock       atomic.Int64 // nanoseconds since brkT0
+		transitions atomic.Int64
+		refused     atomic.Int64
+		mu          sync.Mutex         // guards inFlight, maxInFlight, probesSeen
+		inFlight    = map[uint64]int{} // probes in flight per generation
+		maxInFlight int
+		probesSeen  int
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range calls {
+				now := brkT0.Add(time.Duration(clock.Add(int64(time.Millisecond / 4))))
+				p, tr, r := b.Allow(now)
+				if tr != nil {
+					transitions.Add(1)
+				}
+				if r != nil {
+					refused.Add(1)
+					continue
+				}
+				if p.probe {
+					mu.Lock()
+					inFlight[p.gen]++
+					maxInFlight = max(maxInFlight, inFlight[p.gen])
+					probesSeen++
+					mu.Unlock()
+				}
+				runtime.Gosched()         // the request is in flight
+				o := Outcome(rng.IntN(3)) // ignore, success, failure
+				if rng.IntN(2) == 0 {
+					o = Failure
+				}
+				if p.probe {
+					mu.Lock()
+					inFlight[p.gen]--
+					mu.Unlock()
+				}
+				if tr := b.Done(p, brkT0.Add(time.Duration(clock.Load())), o); tr != nil {
+					transitions.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	gen, _ := b.load()
+	assert.Equal(t, int64(gen-1), transitions.Load(), "each state change returned exactly once")
+	assert.LessOrEqual(t, maxInFlight, probes)
+	assert.Positive(t, probesSeen, "the run reached half-open")
+	assert.Positive(t, refused.Load(), "the run refused requests")
+	assert.Zero(t, b.Snapshot(brkT0.Add(time.Duration(clock.Load()))).ProbesInFlight, "every probe slot given back")
+	t.Logf("transitions %d, probes %d (max %d in flight), refused %d", transitions.Load(), probesSeen, maxInFlight, refused.Load())
+}
+
+// The open period starts at MinOpenFor, doubles with each failed probe up to
+// OpenFor, and starts again from MinOpenFor once a probe closes the breaker.
+func TestBreakerOpenPeriodGrows(t *testing.T) {
+	b := newBreaker(Settings{FailureThreshold: 1, DeadAfter: -1})
+	now := brkT0
+	fail := func() {
+		t.Helper()
+		p, _, r := b.Allow(now)
+		require.Nil(t, r)
+		require.NotNil(t, b.Done(p, now, Failure))
+	}
+	fail()
+	var periods []time.Duration
+	for range 7 { // each probe fails
+		until := b.Snapshot(now).OpenUntil
+		periods = append(periods, until.Sub(now))
+		_, _, r := b.Allow(until.Add(-time.Nanosecond))
+		require.NotNil(t, r, "open until its period ends")
+		now = until
+		fail()
+	}
+	s := time.Second
+	assert.Equal(t, []time.Duration{2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s, 30 * s}, periods)
+
+	now = b.Snapshot(now).OpenUntil
+	p, _, r := b.Allow(now)
+	require.Nil(t, r)
+	require.NotNil(t, b.Done(p, now, Success), "the probe closes it")
+	fail()
+	assert.Equal(t, 2*s, b.Snapshot(now).OpenUntil.Sub(now), "closed, it starts again from MinOpenFor")
+
+	fixed := newBreaker(Settings{FailureThreshold: 1, DeadAfter: -1, OpenFor: 10 * s, MinOpenFor: 10 * s})
+	p, _, _ = fixed.Allow(brkT0)
+	fixed.Done(p, brkT0, Failure)
+	p, _, _ = fixed.Allow(brkT0.Add(10 * s))
+	fixed.Done(p, brkT0.Add(10*s), Failure)
+	assert.Equal(t, brkT0.Add(20*s), fixed.Snapshot(brkT0.Add(10*s)).OpenUntil, "MinOpenFor = OpenFor: a fixed period")
+}
+
+// An outage's failure opens for OpenFor at once: from closed on the
+// FailureThreshold-th failure whatever DeadAfter says, and from half-open on
+// a failed probe without the doubling from MinOpenFor.
+func TestBreakerOutageOpensForOpenFor(t *testing.T) {
+	b := newBreaker(Settings{FailureThreshold: 2})
+	p, _, _ := b.Allow(brkT0)
+	b.Done(p, brkT0, Success) // answered: DeadAfter keeps a failure closed
+	for range 2 {
+		p, _, _ = b.Allow(brkT0)
+		b.Done(p, brkT0, Failure)
+	}
+	require.Equal(t, Closed, b.State(brkT0), "degraded, not dead")
+	p, _, _ = b.Allow(brkT0)
+	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, b.Done(p, brkT0, Outage))
+	assert.Equal(t, brkT0.Add(defaultOpenFor), b.OpenUntil())
+
+	probeAt := b.OpenUntil()
+	p, _, _ = b.Allow(probeAt)
+	require.True(t, p.Probe())
+	assert.Equal(t, &Transition{From: HalfOpen, To: Open, At: probeAt}, b.Done(p, probeAt, Outage))
+	assert.Equal(t, probeAt.Add(defaultOpenFor), b.OpenUntil())
+}
+
+// OpenEarly turns an open breaker half-open before its OpenFor ends, and
+// changes nothing in any other state.
+func TestBreakerOpenEarly(t *testing.T) {
+	b := newBreaker(Settings{FailureThreshold: 1})
+	assert.Nil(t, b.OpenEarly(brkT0), "closed")
+	p, _, _ := b.Allow(brkT0)
+	require.NotNil(t, b.Done(p, brkT0, Failure))
+
+	early := brkT0.Add(time.Second)
+	assert.Equal(t, &Transition{From: Open, To: HalfOpen, At: early}, b.OpenEarly(early))
+	assert.Nil(t, b.OpenEarly(early), "half-open")
+	p, tr, r := b.Allow(early)
+	require.Nil(t, r)
+	assert.Nil(t, tr, "already half-open")
+	assert.True(t, p.Probe(), "the next request is the probe")
+}
+
+// OpenTill opens a closed or half-open breaker until a time another replica
+// gave, extends an open one without a transition, and never shortens it.
+func TestBreakerOpenTill(t *testing.T) {
+	s := time.Second
+	b := newBreaker(Settings{})
+	assert.Nil(t, b.OpenTill(brkT0, brkT0), "an end not after now")
+	assert.Equal(t, Closed, b.State(brkT0))
+
+	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, b.OpenTill(brkT0, brkT0.Add(10*s)))
+	assert.Equal(t, brkT0.Add(10*s), b.OpenUntil())
+	assert.Nil(t, b.OpenTill(brkT0.Add(s), brkT0.Add(20*s)), "extended, no transition")
+	assert.Equal(t, brkT0.Add(20*s), b.OpenUntil())
+	assert.Equal(t, brkT0, b.OpenSince(), "extended, still open since the opening")
+	assert.Nil(t, b.OpenTill(brkT0.Add(2*s), brkT0.Add(5*s)))
+	assert.Equal(t, brkT0.Add(20*s), b.OpenUntil(), "never shortened")
+	assert.Equal(t, 1, b.Snapshot(brkT0.Add(2*s)).Trips)
+
+	late := brkT0.Add(25 * s)
+	_, tr, _ := b.Allow(late)
+	require.Equal(t, HalfOpen, tr.To)
+	assert.Equal(t, &Transition{From: HalfOpen, To: Open, At: late}, b.OpenTill(late, late.Add(10*s)))
+}
+
+// CloseSince closes a breaker that has not changed state since another
+// replica's probe succeeded, and leaves a closed one, or one that changed
+// after the probe, alone.
+func TestBreakerCloseSince(t *testing.T) {
+	s := time.Second
+	b := newBreaker(Settings{FailureThreshold: 1})
+	assert.Nil(t, b.CloseSince(brkT0, brkT0), "closed")
+
+	p, _, _ := b.Allow(brkT0.Add(s))
+	require.NotNil(t, b.Done(p, brkT0.Add(s), Failure))
+	assert.Nil(t, b.CloseSince(brkT0.Add(2*s), brkT0), "opened after the probe: it knows better")
+	assert.Equal(t, &Transition{From: Open, To: Closed, At: brkT0.Add(3 * s)}, b.CloseSince(brkT0.Add(3*s), brkT0.Add(2*s)))
+	assert.Equal(t, Closed, b.State(brkT0.Add(3*s)))
+}
