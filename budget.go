@@ -87,8 +87,9 @@ func WithBudget(b Budget) Option {
 }
 
 // BudgetStats is the Client's spend against its Budget: in fleet mode
-// (WithSharedState), the project's as this Client last heard it plus its
-// own since.
+// (WithSharedState), the project's as this Client last heard it (the
+// estimates then reserved by requests in flight across the fleet
+// included) plus its own since.
 type BudgetStats struct {
 	Budget                            // the limits, SteerAt defaulted; zero without WithBudget
 	SpentToday, SpentThisMonth Micros // in the current Pacific day and month
@@ -233,6 +234,38 @@ func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) 
 	return exhausted, steer
 }
 
+// checkAlone returns a *budgetError when this Client, the shared state not
+// answering, may not hold est more: what it spent and holds since its last
+// report that reached the store, est included, is kept within its share of
+// what the project's budgets had left then (the room divided by share, the
+// replicas fleet.share counts), so that replicas cut off together cannot
+// each spend the project's whole remainder.
+func (s *spendBudget) checkAlone(now time.Time, est Micros, share int) *budgetError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	own := s.unreported + s.inFlight(now)
+	for _, w := range [...]struct {
+		name     string
+		heard    Micros
+		heardEnd time.Time
+		limit    Micros
+		end      time.Time
+	}{{"month", s.fleetMonth, s.fleetMonthEnd, s.b.PerMonth, s.monthEnd}, {"day", s.fleetDay, s.fleetDayEnd, s.b.PerDay, s.dayEnd}} {
+		if w.limit == 0 {
+			continue
+		}
+		heard := w.heard
+		if !w.heardEnd.Equal(w.end) {
+			heard = 0 // nothing heard of this window yet
+		}
+		if own+est > (w.limit-heard)/Micros(max(share, 1)) {
+			return &budgetError{Window: w.name, Spent: heard + own, Limit: w.limit, Until: w.end}
+		}
+	}
+	return nil
+}
+
 // budgetHold is the estimated cost of one request, reserved against the
 // budgets (spendBudget.reserve) from its admission until its response is
 // billed. Its zero value holds nothing. In fleet mode the estimate is
@@ -354,6 +387,9 @@ func (call *call[R]) holdBudget(ctx context.Context, m *modelState, a *admission
 	call.now = time.Now() // after the round trip
 	switch {
 	case !ok:
+		if err := c.spending.checkAlone(call.now, est, c.fleet.share()); err != nil {
+			return stepProject, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassBudgetExhausted, Scope: ScopeProject}, Err: err}
+		}
 		a.hold = c.spending.reserve(h)
 	case l.BudgetRefused != "":
 		err := &budgetError{Window: l.BudgetRefused, Spent: Micros(l.DaySpent), Limit: b.PerDay, Until: pacific.NextMidnight(call.now)}
