@@ -18,9 +18,11 @@ import (
 // up per Pacific day and per Pacific month, the calendar of the Gemini API's
 // daily quotas. Near a budget the cascade steers to cheaper models; at it,
 // no request is sent until the window ends. The spend is this Client's; in
-// fleet mode (WithSharedState) it is the project's: each round trip to the
-// shared state reports what this Client spent since the last and brings
-// back the fleet's total (fleet.go).
+// fleet mode (WithSharedState) it is the project's: each request's estimate
+// is reserved against the project's total at admission, in one round trip
+// to the shared state, and each round trip reports what this Client spent
+// since the last less the reservations it settled, and brings back the
+// fleet's total (fleet.go).
 
 // Budget is a spend limit of the Client, in Micros, per day and per month
 // on the Pacific calendar (days start at midnight America/Los_Angeles, like
@@ -53,9 +55,13 @@ const defaultSteerAt = 0.8
 // billed at its real cost, and released when it fails, so that concurrent
 // calls end at most about one call's worth above the budget (a request of
 // a model that has answered nothing yet, without MaxOutputTokens, holds its
-// input only until the model's first answer). With WithSharedState the budget is the project's: every
-// replica's spend counts, each replica's reaching the others within about
-// a second. New rejects a negative limit, a Budget without any limit, and
+// input only until the model's first answer). With WithSharedState the
+// budget is the project's: each request's estimate is reserved against the
+// project's total in the shared state at admission (one round trip) and
+// settled at its real cost after the answer, so that the fleet ends at most
+// about one call's worth per replica in flight above the budget; while the
+// store is unreachable a replica holds its estimates locally against the
+// project's spend as it last heard it. New rejects a negative limit, a Budget without any limit, and
 // a SteerAt outside [0, 1]. Default: no budget.
 func WithBudget(b Budget) Option {
 	return optionFunc(func(cfg *config) {
@@ -81,8 +87,9 @@ func WithBudget(b Budget) Option {
 }
 
 // BudgetStats is the Client's spend against its Budget: in fleet mode
-// (WithSharedState), the project's as this Client last heard it plus its
-// own since.
+// (WithSharedState), the project's as this Client last heard it (the
+// estimates then reserved by requests in flight across the fleet
+// included) plus its own since.
 type BudgetStats struct {
 	Budget                            // the limits, SteerAt defaulted; zero without WithBudget
 	SpentToday, SpentThisMonth Micros // in the current Pacific day and month
@@ -227,15 +234,50 @@ func (s *spendBudget) check(now time.Time) (exhausted *budgetError, steer bool) 
 	return exhausted, steer
 }
 
+// checkAlone returns a *budgetError when this Client, the shared state not
+// answering, may not hold est more: what it spent and holds since its last
+// report that reached the store, est included, is kept within its share of
+// what the project's budgets had left then (the room divided by share, the
+// replicas fleet.share counts), so that replicas cut off together cannot
+// each spend the project's whole remainder.
+func (s *spendBudget) checkAlone(now time.Time, est Micros, share int) *budgetError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	own := s.unreported + s.inFlight(now)
+	for _, w := range [...]struct {
+		name     string
+		heard    Micros
+		heardEnd time.Time
+		limit    Micros
+		end      time.Time
+	}{{"month", s.fleetMonth, s.fleetMonthEnd, s.b.PerMonth, s.monthEnd}, {"day", s.fleetDay, s.fleetDayEnd, s.b.PerDay, s.dayEnd}} {
+		if w.limit == 0 {
+			continue
+		}
+		heard := w.heard
+		if !w.heardEnd.Equal(w.end) {
+			heard = 0 // nothing heard of this window yet
+		}
+		if own+est > (w.limit-heard)/Micros(max(share, 1)) {
+			return &budgetError{Window: w.name, Spent: heard + own, Limit: w.limit, Until: w.end}
+		}
+	}
+	return nil
+}
+
 // budgetHold is the estimated cost of one request, reserved against the
 // budgets (spendBudget.reserve) from its admission until its response is
-// billed. Its zero value holds nothing. A shared reservation (the
-// project's, in fleet mode) would plug in here: reserve takes the
-// estimate, release gives it back.
+// billed. Its zero value holds nothing. In fleet mode the estimate is
+// reserved against the project's total in the shared state (shared), and
+// release gives back, with the next report, what the response did not
+// spend of it; while the store is unreachable it is held locally, as
+// without a fleet.
 type budgetHold struct {
-	s     *spendBudget
-	fixed Micros       // what the estimate fixed at admission: the input, and a bounded output
-	typ   *typicalHold // the output estimated as the model's typical one when billed; nil: none
+	s      *spendBudget
+	fixed  Micros       // what the estimate fixed at admission: the input, and a bounded output
+	typ    *typicalHold // the output estimated as the model's typical one when billed; nil: none
+	shared Micros       // the estimate reserved in the project's total (fixed and typ then hold nothing here); 0: none
 }
 
 // typicalHold names the requests in flight whose output is estimated as
@@ -268,8 +310,10 @@ func (s *spendBudget) reserve(h budgetHold) budgetHold {
 }
 
 // release gives the hold's estimate back, once: the request's response, if
-// any, was billed (or it never left). Safe to call again, and on the zero
-// hold.
+// any, was billed (or it never left). A shared reservation is given back
+// to the project's total with the next report (the real cost, billed on
+// its own, less the reservation), due within leaseFor. Safe to call again,
+// and on the zero hold.
 func (h *budgetHold) release() {
 	s := h.s
 	if s == nil {
@@ -282,7 +326,11 @@ func (h *budgetHold) release() {
 			delete(s.typical, *h.typ)
 		}
 	}
+	s.unreported -= h.shared
 	s.mu.Unlock()
+	if h.shared != 0 && s.onSpend != nil {
+		s.onSpend()
+	}
 	*h = budgetHold{}
 }
 
@@ -291,26 +339,74 @@ func (h *budgetHold) release() {
 func (s *spendBudget) inFlight(now time.Time) Micros {
 	total := s.reserved
 	for t, n := range s.typical {
-		out, _ := t.m.spent.typicalOutput()
-		if p, ok := priceAt(t.m.prices, now); ok && out > 0 {
-			prompt := int64(0)
-			if t.long {
-				prompt = int64(p.LongPrompt) + 1
-			}
-			total += Micros(n) * p.cost(Tokens{Output: out}, prompt, t.tier)
-		}
+		total += Micros(n) * t.cost(now)
 	}
 	return total
 }
 
-// holdBudget reserves the estimated cost at call.now of the generate
-// request the call is about to send to m: its input tokens as the limiter
-// estimates them (estimateTokens), and its output (thinking included) as
-// m's typical answer (modelSpend.typicalOutput, as of each later check),
-// or the config's MaxOutputTokens when it sets one and m's typical answer
-// is longer or not known yet. The zero hold when the Client has no budget
-// or m has no price.
-func (call *call[R]) holdBudget(m *modelState) budgetHold {
+// cost returns the cost at now of one typical output of t's model, 0 while
+// the model has answered nothing or has no price.
+func (t typicalHold) cost(now time.Time) Micros {
+	out, _ := t.m.spent.typicalOutput()
+	p, ok := priceAt(t.m.prices, now)
+	if !ok || out <= 0 {
+		return 0
+	}
+	prompt := int64(0)
+	if t.long {
+		prompt = int64(p.LongPrompt) + 1
+	}
+	return p.cost(Tokens{Output: out}, prompt, t.tier)
+}
+
+// holdBudget reserves into a.hold the estimated cost at call.now of the
+// generate request the call is about to send to m: its input tokens as the
+// limiter estimates them (estimateTokens), and its output (thinking
+// included) as m's typical answer (modelSpend.typicalOutput, as of each
+// later check), or the config's MaxOutputTokens when it sets one and m's
+// typical answer is longer or not known yet. It holds nothing when the
+// Client has no budget or m has no price. In fleet mode the estimate (the
+// typical output priced at call.now) is reserved against the project's
+// total in one round trip: when the project's budget is spent, holdBudget
+// holds nothing and returns stepProject with the error to record; when the
+// store does not answer, the estimate is held locally (the budget step
+// checked the project's spend as last heard).
+func (call *call[R]) holdBudget(ctx context.Context, m *modelState, a *admission) (step, error) {
+	h := call.estimate(m)
+	c := call.c
+	if h == (budgetHold{}) || c.fleet == nil {
+		a.hold = c.spending.reserve(h)
+		return stepGo, nil
+	}
+	est := h.fixed
+	if h.typ != nil {
+		est += h.typ.cost(call.now)
+	}
+	b := c.spending.b
+	l, ok := c.sync(ctx, m, fleet.LeaseRequest{Reserve: int64(est), DayBudget: int64(b.PerDay), MonthBudget: int64(b.PerMonth)})
+	call.now = time.Now() // after the round trip
+	switch {
+	case !ok:
+		if err := c.spending.checkAlone(call.now, est, c.fleet.share()); err != nil {
+			return stepProject, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassBudgetExhausted, Scope: ScopeProject}, Err: err}
+		}
+		a.hold = c.spending.reserve(h)
+	case l.BudgetRefused != "":
+		err := &budgetError{Window: l.BudgetRefused, Spent: Micros(l.DaySpent), Limit: b.PerDay, Until: pacific.NextMidnight(call.now)}
+		if l.BudgetRefused == "month" {
+			err.Spent, err.Limit, err.Until = Micros(l.MonthSpent), b.PerMonth, pacific.NextMonth(call.now)
+		}
+		return stepProject, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassBudgetExhausted, Scope: ScopeProject}, Err: err}
+	default:
+		a.hold = budgetHold{s: c.spending, shared: est}
+	}
+	return stepGo, nil
+}
+
+// estimate returns the hold holdBudget reserves for the request the call
+// is about to send to m, not yet reserved; the zero hold when the Client
+// has no budget, the request is not a generate one, or m has no price.
+func (call *call[R]) estimate(m *modelState) budgetHold {
 	if call.c.spending == nil || call.endpoint != endpointGenerate {
 		return budgetHold{}
 	}
@@ -331,7 +427,7 @@ func (call *call[R]) holdBudget(m *modelState) budgetHold {
 	} else {
 		typ = &typicalHold{m: m, tier: tier, long: p.LongPrompt > 0 && in > int64(p.LongPrompt)}
 	}
-	return call.c.spending.reserve(budgetHold{fixed: p.cost(tk, in, tier), typ: typ})
+	return budgetHold{fixed: p.cost(tk, in, tier), typ: typ}
 }
 
 // stats returns the spend at now.

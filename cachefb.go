@@ -2,6 +2,7 @@ package geminiguard
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"regexp"
@@ -113,9 +114,13 @@ func modelFamily(model string) string {
 
 // answerKey returns the AnswerCache key of a GenerateContent request whose
 // first choice is model (the cascade's primary when ""): its model family,
-// ":", and the hex SHA-256 of the family, contents and config
-// (requestDigest). ok is false when contents or config does not marshal to
-// JSON: such a request is neither cached nor answered from the cache.
+// ":", and the hex SHA-256 of the Client's project (projectOf: a hash of
+// WithProject's id or of the key) and of the request's digest (the family,
+// contents and config: requestDigest), so that Clients of different
+// projects sharing a cache share no answers, and no key can be computed,
+// nor an answer planted under it, from the request alone. ok is false when
+// contents or config does not marshal to JSON: such a request is neither
+// cached nor answered from the cache.
 func (c *Client) answerKey(model string, contents []*genai.Content, config *genai.GenerateContentConfig) (key string, ok bool) {
 	if strings.TrimPrefix(model, "models/") == "" {
 		model = c.cascade[0]
@@ -125,7 +130,10 @@ func (c *Client) answerKey(model string, contents []*genai.Content, config *gena
 	if !ok {
 		return "", false
 	}
-	return family + ":" + hex.EncodeToString(d[:]), true
+	h := sha256.New()
+	h.Write([]byte("geminiguard answer\x00" + c.projectID + "\x00"))
+	h.Write(d[:])
+	return family + ":" + hex.EncodeToString(h.Sum(nil)), true
 }
 
 // requestCache is an AnswerCache that reads the request too

@@ -205,7 +205,6 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		}
 	}
 	a.m, a.endpoint, a.ctx = sl.m, call.endpoint, ctx
-	a.hold = call.holdBudget(sl.m)
 	return stepGo, nil
 }
 

@@ -61,6 +61,7 @@ type Client struct {
 	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
 	fleet          *fleetLink                // WithSharedState's; nil: the Client is on its own
+	projectID      string                    // projectOf: the hash the fleet's state and the answer cache's keys are scoped by
 	signers        signers                   // which model made each thought signature received (turns.go)
 	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
 	batch          batchCounters             // the Batch API lane's (batch.go)
@@ -119,7 +120,8 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		spending:    newSpendBudget(cfg.budget),
 		imageLimits: newImageLimits(&cfg),
 	}
-	c.fleet = newFleet(cfg.shared, projectOf(gc.ClientConfig(), cfg.project), cfg.fleetSize)
+	c.projectID = projectOf(gc.ClientConfig(), cfg.project)
+	c.fleet = newFleet(cfg.shared, c.projectID, cfg.fleetSize)
 	if c.fleet != nil && c.spending != nil {
 		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
 	}

@@ -72,7 +72,7 @@ func (call *call[R]) admitBy(s admitStep, ctx context.Context, sl *retrySlot, a 
 	case admitConfig:
 		return call.checkConfig(sl)
 	case admitBudget:
-		return call.checkBudget(ctx, sl)
+		return call.checkBudget(ctx, sl, a)
 	case admitCooling:
 		return call.checkCooling(sl)
 	case admitOpen:
@@ -117,10 +117,14 @@ func (call *call[R]) checkConfig(sl *retrySlot) (step, error) {
 }
 
 // checkBudget refuses when the spend budget is spent, or steers the call to
-// a cheaper model (budget.go). Its shared read may take a round trip: the
-// clock is read after it.
-func (call *call[R]) checkBudget(ctx context.Context, sl *retrySlot) (step, error) {
+// a cheaper model; else it reserves the request's estimated cost, in fleet
+// mode against the project's total (budget.go). Its shared read and
+// reservation may take a round trip each: the clock is read after them.
+func (call *call[R]) checkBudget(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	next, err := call.overBudget(ctx, sl.m)
+	if next == stepGo {
+		next, err = call.holdBudget(ctx, sl.m, a)
+	}
 	if next != stepGo {
 		call.skip(sl.m, err, sl.delay)
 	}
@@ -253,7 +257,7 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 
 // unreserve gives back what admit took for m's request before the breaker
 // refused it or a panic ended the call before it left: the limiter's
-// grants and the leased request.
+// grants, the leased request and the budget's hold.
 func (a *admission) unreserve(m *modelState) {
 	a.grant.cancel()
 	a.alone.cancel()
@@ -261,6 +265,7 @@ func (a *admission) unreserve(m *modelState) {
 	if a.leased {
 		m.lease.giveBack(a.leasedTokens)
 	}
+	a.hold.release()
 	a.grant, a.alone, a.images, a.leased = grant{}, grant{}, grant{}, false
 }
 

@@ -409,8 +409,10 @@ func WithFallback(f Fallback) Option {
 // cascade's primary when the call names none) — the name without "models/"
 // and without a final "-latest", three-digit version ("-001") or
 // "-preview..." suffix, so "gemini-2.0-flash-001" and "gemini-2.0-flash"
-// share answers — and a SHA-256 of the JSON of the family, contents and
-// config. Only an identical request (same history, same config) finds an
+// share answers — and a SHA-256 of the Client's project (WithProject's id,
+// else the API key, hashed) and of the JSON of the family, contents and
+// config: Clients of different projects sharing a cache share no answers.
+// Only an identical request (same history, same config) finds an
 // answer; a multi-turn chat's next turn never gets a previous turn's. The
 // key's text is the family, ":", and the digest in hex, for stores that list
 // keys. Requests whose contents or config JSON cannot encode are not cached.

@@ -164,14 +164,28 @@ type LeaseRequest struct {
 	Answered time.Time
 
 	// Spent is what this replica's priced responses cost since its last
-	// report (geminiguard.WithBudget), spent in the Pacific day ending SpendDay and the
-	// Pacific month ending SpendMonth: the store adds it to the project's
-	// spend of that day and that month, and Lease.DaySpent and MonthSpent
-	// return them. A zero SpendDay or SpendMonth reads and counts nothing
-	// for that window.
+	// report (geminiguard.WithBudget), less the reservations (Reserve) of
+	// the requests settled since, spent in the Pacific day ending SpendDay
+	// and the Pacific month ending SpendMonth: the store adds it to the
+	// project's spend of that day and that month (a negative Spent gives
+	// back what reservations held beyond the real cost; a window's spend
+	// never goes below zero), and Lease.DaySpent and MonthSpent return
+	// them. A zero SpendDay or SpendMonth reads and counts nothing for that
+	// window.
 	Spent      int64 // micro-dollars (a geminiguard.Micros)
 	SpendDay   time.Time
 	SpendMonth time.Time
+	// Reserve, when positive, is the estimated cost of a request about to
+	// be sent, to reserve against the project's budgets DayBudget and
+	// MonthBudget (0: no limit) in the windows SpendDay and SpendMonth,
+	// after Spent is counted: the store adds Reserve to both windows'
+	// spend when each window's spend is below its budget, else adds
+	// nothing and names the window that refused in Lease.BudgetRefused.
+	// The replica settles it with a later Spent (the real cost less
+	// Reserve), so a fleet spends at most its budget plus one request's
+	// estimate per request admitted at once.
+	Reserve                int64 // micro-dollars (a geminiguard.Micros)
+	DayBudget, MonthBudget int64 // micro-dollars (geminiguard.Micros); 0: none
 
 	// Alone is how many requests this replica sent to Model on its own,
 	// the store unreachable, since its last report (their input tokens
@@ -205,9 +219,14 @@ type Lease struct {
 	Failures int
 	Answered time.Time
 	// DaySpent and MonthSpent are the project's spend in the windows
-	// LeaseRequest.SpendDay and SpendMonth name, this report included; 0
-	// for a window not named.
+	// LeaseRequest.SpendDay and SpendMonth name, this report and the
+	// reservations in force (this one's when granted) included; 0 for a
+	// window not named.
 	DaySpent, MonthSpent int64 // micro-dollars (geminiguard.Micros)
+	// BudgetRefused is, when LeaseRequest.Reserve was refused, the window
+	// whose budget is spent: "day" or "month" (the month when both are);
+	// "" when it was reserved or none was asked.
+	BudgetRefused string
 }
 
 // FactKind says what a Fact records and how Publish merges it with what the

@@ -136,6 +136,17 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	out.Failures, out.Answered = m.failures, m.answered
 	out.DaySpent = p.spend(&p.daySpend, r.SpendDay, r.Spent, now)
 	out.MonthSpent = p.spend(&p.monthSpend, r.SpendMonth, r.Spent, now)
+	if r.Reserve > 0 {
+		switch {
+		case r.MonthBudget > 0 && out.MonthSpent >= r.MonthBudget:
+			out.BudgetRefused = "month"
+		case r.DayBudget > 0 && out.DaySpent >= r.DayBudget:
+			out.BudgetRefused = "day"
+		default:
+			out.DaySpent = p.spend(&p.daySpend, r.SpendDay, r.Reserve, now)
+			out.MonthSpent = p.spend(&p.monthSpend, r.SpendMonth, r.Reserve, now)
+		}
+	}
 	sec := now.Unix()
 	if r.Debt > 0 {
 		m.at(sec).tokens += r.Debt
@@ -212,9 +223,9 @@ func (m *memModel) settle(r LeaseRequest, sec int64, now time.Time) {
 	}
 }
 
-// spend adds spent to the window of windows ending at end, and returns the
-// window's spend; nothing for a zero end. Windows ended over an hour ago
-// are dropped.
+// spend adds spent (negative: given back) to the window of windows ending
+// at end, never below zero, and returns the window's spend; nothing for a
+// zero end. Windows ended over an hour ago are dropped.
 func (p *memProject) spend(windows *map[int64]int64, end time.Time, spent int64, now time.Time) int64 {
 	if end.IsZero() {
 		return 0
@@ -227,8 +238,9 @@ func (p *memProject) spend(windows *map[int64]int64, end time.Time, spent int64,
 			delete(*windows, e)
 		}
 	}
-	(*windows)[end.Unix()] += max(spent, 0)
-	return (*windows)[end.Unix()]
+	w := max((*windows)[end.Unix()]+spent, 0)
+	(*windows)[end.Unix()] = w
+	return w
 }
 
 // at returns the window's bucket of second sec, emptied if it held an older

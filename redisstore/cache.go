@@ -36,12 +36,14 @@ const defaultCacheTTL = 10 * time.Minute
 // concurrent use.
 //
 // Each answer is the JSON of the response under prefix:cache:<key> (key is
-// the Client's: a model family and a SHA-256 of the request, never a
-// prompt nor an API key), expiring ttl after it was stored (SET PX); ttl
-// <= 0 means 10 minutes. There is no size bound beyond Redis's own: give
-// the server a maxmemory policy (allkeys-lru, volatile-ttl) if the cache
-// may outgrow it. Answers are not scoped by project: Clients of different
-// projects that share rdb share answers unless their prefixes differ.
+// the Client's: a model family and a SHA-256 of the Client's project hash
+// and the request, never a prompt nor an API key), expiring ttl after it
+// was stored (SET PX); ttl <= 0 means 10 minutes. There is no size bound
+// beyond Redis's own: give the server a maxmemory policy (allkeys-lru,
+// volatile-ttl) if the cache may outgrow it. Answers are scoped by
+// project (geminiguard.WithProject, else a hash of the API key): Clients of
+// different projects that share rdb share no answers, and a key cannot be
+// computed from a request without the project's hash.
 //
 // The cache is a last resort, so it never fails nor slows a call: Get is
 // one GET and Put one SET, each bounded by 30 ms and by ctx; an error or a

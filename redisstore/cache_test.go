@@ -2,6 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -186,4 +189,40 @@ func TestAnswerCacheRedisDown(t *testing.T) {
 		assert.Equal(t, "Busy.", resp.Text(), "Redis down: the Fallback's answer")
 		assert.True(t, rec.Fallback)
 	})
+}
+
+// TestAnswerCacheScopedByProject: two Clients naming different projects
+// (WithProject) share one Redis and one prefix but no answers, and a
+// cached answer's key is not the digest of the request alone: it cannot be
+// computed, nor an answer planted under it, without the project's hash.
+func TestAnswerCacheScopedByProject(t *testing.T) {
+	patientCache(t)
+	rdb := client(t, redisserver.Start(t))
+	srv := geminitest.New(geminitest.Model{Name: flash, Text: "Project A's answer."}, geminitest.Model{Name: pro})
+	fallback := geminiguard.WithFallback(geminiguard.TextFallback("Busy, try later."))
+	a := replica(t, srv, redisstore.NewAnswerCache(rdb, time.Hour, redisstore.WithPrefix(t.Name())), fallback, geminiguard.WithProject("project-a"))
+	b := replica(t, srv, redisstore.NewAnswerCache(rdb, time.Hour, redisstore.WithPrefix(t.Name())), fallback, geminiguard.WithProject("project-b"))
+
+	_, rec, err := send(a, t.Context(), "Say hi")
+	require.NoError(t, err)
+	require.Equal(t, flash, rec.Model)
+
+	downAll(srv)
+	resp, _, err := send(b, t.Context(), "Say hi")
+	require.NoError(t, err)
+	assert.Equal(t, "Busy, try later.", resp.Text(), "another project's answer is not served")
+	resp, _, err = send(a, t.Context(), "Say hi")
+	require.NoError(t, err)
+	assert.Equal(t, "Project A's answer.", resp.Text(), "the project's own answer is")
+
+	keys, err := rdb.Keys(t.Context(), t.Name()+":cache:*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	family := "gemini-2.5-flash"
+	h := sha256.New()
+	enc := json.NewEncoder(h) // the request's digest as the Client computed it before projects scoped it
+	for _, v := range []any{family, genai.Text("Say hi"), (*genai.GenerateContentConfig)(nil)} {
+		require.NoError(t, enc.Encode(v))
+	}
+	assert.NotEqual(t, t.Name()+":cache:"+family+":"+hex.EncodeToString(h.Sum(nil)), keys[0], "the key is not computable from the request alone")
 }

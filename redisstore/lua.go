@@ -41,11 +41,13 @@ end
 // 5 debt, 6 RPM, 7 TPM, 8 RPD, 9 DayEnd unix ms (0: none), 10 probe ms,
 // 11 the version the replica saw, 12 failures, 13 answered unix ms (0: none),
 // 14 spent (Micros), 15 SpendDay and 16 SpendMonth unix ms (0: none),
-// 17 requests sent alone, 18 unused requests and 19 their tokens.
+// 17 requests sent alone, 18 unused requests and 19 their tokens,
+// 20 the spend to reserve (Micros), 21 and 22 the day's and the month's
+// budgets (0: none).
 //
 // Returns {granted, retry after µs, dimension, replicas, version,
 // has facts (0/1), failures, answered unix ms, day spent, month spent,
-// fact JSON...}.
+// the budget that refused the reservation (empty: none), fact JSON...}.
 var leaseScript = redis.NewScript(luaFacts + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -84,20 +86,36 @@ if failed > 0 or answered_at > 0 then
   redis.call('PEXPIRE', KEYS[7], 3600000)
 end
 
--- The project's spend in the day and the month the replica names.
+-- The project's spend in the day and the month the replica names: the
+-- report (negative: reservations given back; never below zero), then the
+-- reservation when both windows are below their budgets.
 local spent = tonumber(ARGV[14])
-local function spend(key, end_ms)
+local day_ms, month_ms = tonumber(ARGV[15]), tonumber(ARGV[16])
+local function spend(key, end_ms, amount)
   if end_ms == 0 then return 0 end
-  if spent > 0 then
-    redis.call('INCRBY', key, spent)
-    redis.call('PEXPIREAT', key, end_ms + 3600000)
+  local v = tonumber(redis.call('GET', key) or '0')
+  if amount ~= 0 then
+    v = math.max(v + amount, 0)
+    redis.call('SET', key, v, 'PXAT', end_ms + 3600000)
   end
-  return tonumber(redis.call('GET', key) or '0')
+  return v
 end
-local day_spent = spend(KEYS[8], tonumber(ARGV[15]))
-local month_spent = spend(KEYS[9], tonumber(ARGV[16]))
+local day_spent = spend(KEYS[8], day_ms, spent)
+local month_spent = spend(KEYS[9], month_ms, spent)
+local reserve, day_budget, month_budget = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22])
+local refused = ''
+if reserve > 0 then
+  if month_budget > 0 and month_spent >= month_budget then
+    refused = 'month'
+  elseif day_budget > 0 and day_spent >= day_budget then
+    refused = 'day'
+  else
+    day_spent = spend(KEYS[8], day_ms, reserve)
+    month_spent = spend(KEYS[9], month_ms, reserve)
+  end
+end
 
-local out = {0, 0, '', replicas, version, 0, fails, answered, day_spent, month_spent}
+local out = {0, 0, '', replicas, version, 0, fails, answered, day_spent, month_spent, refused}
 if version ~= ARGV[11] then
   out[6] = 1
   local all = redis.call('HGETALL', KEYS[2])

@@ -204,12 +204,14 @@ func (s *Store) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, e
 			strconv.FormatUint(r.Version, 10),
 			max(r.Failures, 0),
 			unixMilli(r.Answered),
-			max(int64(r.Spent), 0),
+			r.Spent,
 			unixMilli(r.SpendDay),
 			unixMilli(r.SpendMonth),
 			max(r.Alone, 0),
 			max(r.Unused, 0),
 			max(r.UnusedTokens, 0),
+			max(r.Reserve, 0),
+			max(r.DayBudget, 0), max(r.MonthBudget, 0),
 		).Slice()
 	})
 	if err != nil {
@@ -239,7 +241,7 @@ func parseLease(res []any) (fleet.Lease, error) {
 	bad := func(what string) (fleet.Lease, error) {
 		return fleet.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
 	}
-	if len(res) < 10 {
+	if len(res) < 11 {
 		return bad("length")
 	}
 	granted, ok1 := res[0].(int64)
@@ -252,7 +254,8 @@ func parseLease(res []any) (fleet.Lease, error) {
 	answered, ok8 := res[7].(int64)
 	daySpent, ok9 := res[8].(int64)
 	monthSpent, ok10 := res[9].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 || !ok10 {
+	refused, ok11 := res[10].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 || !ok10 || !ok11 {
 		return bad("types")
 	}
 	v, err := strconv.ParseUint(version, 10, 64)
@@ -260,14 +263,15 @@ func parseLease(res []any) (fleet.Lease, error) {
 		return bad("version")
 	}
 	l := fleet.Lease{
-		Requests:   int(granted),
-		RetryAfter: time.Duration(retry) * time.Microsecond,
-		Dimension:  dim,
-		Replicas:   int(replicas),
-		Version:    v,
-		Failures:   int(failures),
-		DaySpent:   daySpent,
-		MonthSpent: monthSpent,
+		Requests:      int(granted),
+		RetryAfter:    time.Duration(retry) * time.Microsecond,
+		Dimension:     dim,
+		Replicas:      int(replicas),
+		Version:       v,
+		Failures:      int(failures),
+		DaySpent:      daySpent,
+		MonthSpent:    monthSpent,
+		BudgetRefused: refused,
 	}
 	if answered > 0 {
 		l.Answered = time.UnixMilli(answered)
@@ -275,8 +279,8 @@ func parseLease(res []any) (fleet.Lease, error) {
 	if hasFacts == 0 {
 		return l, nil
 	}
-	l.Facts = make([]fleet.Fact, 0, len(res)-10)
-	for _, raw := range res[10:] {
+	l.Facts = make([]fleet.Fact, 0, len(res)-11)
+	for _, raw := range res[11:] {
 		s, ok := raw.(string)
 		if !ok {
 			return bad("fact")

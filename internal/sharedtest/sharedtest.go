@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 		{"MissingListedMerge", missingListedMerge},
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
 		{"SpendAcrossReplicas", spendAcrossReplicas},
+		{"SpendReservedAgainstBudget", spendReservedAgainstBudget},
 		{"SubscribersHearChanges", subscribersHearChanges},
 		{"EndedFactsAbsent", endedFactsAbsent},
 		{"FactsByVersion", factsByVersion},
@@ -433,6 +434,43 @@ func spendAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	l = lease(t, s, a)
 	assert.Zero(t, l.DaySpent, "no window named: nothing read")
 	assert.Zero(t, l.MonthSpent)
+}
+
+func spendReservedAgainstBudget(t *testing.T, s fleet.SharedState) {
+	now := time.Now().Truncate(time.Second)
+	day, month := now.Add(time.Hour), now.Add(48*time.Hour)
+	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model, SpendDay: day, SpendMonth: month, DayBudget: 1000, MonthBudget: 5000}
+	b := a
+	b.Replica = "b"
+
+	a.Reserve = 600
+	l := lease(t, s, a)
+	assert.Empty(t, l.BudgetRefused, "below the budget: reserved")
+	assert.Equal(t, int64(600), l.DaySpent, "the reservation counts in the day")
+	assert.Equal(t, int64(600), l.MonthSpent, "and in the month")
+	b.Reserve = 600
+	l = lease(t, s, b)
+	assert.Empty(t, l.BudgetRefused, "600 < 1000: reserved, one estimate past the budget")
+	assert.Equal(t, int64(1200), l.DaySpent)
+	b.Reserve = 100
+	l = lease(t, s, b)
+	assert.Equal(t, "day", l.BudgetRefused, "the day's budget is held by reservations")
+	assert.Equal(t, int64(1200), l.DaySpent, "a refused reservation adds nothing")
+
+	a.Reserve, a.Spent = 100, 200-600 // a's request cost 200: 400 given back
+	l = lease(t, s, a)
+	assert.Empty(t, l.BudgetRefused, "the settlement is counted before the reservation")
+	assert.Equal(t, int64(900), l.DaySpent, "600 held by b, 200 spent by a, 100 reserved")
+	assert.Equal(t, int64(900), l.MonthSpent)
+
+	a.Reserve, a.Spent = 0, -5000
+	l = lease(t, s, a)
+	assert.Zero(t, l.DaySpent, "a give-back never takes a window below zero")
+	a.Reserve, a.MonthBudget = 100, 0
+	a.DayBudget = 0
+	l = lease(t, s, a)
+	assert.Empty(t, l.BudgetRefused, "no budget: reserved")
+	assert.Equal(t, int64(100), l.DaySpent)
 }
 
 func failuresAcrossReplicas(t *testing.T, s fleet.SharedState) {

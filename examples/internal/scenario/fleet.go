@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,25 +39,45 @@ const (
 // times the primary's quota, spread evenly over the replicas, and the fake
 // enforces the project's quotas across all of them.
 func Fleet429() *Scenario {
+	sc := fleet429Script(fleetReplicas)
+	sc.Arms = []Arm{
+		fleetArm("project limit each", fleetReplicas, eachProjectLimit),
+		fleetArm(fmt.Sprintf("limit ÷ %d", fleetReplicas), fleetReplicas, dividedLimit),
+		fleetArm("fleet", fleetReplicas, sharedFleet),
+		headroomOracleArm(fleetHeadroom),
+	}
+	return sc
+}
+
+// Fleet429Scale is Fleet429's script and calls met by fleets of each of
+// sizes sharing their state (arms "<n> fleet"), beside the oracle: how
+// round trips per call grow with the fleet.
+func Fleet429Scale(sizes ...int) *Scenario {
+	sc := fleet429Script(sizes...)
+	sc.Name = "fleet429Scale"
+	for _, n := range sizes {
+		sc.Arms = append(sc.Arms, fleetArm(fmt.Sprintf("%d fleet", n), n, sharedFleet))
+	}
+	sc.Arms = append(sc.Arms, headroomOracleArm(fleetHeadroom))
+	return sc
+}
+
+// fleet429Script is Fleet429 without its arms, summarised for fleets of
+// sizes.
+func fleet429Script(sizes ...int) *Scenario {
 	const seed = 1150
 	perMinute := fleetPrimaryRPM * 3 / 2
 	calls := perMinute * int(fleetRun/time.Minute)
 	sc := &Scenario{
 		Name: "fleet429",
-		Summary: fmt.Sprintf("%d replicas of one project (primary %d RPM, secondary %d RPM); %d calls a minute (1.5× the primary's quota) for %v, spread over the replicas",
-			fleetReplicas, fleetPrimaryRPM, fleetSecondaryRPM, perMinute, fleetRun),
+		Summary: fmt.Sprintf("%s replicas of one project (primary %d RPM, secondary %d RPM); %d calls a minute (1.5× the primary's quota) for %v, spread over the replicas",
+			replicaCounts(sizes), fleetPrimaryRPM, fleetSecondaryRPM, perMinute, fleetRun),
 		Anchor: "issue 11: 20 replicas each given the project's 150 RPM got 100 server 429s in 5 minutes; fleet mode: 0 server 429s, 100% success, the primary used for ≥ 95% of what its quota allows at headroom 0.8",
 		Models: []Model{
 			{Name: flash, Latency: flashLatency, Quota: geminitest.Quota{RPM: fleetPrimaryRPM}},
 			{Name: lite, Latency: liteLatency, Quota: geminitest.Quota{RPM: fleetSecondaryRPM}},
 		},
 		Workload: Workload{Arrivals: evenly(calls, time.Minute/time.Duration(perMinute))},
-		Arms: []Arm{
-			fleetArm("project limit each", fleetReplicas, eachProjectLimit),
-			fleetArm(fmt.Sprintf("limit ÷ %d", fleetReplicas), fleetReplicas, dividedLimit),
-			fleetArm("fleet", fleetReplicas, sharedFleet),
-			headroomOracleArm(fleetHeadroom),
-		},
 		Measures: []Measure{
 			{Name: "primary use", Format: "%.1f%%", Of: primaryUse},
 			{Name: "round trips/call", Format: "%.3f", Of: roundTripsPerCall},
@@ -70,20 +92,52 @@ func Fleet429() *Scenario {
 // their own, and by 20 replicas sharing their state: each replica sends
 // every 20th call.
 func FleetOutage() *Scenario {
-	sc := FullOutage()
-	sc.Name = "fleetOutage"
-	sc.Summary = fmt.Sprintf("fullOutage's script and calls (every model answers 503 from 60s to 180s; a call every 0.5s) sent by one process, or spread over %d replicas", fleetReplicas)
-	sc.Anchor = "issue 11: in a 2-minute full outage 20 replicas sent 1,370 upstream requests against 69 from one process; fleet mode: ≤ 1.5× one process's"
+	sc := fleetOutageScript(fleetReplicas)
 	sc.Arms = []Arm{
 		GeminiguardArm("one process"),
 		fleetArm(fmt.Sprintf("%d alone", fleetReplicas), fleetReplicas, eachProjectLimit),
 		fleetArm(fmt.Sprintf("%d fleet", fleetReplicas), fleetReplicas, sharedFleet),
 	}
+	return sc
+}
+
+// FleetOutageScale is FleetOutage's script and calls sent by one process
+// and by fleets of each of sizes sharing their state (arms "<n> fleet"):
+// how the fleet's load during the outage grows with its size.
+func FleetOutageScale(sizes ...int) *Scenario {
+	sc := fleetOutageScript(sizes...)
+	sc.Name = "fleetOutageScale"
+	sc.Arms = []Arm{GeminiguardArm("one process")}
+	for _, n := range sizes {
+		sc.Arms = append(sc.Arms, fleetArm(fmt.Sprintf("%d fleet", n), n, sharedFleet))
+	}
+	return sc
+}
+
+// fleetOutageScript is FleetOutage without its arms, summarised for fleets
+// of sizes.
+func fleetOutageScript(sizes ...int) *Scenario {
+	sc := FullOutage()
+	sc.Name = "fleetOutage"
+	sc.Summary = fmt.Sprintf("fullOutage's script and calls (every model answers 503 from 60s to 180s; a call every 0.5s) sent by one process, or spread over %s replicas", replicaCounts(sizes))
+	sc.Anchor = "issue 11: in a 2-minute full outage 20 replicas sent 1,370 upstream requests against 69 from one process; fleet mode: ≤ 1.5× one process's"
 	sc.Measures = append([]Measure{
 		{Name: "outage req", Format: "%.0f", Of: outageRequests},
 		{Name: "round trips/call", Format: "%.3f", Of: roundTripsPerCall},
 	}, sc.Measures...)
 	return sc
+}
+
+// replicaCounts returns sizes as a summary says them: "20", "20, 50 or 100".
+func replicaCounts(sizes []int) string {
+	s := make([]string, len(sizes))
+	for i, n := range sizes {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 // fleetMode is how the replicas of a fleetArm know the project's quota.
