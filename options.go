@@ -291,9 +291,10 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // replica the same Limits (the project's, not a share of them), the same
 // key or Vertex AI project, and a [fleet.SharedState] of the same store: package
 // redisstore keeps it on Redis; [fleet.NewMemoryState] in this process. A store that
-// is also a [fleet.Subscriber] tells replicas of new facts at once, and one that is
-// a [fleet.AnswerStore] keeps idempotent answers for the fleet (Idempotent);
-// both of those are.
+// is also a [fleet.Subscriber] tells replicas of new facts at once, one that is
+// a [fleet.AnswerStore] keeps idempotent answers for the fleet (Idempotent),
+// and one that is a [fleet.VectorStore] shares the entries of each replica's
+// SemanticCache (NewSemanticCache); all three of those are.
 //
 // Cost: a replica leases requests of each limited model in batches sized
 // to its recent traffic, so a call makes at most one round trip to the

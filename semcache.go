@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 // CacheKind says how an answer cache matched a request (CacheHit.Kind).
@@ -89,17 +91,29 @@ type SemanticCacheConfig struct {
 // Each entry holds its vector: 4·d bytes (3 KB at 768 dimensions). Keep Size
 // in the thousands, or set Dimensions lower, for a quick lookup.
 //
+// With a fleet (WithSharedState on a store that is a fleet.VectorStore:
+// redisstore's, fleet.NewMemoryState's), the entries are the fleet's: each
+// stored answer is also added to the store under the project's hash and the
+// entry's family and config digest (its vector, template digest, exact key
+// and answer; never the text), and a lookup first reads the entries other
+// replicas added to that scope since its last read (at most
+// fleet.VectorsPerRead a lookup). Each is one round trip, bounded and
+// skipped as every call to the store is (see WithSharedState): a store
+// down or slow fails no call, the cache then matching among its own
+// entries.
+//
 // Get and Put are the exact cache's, by key (Put stores no text: its entry
-// matches exactly only). A SemanticCache is safe for concurrent use and may
-// serve several Clients; its zero value is not usable, use
-// NewSemanticCache.
+// matches exactly only, and is not shared). A SemanticCache is safe for
+// concurrent use and may serve several Clients (it then reads each
+// project's entries); its zero value is not usable, use NewSemanticCache.
 type SemanticCache struct {
 	cfg SemanticCacheConfig
 
 	mu        sync.Mutex
 	lru       *simplelru.LRU[string, *semEntry]
 	scopes    map[string]map[*semEntry]struct{} // entries with a vector, by scope
-	templates map[string]*semEntry              // by scope and template
+	templates map[string]*semEntry              // by scope and template digest
+	marks     *simplelru.LRU[string, string]    // project and scope → the VectorStore's mark of the last entry read
 	asked     *asked                            // the requests it was asked (FrequentRequests)
 }
 
@@ -107,7 +121,7 @@ type SemanticCache struct {
 type semEntry struct {
 	key      string    // the exact key
 	scope    string    // family and config digest; "" for an exact-only entry (Put)
-	template string    // the template key; "" for none
+	template string    // the scope, "\x00" and the template's digest (templateDigest); "" for none
 	vec      []float32 // the text's embedding, normalised; nil for none
 	json     []byte
 	expires  time.Time
@@ -126,6 +140,7 @@ func NewSemanticCache(cfg SemanticCacheConfig) *SemanticCache {
 	}
 	s := &SemanticCache{cfg: cfg, scopes: map[string]map[*semEntry]struct{}{}, templates: map[string]*semEntry{}, asked: newAsked(askedPerAnswer * cfg.Size)}
 	s.lru, _ = simplelru.NewLRU[string, *semEntry](cfg.Size, s.evicted) // fails only for a size below 1
+	s.marks, _ = simplelru.NewLRU[string, string](cfg.Size, nil)
 	return s
 }
 
@@ -159,7 +174,7 @@ func (s *SemanticCache) Put(_ context.Context, key string, resp *genai.GenerateC
 	if err != nil {
 		return
 	}
-	s.add(&semEntry{key: key, json: b})
+	s.add(&semEntry{key: key, json: b}, time.Now().Add(s.cfg.TTL))
 }
 
 // live returns the entry under key unless it expired (then it is
@@ -173,8 +188,9 @@ func (s *SemanticCache) live(key string) (*semEntry, bool) {
 	return e, ok
 }
 
-func (s *SemanticCache) add(e *semEntry) {
-	e.expires = time.Now().Add(s.cfg.TTL)
+// add stores e until expires, replacing the entry of its key.
+func (s *SemanticCache) add(e *semEntry, expires time.Time) {
+	e.expires = expires
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lru.Remove(e.key) // drops an older entry's indexes
@@ -257,7 +273,7 @@ func wholeAnswer(resp *genai.GenerateContentResponse) bool {
 }
 
 // store puts a model's answer to req under key, with its template and the
-// embedding of its text.
+// embedding of its text, and shares it with the fleet.
 func (s *SemanticCache) store(ctx context.Context, c *Client, key string, req cacheRequest, resp *genai.GenerateContentResponse) {
 	if !wholeAnswer(resp) {
 		return
@@ -267,16 +283,22 @@ func (s *SemanticCache) store(ctx context.Context, c *Client, key string, req ca
 		return
 	}
 	e := &semEntry{key: key, json: b}
+	shared := fleet.VectorEntry{Key: key, Answer: b}
 	if scope, ok := req.scope(); ok {
+		e.scope = scope
 		if text, ok := req.text(); ok {
-			e.scope = scope
 			if s.cfg.Template != nil {
-				e.template = scope + "\x00" + s.cfg.Template(text)
+				shared.Template = templateDigest(s.cfg.Template(text))
+				e.template = scope + "\x00" + shared.Template
 			}
 			e.vec = s.embed(ctx, c, text)
+			shared.Vector = e.vec
 		}
 	}
-	s.add(e)
+	s.add(e, time.Now().Add(s.cfg.TTL))
+	if e.scope != "" {
+		s.share(ctx, c, e.scope, shared)
+	}
 }
 
 // embed returns the normalised embedding of text by the Client's chain,
@@ -317,11 +339,14 @@ func normalised(v []float32) []float32 {
 // lookup answers a request whose every model failed: exact, template, then
 // semantic.
 func (s *SemanticCache) lookup(ctx context.Context, c *Client, key string, req cacheRequest) (*genai.GenerateContentResponse, CacheHit, bool) {
+	scope, scoped := req.scope()
+	if scoped {
+		s.pull(ctx, c, scope)
+	}
 	if resp, ok := s.Get(ctx, key); ok {
 		return resp, CacheHit{Kind: CacheExact, Entry: key, Similarity: 1}, true
 	}
-	scope, ok := req.scope()
-	if !ok {
+	if !scoped {
 		return nil, CacheHit{}, false
 	}
 	text, ok := req.text()
@@ -329,8 +354,9 @@ func (s *SemanticCache) lookup(ctx context.Context, c *Client, key string, req c
 		return nil, CacheHit{}, false
 	}
 	if s.cfg.Template != nil {
+		tk := scope + "\x00" + templateDigest(s.cfg.Template(text)) // the user's func, outside the lock
 		s.mu.Lock()
-		e, ok := s.templates[scope+"\x00"+s.cfg.Template(text)]
+		e, ok := s.templates[tk]
 		if ok {
 			e, ok = s.live(e.key)
 		}

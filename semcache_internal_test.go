@@ -41,7 +41,7 @@ func BenchmarkSemanticLookup(b *testing.B) {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
 			s := NewSemanticCache(SemanticCacheConfig{Size: n, TTL: time.Hour})
 			for i := range n {
-				s.add(&semEntry{key: fmt.Sprint(i), scope: "f:c", vec: vector(), json: []byte(`{}`)})
+				s.add(&semEntry{key: fmt.Sprint(i), scope: "f:c", vec: vector(), json: []byte(`{}`)}, time.Now().Add(time.Hour))
 			}
 			q := vector()
 			b.ReportAllocs()

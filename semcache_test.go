@@ -129,3 +129,28 @@ func TestSemanticCacheAnswersAStream(t *testing.T) {
 		assert.Equal(t, geminiguard.CacheSemantic, rec.Cache.Kind, "the stream's record names the entry too")
 	})
 }
+
+// TestSemanticCacheTemplatePanicLeavesTheCacheUsable: a Template that
+// panics on a lookup reaches the caller and leaves the cache serving the
+// next call (it runs outside the cache's lock).
+func TestSemanticCacheTemplatePanicLeavesTheCacheUsable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		city := strings.NewReplacer("Paris", "{city}", "Rome", "{city}")
+		template := func(text string) string {
+			if strings.Contains(text, "Oslo") {
+				panic("the user's template")
+			}
+			return city.Replace(text)
+		}
+		srv, c := semanticClient(t, geminiguard.NewSemanticCache(geminiguard.SemanticCacheConfig{Template: template}))
+		_, _, err := send(t.Context(), c, "How is the weather in Paris today?")
+		require.NoError(t, err)
+		down(srv, flash)
+
+		assert.PanicsWithValue(t, "the user's template", func() { _, _, _ = send(t.Context(), c, "How is the weather in Oslo today?") })
+		resp, rec, err := send(t.Context(), c, "How is the weather in Rome today?")
+		require.NoError(t, err)
+		assert.Equal(t, "Sunny in Paris.", resp.Text())
+		assert.Equal(t, geminiguard.CacheTemplate, rec.Cache.Kind)
+	})
+}

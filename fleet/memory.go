@@ -31,6 +31,7 @@ type memoryState struct {
 	subs     map[string]map[*func()]struct{} // project → its subscribers' changed funcs
 	answers  map[string]memAnswer            // project + "\x00" + key → idempotency answer (AnswerStore)
 	swept    time.Time                       // when expired answers were last dropped
+	vectors  memVectors                      // the semantic caches' entries (VectorStore)
 }
 
 // Subscribe implements Subscriber: changed runs in the goroutine of the
