@@ -2,9 +2,7 @@ package geminiguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -40,51 +38,6 @@ type Budget struct {
 
 // defaultSteerAt is Budget.SteerAt's default.
 const defaultSteerAt = 0.8
-
-// WithBudget limits the Client's spend, as priced by the price table
-// (Prices, WithPrices), per Pacific day and month: past SteerAt of a budget
-// a call skips a model for a cheaper one of its order that can take it;
-// once a budget is spent, every call fails at once, without a request, with
-// an error matching ErrBudgetExhausted (or the Fallback's answer) until the
-// day or month ends. Only responses with a known price count: a model
-// without a price spends nothing. countTokens is free and never refused.
-// A request counts against the budget from its admission: its estimated
-// cost (input tokens as the limiter estimates them, output as the model's
-// typical answer, or the config's MaxOutputTokens when the model's typical
-// answer is longer or not known yet) is held until its response is
-// billed at its real cost, and released when it fails, so that concurrent
-// calls end at most about one call's worth above the budget (a request of
-// a model that has answered nothing yet, without MaxOutputTokens, holds its
-// input only until the model's first answer). With WithSharedState the
-// budget is the project's: each request's estimate is reserved against the
-// project's total in the shared state at admission (one round trip) and
-// settled at its real cost after the answer, so that the fleet ends at most
-// about one call's worth per replica in flight above the budget; while the
-// store is unreachable a replica holds its estimates locally against the
-// project's spend as it last heard it. New rejects a negative limit, a Budget without any limit, and
-// a SteerAt outside [0, 1]. Default: no budget.
-func WithBudget(b Budget) Option {
-	return optionFunc(func(cfg *config) {
-		var errs []error
-		if b.PerDay < 0 || b.PerMonth < 0 {
-			errs = append(errs, fmt.Errorf("geminiguard: WithBudget: PerDay %d and PerMonth %d must not be negative: give Micros (0.50 * Dollar is $0.50)", int64(b.PerDay), int64(b.PerMonth)))
-		}
-		if b.PerDay == 0 && b.PerMonth == 0 {
-			errs = append(errs, errors.New("geminiguard: WithBudget: give PerDay or PerMonth (or both), e.g. Budget{PerDay: 5 * Dollar}, or leave the option out"))
-		}
-		if math.IsNaN(b.SteerAt) || b.SteerAt < 0 || b.SteerAt > 1 {
-			errs = append(errs, fmt.Errorf("geminiguard: WithBudget: SteerAt %v is outside [0, 1]: give a fraction of the budget, e.g. 0.8 (0: the default 0.8)", b.SteerAt))
-		}
-		if len(errs) > 0 {
-			cfg.problems = append(cfg.problems, errs...)
-			return
-		}
-		if b.SteerAt == 0 {
-			b.SteerAt = defaultSteerAt
-		}
-		cfg.budget = &b
-	})
-}
 
 // BudgetStats is the Client's spend against its Budget: in fleet mode
 // (WithSharedState), the project's as this Client last heard it (the

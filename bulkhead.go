@@ -76,22 +76,6 @@ func (b Bulkhead) validate(name string) error {
 // defaultBulkhead is the bulkhead of calls that name none, when configured.
 const defaultBulkhead = "default"
 
-// WithBulkhead adds a bulkhead named name (see Bulkhead). Calls whose context
-// carries the name (InBulkhead) go through it; calls that name no
-// bulkhead go through the one named "default" if there is one, and through
-// none otherwise. A name given twice keeps the last Bulkhead. New reports an
-// empty name and invalid fields. Default: no bulkheads.
-func WithBulkhead(name string, b Bulkhead) Option {
-	return optionFunc(func(cfg *config) {
-		if cfg.bulkheads == nil {
-			cfg.bulkheads = make(map[string]Bulkhead)
-		} else {
-			cfg.bulkheads = cloneMap(cfg.bulkheads)
-		}
-		cfg.bulkheads[name] = b
-	})
-}
-
 type bulkheadKey struct{}
 
 // InBulkhead returns a context that makes the Client method called

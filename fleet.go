@@ -98,39 +98,6 @@ func storeSettingsOf(s fleet.SharedState) (fleet.StoreSettings, error) {
 	return st, nil
 }
 
-// WithFleetSize tells a replica of a fleet (WithSharedState) how many
-// replicas to expect, for the moments it has not seen the fleet yet: from
-// New until its round trips to the store have answered for a second, a
-// replica that cannot reach the store divides each limit by at least n.
-// Once it has seen the fleet, it divides by the most replicas it saw live
-// over about the last minute. Default: each limit divided by 10.
-func WithFleetSize(n int) Option {
-	return optionFunc(func(cfg *config) {
-		if n < 0 {
-			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithFleetSize(%d): pass the replicas expected, or 0 for the default", n))
-			return
-		}
-		cfg.fleetSize = n
-	})
-}
-
-// WithProject names the Google project (for Vertex AI, its project and
-// location, as one string) whose quota a fleet (WithSharedState) shares:
-// replicas given the same id are one fleet whatever key each uses, so a key
-// rotation, or two keys of one project, keep one fleet. The store keeps
-// state, idempotent answers and cached answers under a hash of the id,
-// never the id itself. Default: the project is a hash of the API key (or
-// of the Vertex AI project, location and key).
-func WithProject(id string) Option {
-	return optionFunc(func(cfg *config) {
-		if id == "" {
-			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithProject(\"\"): pass the Google project's id, or leave the option out"))
-			return
-		}
-		cfg.project = id
-	})
-}
-
 // fleetLink is a Client's part in its fleet. Safe for concurrent use.
 type fleetLink struct {
 	store     fleet.SharedState

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -797,5 +798,134 @@ func WithShutdownsFile(path string) Option {
 		}
 		t.loaded = append(slices.Clip(t.loaded), table{name: fmt.Sprintf("shutdown file %q", path), asOf: asOf})
 		t.shutsBy = true
+	})
+}
+
+// WithBudget limits the Client's spend, as priced by the price table
+// (Prices, WithPrices), per Pacific day and month: past SteerAt of a budget
+// a call skips a model for a cheaper one of its order that can take it;
+// once a budget is spent, every call fails at once, without a request, with
+// an error matching ErrBudgetExhausted (or the Fallback's answer) until the
+// day or month ends. Only responses with a known price count: a model
+// without a price spends nothing. countTokens is free and never refused.
+// A request counts against the budget from its admission: its estimated
+// cost (input tokens as the limiter estimates them, output as the model's
+// typical answer, or the config's MaxOutputTokens when the model's typical
+// answer is longer or not known yet) is held until its response is
+// billed at its real cost, and released when it fails, so that concurrent
+// calls end at most about one call's worth above the budget (a request of
+// a model that has answered nothing yet, without MaxOutputTokens, holds its
+// input only until the model's first answer). With WithSharedState the
+// budget is the project's: each request's estimate is reserved against the
+// project's total in the shared state at admission (one round trip) and
+// settled at its real cost after the answer, so that the fleet ends at most
+// about one call's worth per replica in flight above the budget; while the
+// store is unreachable a replica holds its estimates locally against the
+// project's spend as it last heard it. New rejects a negative limit, a Budget without any limit, and
+// a SteerAt outside [0, 1]. Default: no budget.
+func WithBudget(b Budget) Option {
+	return optionFunc(func(cfg *config) {
+		var errs []error
+		if b.PerDay < 0 || b.PerMonth < 0 {
+			errs = append(errs, fmt.Errorf("geminiguard: WithBudget: PerDay %d and PerMonth %d must not be negative: give Micros (0.50 * Dollar is $0.50)", int64(b.PerDay), int64(b.PerMonth)))
+		}
+		if b.PerDay == 0 && b.PerMonth == 0 {
+			errs = append(errs, errors.New("geminiguard: WithBudget: give PerDay or PerMonth (or both), e.g. Budget{PerDay: 5 * Dollar}, or leave the option out"))
+		}
+		if math.IsNaN(b.SteerAt) || b.SteerAt < 0 || b.SteerAt > 1 {
+			errs = append(errs, fmt.Errorf("geminiguard: WithBudget: SteerAt %v is outside [0, 1]: give a fraction of the budget, e.g. 0.8 (0: the default 0.8)", b.SteerAt))
+		}
+		if len(errs) > 0 {
+			cfg.problems = append(cfg.problems, errs...)
+			return
+		}
+		if b.SteerAt == 0 {
+			b.SteerAt = defaultSteerAt
+		}
+		cfg.budget = &b
+	})
+}
+
+// WithBulkhead adds a bulkhead named name (see Bulkhead). Calls whose context
+// carries the name (InBulkhead) go through it; calls that name no
+// bulkhead go through the one named "default" if there is one, and through
+// none otherwise. A name given twice keeps the last Bulkhead. New reports an
+// empty name and invalid fields. Default: no bulkheads.
+func WithBulkhead(name string, b Bulkhead) Option {
+	return optionFunc(func(cfg *config) {
+		if cfg.bulkheads == nil {
+			cfg.bulkheads = make(map[string]Bulkhead)
+		} else {
+			cfg.bulkheads = cloneMap(cfg.bulkheads)
+		}
+		cfg.bulkheads[name] = b
+	})
+}
+
+// WithFleetSize tells a replica of a fleet (WithSharedState) how many
+// replicas to expect, for the moments it has not seen the fleet yet: from
+// New until its round trips to the store have answered for a second, a
+// replica that cannot reach the store divides each limit by at least n.
+// Once it has seen the fleet, it divides by the most replicas it saw live
+// over about the last minute. Default: each limit divided by 10.
+func WithFleetSize(n int) Option {
+	return optionFunc(func(cfg *config) {
+		if n < 0 {
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithFleetSize(%d): pass the replicas expected, or 0 for the default", n))
+			return
+		}
+		cfg.fleetSize = n
+	})
+}
+
+// WithProject names the Google project (for Vertex AI, its project and
+// location, as one string) whose quota a fleet (WithSharedState) shares:
+// replicas given the same id are one fleet whatever key each uses, so a key
+// rotation, or two keys of one project, keep one fleet. The store keeps
+// state, idempotent answers and cached answers under a hash of the id,
+// never the id itself. Default: the project is a hash of the API key (or
+// of the Vertex AI project, location and key).
+func WithProject(id string) Option {
+	return optionFunc(func(cfg *config) {
+		if id == "" {
+			cfg.problems = append(cfg.problems, errors.New("geminiguard: WithProject(\"\"): pass the Google project's id, or leave the option out"))
+			return
+		}
+		cfg.project = id
+	})
+}
+
+// WithRecorder writes one line of JSON to w for every upstream request the
+// Client sends and that ends (answered, or failed as the classifier read
+// it), so that an incident can be played back later in fake time
+// (geminitest.Replay) against another configuration. Each line is
+//
+//	{"at_ms":1200.25,"model":"gemini-2.5-flash","endpoint":"generate","status":503,"class":"overloaded","latency_ms":840}
+//	{"at_ms":2210,"model":"gemini-2.5-flash","endpoint":"generate","status":200,"class":"stream_cut","latency_ms":310.5,"chunks":3}
+//
+// at_ms is the request's start in milliseconds (to the microsecond) after
+// the first request recorded, status the HTTP status the API answered (200
+// for an answer, for a quiet failure such as "blocked" or "empty", and for
+// a stream that opened, 0 when no response came: a network error, an
+// attempt timeout), class the classifier's Class (Class.String), latency_ms
+// the request's time until its answer or failure (a stream's: until its
+// first chunk). A stream that opened is recorded when it ends, with chunks,
+// the number of chunks it delivered, and the class of what ended it:
+// "none" for a whole answer, "stream_cut" for a cut (a transport error, a
+// clean end without finishReason), the error's class for an error inside
+// the 200. A line never holds a prompt, an answer, a header or a key.
+// Requests never sent (skipped, refused locally) are not recorded; hedged
+// requests that lost are not either.
+//
+// Lines are written whole, one Write each, under a lock, from the call's
+// goroutine: w should be quick (a buffered file). A failed Write is
+// dropped. Default: no recording.
+func WithRecorder(w io.Writer) Option {
+	return optionFunc(func(cfg *config) {
+		if w == nil {
+			cfg.recorder = nil
+			return
+		}
+		cfg.recorder = &recorder{w: w}
 	})
 }

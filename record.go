@@ -10,41 +10,6 @@ import (
 	"google.golang.org/genai"
 )
 
-// WithRecorder writes one line of JSON to w for every upstream request the
-// Client sends and that ends (answered, or failed as the classifier read
-// it), so that an incident can be played back later in fake time
-// (geminitest.Replay) against another configuration. Each line is
-//
-//	{"at_ms":1200.25,"model":"gemini-2.5-flash","endpoint":"generate","status":503,"class":"overloaded","latency_ms":840}
-//	{"at_ms":2210,"model":"gemini-2.5-flash","endpoint":"generate","status":200,"class":"stream_cut","latency_ms":310.5,"chunks":3}
-//
-// at_ms is the request's start in milliseconds (to the microsecond) after
-// the first request recorded, status the HTTP status the API answered (200
-// for an answer, for a quiet failure such as "blocked" or "empty", and for
-// a stream that opened, 0 when no response came: a network error, an
-// attempt timeout), class the classifier's Class (Class.String), latency_ms
-// the request's time until its answer or failure (a stream's: until its
-// first chunk). A stream that opened is recorded when it ends, with chunks,
-// the number of chunks it delivered, and the class of what ended it:
-// "none" for a whole answer, "stream_cut" for a cut (a transport error, a
-// clean end without finishReason), the error's class for an error inside
-// the 200. A line never holds a prompt, an answer, a header or a key.
-// Requests never sent (skipped, refused locally) are not recorded; hedged
-// requests that lost are not either.
-//
-// Lines are written whole, one Write each, under a lock, from the call's
-// goroutine: w should be quick (a buffered file). A failed Write is
-// dropped. Default: no recording.
-func WithRecorder(w io.Writer) Option {
-	return optionFunc(func(cfg *config) {
-		if w == nil {
-			cfg.recorder = nil
-			return
-		}
-		cfg.recorder = &recorder{w: w}
-	})
-}
-
 // recorder is WithRecorder's writer. Safe for concurrent use; a nil
 // recorder records nothing.
 type recorder struct {
