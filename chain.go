@@ -187,6 +187,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 // decides. It fills a (which must be zero) and returns stepGo; or, having
 // recorded why and given back what the steps before took, leaving a holding
 // nothing, stepNext when the model cannot take the request for this call,
+// stepLater when it may in the call's next round (the throttle skipped it),
 // or stepStop with the error that ends the call (its deadline passed, the
 // caller cancelled during a wait). Each step is a defence's say, written
 // beside its mechanism (gate.go: admission steps). Waits (tokens, a fleet

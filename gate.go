@@ -156,11 +156,18 @@ func (call *call[R]) checkOpen(sl *retrySlot) (step, error) {
 }
 
 // checkThrottle refuses, at random, a model failing most of its recent
-// requests while another model can answer (route.go).
+// requests while another model can answer (route.go), on the call's first
+// try of it only: the call comes back to it in its next round (stepLater),
+// once the models it went to instead failed too, and the throttle no longer
+// applies then. A model that answers a fraction of its requests is a better
+// bet than failing the call.
 func (call *call[R]) checkThrottle(sl *retrySlot) (step, error) {
+	if sl.tries > 1 {
+		return stepGo, nil
+	}
 	if skip, err := call.throttled(sl.m); skip {
 		call.skip(sl.m, err, sl.delay)
-		return stepNext, err
+		return stepLater, err
 	}
 	return stepGo, nil
 }

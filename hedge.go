@@ -240,8 +240,22 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	send(octx, m, false)
 	timer := time.NewTimer(after)
 	defer timer.Stop()
-	var cutC <-chan time.Time // armed when no hedge could be sent
+	var cutC <-chan time.Time // armed when no hedge could be sent, or the hedge failed
 	cutting := false          // the cut bounds the original
+	learned := cut
+	// cutAt bounds the original by the learned cut from now on, as without
+	// hedging, when the cut budget allows: at once when its time has come.
+	cutAt := func(now time.Time) {
+		switch d := start.Add(learned).Sub(now); {
+		case learned == 0 || !c.cuts.allows(now):
+			cut = 0
+		case d > 0:
+			cut, cutC, cutting = learned, time.After(d), true
+		default:
+			cut, cutting = learned, true
+			ocancel()
+		}
+	}
 	var orig, hedge *raced[R]
 	var hstart time.Time
 	var panicked *raced[R]
@@ -256,6 +270,10 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 				hcancel()
 			case r.hedge:
 				hedge = &r
+				if r.err != nil && orig == nil { // the original still stalls: cut it as if no hedge had been sent
+					call.now = time.Now()
+					cutAt(call.now)
+				}
 			default:
 				orig = &r
 			}
@@ -270,15 +288,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 			}
 			hm := call.hedgeTarget(m)
 			if hm == nil || !c.hedges.allows(call.now) || !call.admitHedge(ctx, hm, &h) {
-				switch d := start.Add(cut).Sub(call.now); {
-				case cut == 0 || !c.cuts.allows(call.now):
-					cut = 0
-				case d > 0:
-					cutC, cutting = time.After(d), true // no hedge: cut as without hedging
-				default:
-					cutting = true
-					ocancel() // the hedge delay was the cut
-				}
+				cutAt(call.now) // no hedge: cut as without hedging (at once when the hedge delay was the cut)
 				continue
 			}
 			c.hedges.withdraw(call.now)

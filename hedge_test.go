@@ -146,3 +146,36 @@ func TestHedgedProbeThatLosesFreesItsSlot(t *testing.T) {
 		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get())
 	})
 }
+
+func TestFailedHedgeStillCutsItsStalledOriginal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro answers in 1s; its 21st request stalls 45s, and the 22nd (the
+		// hedge, sent to pro: flash's times are unknown) fails at once.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch i {
+				case 20:
+					return geminitest.Step{Latency: 45 * time.Second}
+				case 21:
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 { // pro's answer times are learned: 1s
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "the stalled original is cut at three times pro's median, flash answers")
+		assert.InDelta(t, 3.8, time.Since(start).Seconds(), 0.3, "the failed hedge leaves the cut in place: not a 45s wait")
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Equal(t, 1, srv.Total(flash))
+	})
+}

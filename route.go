@@ -15,7 +15,9 @@ import (
 //
 //	max(0, (requests − routeK·accepts) / (requests + 1))
 //
-// so the traffic a model gets tracks what it can serve: one that answers a
+// on the call's first try of it (the call comes back to it in its next
+// round when the models it went to instead fail too), so the traffic a
+// model gets tracks what it can serve: one that answers a
 // quarter of its requests or more keeps all of its traffic (each failure
 // still moves that call on to the next model at once, so its answers are
 // kept), one that answers a tenth keeps about 60% of it, and one that
