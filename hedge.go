@@ -3,7 +3,6 @@ package geminiguard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 )
@@ -70,21 +69,6 @@ type HedgePolicy struct {
 	// top of three a minute always allowed; in (0, 1].
 	// Default: 0.05 (at most 5% more requests).
 	Budget float64
-}
-
-// WithHedging configures hedged requests. New rejects a Budget outside
-// [0, 1]. Default: off (HedgePolicy{Budget: 0.05} once On).
-func WithHedging(p HedgePolicy) Option {
-	return optionFunc(func(cfg *config) {
-		if math.IsNaN(p.Budget) || p.Budget < 0 || p.Budget > 1 {
-			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithHedging: Budget %v is outside [0, 1]: give hedges per first attempt, e.g. 0.05 (0: the default 0.05)", p.Budget))
-			return
-		}
-		if p.Budget == 0 {
-			p.Budget = hedgeRatio
-		}
-		cfg.hedge = p
-	})
 }
 
 // newHedgeBudget returns the hedge budget of p.

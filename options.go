@@ -929,3 +929,18 @@ func WithRecorder(w io.Writer) Option {
 		cfg.recorder = &recorder{w: w}
 	})
 }
+
+// WithHedging configures hedged requests. New rejects a Budget outside
+// [0, 1]. Default: off (HedgePolicy{Budget: 0.05} once On).
+func WithHedging(p HedgePolicy) Option {
+	return optionFunc(func(cfg *config) {
+		if math.IsNaN(p.Budget) || p.Budget < 0 || p.Budget > 1 {
+			cfg.problems = append(cfg.problems, fmt.Errorf("geminiguard: WithHedging: Budget %v is outside [0, 1]: give hedges per first attempt, e.g. 0.05 (0: the default 0.05)", p.Budget))
+			return
+		}
+		if p.Budget == 0 {
+			p.Budget = hedgeRatio
+		}
+		cfg.hedge = p
+	})
+}

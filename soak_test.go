@@ -43,6 +43,9 @@ type soakConfig struct {
 	// AllOpenProbeEvery, for the bound on upstream requests
 	budgetRatio, budgetMinPerSecond float64
 	allOpenProbeEvery               time.Duration
+	// store is the configuration's failing shared state, nil when it has
+	// none: checkHealthy makes it healthy with the fake.
+	store *soakStore
 }
 
 // soakCascade is the cascade of both configurations; soakFaultRates how
@@ -53,6 +56,7 @@ var (
 )
 
 func soakConfigs() []soakConfig {
+	store := &soakStore{SharedState: fleet.NewMemoryState()}
 	return []soakConfig{
 		{
 			// Defaults, a cascade of three and short timeouts. The project
@@ -74,7 +78,7 @@ func soakConfigs() []soakConfig {
 			// one call in seven.
 			name: "B",
 			opts: []geminiguard.Option{
-				geminiguard.WithSharedState(&soakStore{SharedState: fleet.NewMemoryState()}),
+				geminiguard.WithSharedState(store),
 				geminiguard.WithCascade(soakCascade...),
 				geminiguard.WithFallback(geminiguard.TextFallback(soakFallbackText)),
 				geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 300, TPM: 20_000, RPD: 2_000}),
@@ -86,22 +90,29 @@ func soakConfigs() []soakConfig {
 			},
 			callTimeout: 20 * time.Second, maxAttempts: 3, fallback: true,
 			budgetRatio: 0.1, budgetMinPerSecond: 1, allOpenProbeEvery: 2 * time.Second,
+			store: store,
 		},
 	}
 }
 
-// soakStore is a shared state that fails one call in seven, so that the
-// soak's Client keeps switching between the fleet's limits and its own; it
-// notifies changes as the memory store does.
+// soakStore is a shared state that fails one call in seven until it is
+// healthy, so that the soak's Client keeps switching between the fleet's
+// limits and its own; it notifies changes as the memory store does.
 type soakStore struct {
 	fleet.SharedState
-	calls atomic.Int64
+	calls   atomic.Int64
+	healthy atomic.Bool
+}
+
+// fails tells whether this call to the store fails.
+func (s *soakStore) fails() bool {
+	return s.calls.Add(1)%7 == 0 && !s.healthy.Load()
 }
 
 var errSoakStore = errors.New("soak: the shared state fails")
 
 func (s *soakStore) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
-	if s.calls.Add(1)%7 == 0 {
+	if s.fails() {
 		return fleet.Lease{}, errSoakStore
 	}
 	return s.SharedState.Lease(ctx, r)
@@ -113,7 +124,7 @@ func (s *soakStore) Subscribe(project string, changed func()) (stop func()) {
 }
 
 func (s *soakStore) Publish(ctx context.Context, project string, f fleet.Fact) error {
-	if s.calls.Add(1)%7 == 0 {
+	if s.fails() {
 		return errSoakStore
 	}
 	return s.SharedState.Publish(ctx, project, f)
@@ -831,13 +842,18 @@ func (r *soakRun) checkBudget(d time.Duration) {
 	}
 }
 
-// checkHealthy makes the fake healthy, lets a day pass in fake time (every
+// checkHealthy makes the fake (and the configuration's shared state: with
+// it failing, a lease that fails sends the call to the next model, as it
+// should) healthy, lets a day pass in fake time (every
 // OpenFor, cool-down and daily quota is over), runs CheckCascade as an
 // operator would, and then asks every model directly, a few times: every
 // breaker must then be closed, and a call with no model named must get the
 // primary's answer with exactly one upstream request.
 func (r *soakRun) checkHealthy(ctx context.Context, faults *soakFaults) {
 	faults.healthy.Store(true)
+	if r.cfg.store != nil {
+		r.cfg.store.healthy.Store(true)
+	}
 	time.Sleep(25 * time.Hour)
 	if _, err := r.c.CheckCascade(ctx); err != nil {
 		r.tally.add("unclosedBreakers", "cfg=%s: CheckCascade on a healthy fake: %v", r.cfg.name, err)
