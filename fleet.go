@@ -358,7 +358,9 @@ func (f *fleetLink) call(ctx context.Context, c *Client, fn func(ctx context.Con
 
 // callWithin is call, bounded by warmUp instead when positive: New's first
 // round trip, whose latency teaches nothing of a warm connection's. The
-// first round trip after carrying on alone is bounded by MaxTimeout.
+// first round trip after carrying on alone is bounded by MaxTimeout. When
+// fn panics, the round trip counts as failed for the store's breaker (its
+// probe slot given back) and the panic goes on.
 func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Duration, fn func(ctx context.Context) error) bool {
 	start := time.Now()
 	p, _, err := f.health.allow(start)
@@ -374,7 +376,15 @@ func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Durat
 		bound = f.rtt.bound()
 	}
 	sctx, cancel := context.WithTimeout(ctx, bound)
+	settled := false
+	defer func() {
+		if !settled { // fn panicked: the round trip failed, and the panic goes on
+			cancel()
+			f.health.done(p, time.Now(), outcomeFailure)
+		}
+	}()
 	err = fn(sctx)
+	settled = true
 	timedOut := sctx.Err() != nil
 	cancel()
 	f.roundTrips.Add(1)

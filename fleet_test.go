@@ -186,7 +186,7 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 // its caller gives up, and counts the calls that reached it.
 type flakyState struct {
 	fleet.SharedState
-	mode  atomic.Int32 // 0: works, 1: fails at once, 2: hangs
+	mode  atomic.Int32 // 0: works, 1: fails at once, 2: hangs, 3: Lease panics
 	calls atomic.Int64
 }
 
@@ -194,6 +194,7 @@ const (
 	stateWorks = iota
 	stateFails
 	stateHangs
+	statePanics
 )
 
 func (f *flakyState) broken(ctx context.Context) error {
@@ -209,6 +210,10 @@ func (f *flakyState) broken(ctx context.Context) error {
 }
 
 func (f *flakyState) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
+	if f.mode.Load() == statePanics {
+		f.calls.Add(1)
+		panic("the store's client panicked")
+	}
 	if err := f.broken(ctx); err != nil {
 		return fleet.Lease{}, err
 	}
@@ -267,6 +272,43 @@ func TestFleetCarriesOnAloneWhileTheStoreIsDown(t *testing.T) {
 		st = c.Stats()
 		assert.True(t, st.Fleet.Connected, "rejoined")
 		assert.Equal(t, int64(10), st.Fleet.Uncoordinated)
+	})
+}
+
+// TestFleetStorePanicDuringAProbeLeavesTheStoreUsable: a store whose
+// Lease panics on the round trip that probes it after carrying on alone
+// (its breaker half-open) panics the caller, and the store's breaker is
+// settled all the same: once the store works again the replica rejoins.
+func TestFleetStorePanicDuringAProbeLeavesTheStoreUsable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro})
+		store := &flakyState{SharedState: fleet.NewMemoryState()}
+		c := newFleet(t, srv, 1, store, geminiguard.WithCascade(pro), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 1000}))[0]
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+
+		store.mode.Store(stateFails)
+		for range 5 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.False(t, c.Stats().Fleet.Connected, "carrying on alone")
+		time.Sleep(3 * time.Second) // past AloneFor: the next round trip probes the store
+
+		store.mode.Store(statePanics)
+		calls := store.calls.Load()
+		assert.Panics(t, func() { _, _, _ = ask(t.Context(), c, "") })
+		require.Equal(t, calls+1, store.calls.Load(), "the probe reached the store")
+
+		store.mode.Store(stateWorks)
+		time.Sleep(3 * time.Second)
+		for range 3 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			time.Sleep(time.Second)
+		}
+		assert.True(t, c.Stats().Fleet.Connected, "rejoined: the panicked probe gave its slot back")
 	})
 }
 
