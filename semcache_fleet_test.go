@@ -42,20 +42,7 @@ func TestSemanticCacheFleetSharesEntries(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model)
 
-		down(srv, flash)
-		resp, rec, err := send(t.Context(), b, "What's the weather like in Paris today?")
-		require.NoError(t, err)
-		assert.Equal(t, "Sunny in Paris.", resp.Text(), "B is served A's answer for the paraphrase, at 0.97")
-		assert.True(t, geminiguard.IsFallback(resp))
-		assert.True(t, rec.Fallback)
-		assert.Equal(t, geminiguard.CacheSemantic, rec.Cache.Kind)
-		assert.InDelta(t, 0.97, rec.Cache.Similarity, 1e-3)
-		assert.True(t, strings.HasPrefix(rec.Cache.Entry, flash+":"), "the entry's exact key: %q", rec.Cache.Entry)
-
-		resp, rec, err = send(t.Context(), b, "How is the weather in Rome today?")
-		require.NoError(t, err)
-		assert.Equal(t, "Busy, try later.", resp.Text(), "Rome, at 0.90, is below the threshold: the Fallback's answer")
-		assert.Zero(t, rec.Cache)
+		assertParaphraseServed(t, srv, b, "B is served A's answer")
 
 		_, rec, err = send(t.Context(), b, "How is the weather in Paris today?")
 		require.NoError(t, err)

@@ -50,20 +50,7 @@ func TestSemanticCacheServesAParaphraseAboveTheThreshold(t *testing.T) {
 		assert.Zero(t, rec.Cache)
 		assert.Equal(t, 1, srv.Hits(embedder, geminitest.VerbEmbed), "the answered request's text is embedded once, through the chain")
 
-		down(srv, flash)
-		resp, rec, err := send(t.Context(), c, "What's the weather like in Paris today?")
-		require.NoError(t, err)
-		assert.Equal(t, "Sunny in Paris.", resp.Text(), "the paraphrase, at 0.97, gets the Paris answer")
-		assert.True(t, geminiguard.IsFallback(resp))
-		assert.True(t, rec.Fallback)
-		assert.Equal(t, geminiguard.CacheSemantic, rec.Cache.Kind)
-		assert.InDelta(t, 0.97, rec.Cache.Similarity, 1e-3)
-		assert.True(t, strings.HasPrefix(rec.Cache.Entry, flash+":"), "the entry's exact key: %q", rec.Cache.Entry)
-
-		resp, rec, err = send(t.Context(), c, "How is the weather in Rome today?")
-		require.NoError(t, err)
-		assert.Equal(t, "Busy, try later.", resp.Text(), "Rome, at 0.90, is below the threshold: the Fallback's answer")
-		assert.Zero(t, rec.Cache)
+		assertParaphraseServed(t, srv, c, "the Paris answer")
 
 		embeds := srv.Hits(embedder, geminitest.VerbEmbed)
 		_, rec, err = send(t.Context(), c, "How is the weather in Paris today?")
@@ -153,4 +140,26 @@ func TestSemanticCacheTemplatePanicLeavesTheCacheUsable(t *testing.T) {
 		assert.Equal(t, "Sunny in Paris.", resp.Text())
 		assert.Equal(t, geminiguard.CacheTemplate, rec.Cache.Kind)
 	})
+}
+
+// assertParaphraseServed takes flash down and checks that c serves the
+// Paris answer for its paraphrase (at 0.97: a semantic hit, marked as a
+// fallback, naming its entry) and the Fallback's answer for Rome (at
+// 0.90, below the threshold); whose says whose answer the Paris one is.
+func assertParaphraseServed(t *testing.T, srv *geminitest.Server, c *geminiguard.Client, whose string) {
+	t.Helper()
+	down(srv, flash)
+	resp, rec, err := send(t.Context(), c, "What's the weather like in Paris today?")
+	require.NoError(t, err)
+	assert.Equal(t, "Sunny in Paris.", resp.Text(), "%s for the paraphrase, at 0.97", whose)
+	assert.True(t, geminiguard.IsFallback(resp))
+	assert.True(t, rec.Fallback)
+	assert.Equal(t, geminiguard.CacheSemantic, rec.Cache.Kind)
+	assert.InDelta(t, 0.97, rec.Cache.Similarity, 1e-3)
+	assert.True(t, strings.HasPrefix(rec.Cache.Entry, flash+":"), "the entry's exact key: %q", rec.Cache.Entry)
+
+	resp, rec, err = send(t.Context(), c, "How is the weather in Rome today?")
+	require.NoError(t, err)
+	assert.Equal(t, "Busy, try later.", resp.Text(), "Rome, at 0.90, is below the threshold: the Fallback's answer")
+	assert.Zero(t, rec.Cache)
 }
