@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -335,7 +336,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 		c.answers.Saw(now)
 	case outcomeFailure:
 		a.m.routes[a.endpoint].failed(now)
-		if c.answers.SilentFor(now, outageAfter) {
+		if c.outage(now) {
 			o = outcomeOutage // no model answers: dead, not degraded
 		}
 	}
@@ -344,6 +345,31 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
 	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
 	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
+}
+
+// outage records a counted failure at now and reports whether the Client's
+// models are in an outage: none answered for outageAfter, while their
+// requests kept failing for that long (a spell of failures with no answer
+// and no gap of outageAfter between two failures). A Client that asked
+// nothing for a while is idle, not in an outage: the first failures after
+// a quiet spell (fast 503s come back before slow answers) say nothing yet.
+func (c *Client) outage(now time.Time) bool {
+	at := int64(now.Sub(c.answers.Origin))
+	f := &c.failing
+	latest := f.latest.Swap(at)
+	if !f.seen.Swap(true) || at-latest > int64(outageAfter) || !c.answers.SilentFor(now, time.Duration(at-latest)) {
+		f.began.Store(at) // a new spell: the first failure, after a quiet gap or an answer
+	}
+	return c.answers.SilentFor(now, outageAfter) && at-f.began.Load() >= int64(outageAfter)
+}
+
+// failureSpell is the Client's latest spell of counted failures: when it
+// began and its latest failure, as times since the Client's origin
+// (answers.origin). Safe for concurrent use; under racing failures it is
+// an estimate, as the routing counts are. The zero value has seen none.
+type failureSpell struct {
+	began, latest atomic.Int64
+	seen          atomic.Bool // a failure came
 }
 
 // decide turns a failed attempt's verdict into the call's next step and,
