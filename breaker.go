@@ -62,8 +62,8 @@ type BreakerSettings struct {
 	// seven through does not take it out of rotation. When every model of
 	// the Client has been failing, or refused as failing, for 2s with no
 	// answer (an outage; a Client that asked nothing is idle, not in one),
-	// or the model never answered
-	// since the Client started, the failures alone open it: for
+	// or the model never answered since the Client started, the failures
+	// alone open it: for
 	// MinOpenFor, so that a brownout present from the first request takes
 	// a model that answers most of its requests out for a moment only. A
 	// negative value opens on the failures alone.
