@@ -63,10 +63,9 @@ type BreakerSettings struct {
 	// the Client has been failing, or refused as failing, for 2s with no
 	// answer (an outage; a Client that asked nothing is idle, not in one),
 	// or the model never answered since the Client started, the failures
-	// alone open it: for
-	// MinOpenFor, so that a brownout present from the first request takes
-	// a model that answers most of its requests out for a moment only. A
-	// negative value opens on the failures alone.
+	// alone open it: for MinOpenFor, so that a brownout present from the
+	// first request takes a model that answers most of its requests out
+	// for a moment only. A negative value opens on the failures alone.
 	// Default: 10s.
 	DeadAfter time.Duration
 	// OpenFor is the longest an open breaker refuses requests before it
