@@ -59,12 +59,13 @@ type BreakerSettings struct {
 	// the breaker is for a dead model. A degraded one, failing in bursts
 	// but still answering, keeps the share of traffic it can serve (see
 	// the package doc's routing); a storm of 503s that lets one request in
-	// seven through does not take it out of rotation. When no model of the
-	// Client has answered for 2s (an outage), or the model never answered
-	// since the Client started, the failures alone open it: for
-	// MinOpenFor, so that a brownout present from the first request takes
-	// a model that answers most of its requests out for a moment only. A
-	// negative value opens on the failures alone.
+	// seven through does not take it out of rotation. When every model of
+	// the Client has been failing, or refused as failing, for 2s with no
+	// answer (an outage; a Client that asked nothing is idle, not in one),
+	// or the model never answered since the Client started, the failures
+	// alone open it: for MinOpenFor, so that a brownout present from the
+	// first request takes a model that answers most of its requests out
+	// for a moment only. A negative value opens on the failures alone.
 	// Default: 10s.
 	DeadAfter time.Duration
 	// OpenFor is the longest an open breaker refuses requests before it
@@ -250,9 +251,10 @@ type transition = circuit.Transition
 // answered. Safe for concurrent use once its Origin is set.
 type lastAnswer = circuit.LastAnswer
 
-// outageAfter is how long every model of a Client must have answered
-// nothing for a failure to count as an outage's: the breaker then opens on
-// FailureThreshold failures alone, without waiting DeadAfter.
+// outageAfter is how long every model of a Client must have been failing,
+// or refused as failing, with no answer for a failure to count as an
+// outage's (Client.inOutage): the breaker then opens on FailureThreshold
+// failures alone, without waiting DeadAfter, for OpenFor.
 const outageAfter = 2 * time.Second
 
 // breaker is the circuit breaker of one model and endpoint: the state

@@ -2,6 +2,8 @@ package geminiguard_test
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,5 +58,46 @@ func TestThrottledModelAnswersWhenTheOthersFailTheCall(t *testing.T) {
 
 		require.Positive(t, throttled, "the primary was throttled while the secondary was down")
 		assert.Zero(t, lost, "a throttled model that answers is tried again before a call fails")
+	})
+}
+
+func TestIdleClientIsNotInAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The primary fails one request in four at once (a fast 503) and
+		// answers the others in 1s. Twenty users call at once, every 5s:
+		// between two waves nothing is asked and so nothing answers, and
+		// each wave's failures come back before its answers.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i%4 == 3 {
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: time.Second})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+		_, _, err := ask(t.Context(), c, "") // the primary has answered
+		require.NoError(t, err)
+
+		const waves, users = 8, 20
+		var primary atomic.Int64
+		for range waves {
+			time.Sleep(5 * time.Second)
+			var wg sync.WaitGroup
+			for range users {
+				wg.Go(func() {
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if rec.Model == pro {
+						primary.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+		}
+
+		assert.NotContains(t, changes.get(), pro+":open", "a quiet Client is idle, not in an outage: the primary answers three requests in four")
+		assert.GreaterOrEqual(t, primary.Load(), int64(0.7*waves*users), "the primary keeps its share of the answers")
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -201,6 +202,9 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		next, err := call.admitBy(s, ctx, sl, a)
 		if next != stepGo {
 			a.unreserve(sl.m)
+			if s == admitOpen || s == admitThrottle || s == admitPermit {
+				call.c.refusedAsFailing(call.now)
+			}
 			call.c.logRefusal(ctx, sl.m, s, err)
 			return next, err
 		}
@@ -335,7 +339,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 		c.answers.Saw(now)
 	case outcomeFailure:
 		a.m.routes[a.endpoint].failed(now)
-		if c.answers.SilentFor(now, outageAfter) {
+		if c.outage(now) {
 			o = outcomeOutage // no model answers: dead, not degraded
 		}
 	}
@@ -344,6 +348,62 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
 	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
 	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
+}
+
+// outage records a counted failure at now in the Client's spell of
+// failures and reports whether the Client is in an outage then (inOutage).
+// The failure continues the spell under way, or begins one after an answer
+// or a gap of more than outageAfter.
+func (c *Client) outage(now time.Time) bool {
+	f, at := &c.failing, now.Sub(c.answers.Origin)
+	latest := time.Duration(f.latest.Swap(int64(at)))
+	if !f.seen.Swap(true) || !c.spellGoesOn(now, latest) {
+		f.began.Store(int64(at))
+	}
+	return c.inOutage(now)
+}
+
+// refusedAsFailing records at now a local refusal of a model for its
+// failures (its breaker open, its probes taken, the throttle): it continues
+// the spell under way and never begins one. In a full outage the open
+// breakers refuse calls without a request and the early probes' failures
+// come AllOpenProbeEvery apart: the refusals between them keep the spell,
+// and so the outage, going.
+func (c *Client) refusedAsFailing(now time.Time) {
+	f := &c.failing
+	if f.seen.Load() && c.spellGoesOn(now, time.Duration(f.latest.Load())) {
+		f.latest.Store(int64(now.Sub(c.answers.Origin)))
+	}
+}
+
+// inOutage reports whether the Client's models are in an outage at now:
+// every model failing, or refused as failing, for outageAfter (a spell with
+// no answer and no gap of more than outageAfter between two failures or
+// refusals, under way at now). A Client that asked nothing for a while is
+// idle, not in an outage: the first failures after a quiet spell (fast
+// 503s come back before slow answers) say nothing yet.
+func (c *Client) inOutage(now time.Time) bool {
+	f := &c.failing
+	return f.seen.Load() && c.spellGoesOn(now, time.Duration(f.latest.Load())) &&
+		now.Sub(c.answers.Origin)-time.Duration(f.began.Load()) >= outageAfter
+}
+
+// spellGoesOn reports whether a spell whose latest failure or refusal came
+// at latest (since the Client's origin) goes on at now: no answer since,
+// and at most outageAfter ago.
+func (c *Client) spellGoesOn(now time.Time, latest time.Duration) bool {
+	since := now.Sub(c.answers.Origin) - latest
+	return since <= outageAfter && c.answers.SilentFor(now, since)
+}
+
+// failureSpell is the Client's latest spell of failing models (inOutage):
+// when it began and its latest failure or refusal, as times since the
+// Client's origin (answers.Origin). Safe for concurrent use; under racing
+// outcomes it is an estimate, as the routing counts are. The zero value has
+// seen no failure.
+type failureSpell struct {
+	began, latest atomic.Int64
+	seen          atomic.Bool // a failure came
 }
 
 // decide turns a failed attempt's verdict into the call's next step and,

@@ -44,6 +44,7 @@ type Client struct {
 	cuts     *retryBudget // attempts abandoned at their learned deadline (latency.go)
 	hedges   *retryBudget // hedged attempts (hedge.go)
 	answers  lastAnswer   // when any model last answered: an outage is every model silent
+	failing  failureSpell // the counted failures since the last answer: an outage is every model failing (outage)
 	jitter   jitterDraws
 	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats    clientStats

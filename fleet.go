@@ -870,9 +870,9 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r fleet.LeaseRequ
 // fleetDead opens m's generate breaker when the fleet's failures say the
 // model is dead as the breaker's own rule would on one process's: at least
 // FailureThreshold in a row across the fleet, and no replica answered for
-// DeadAfter or no model answered this Client for the outage span. The
-// opening is published as the Client's own. A fleet of replicas each seeing
-// a part of the traffic so opens as soon as one process would.
+// DeadAfter or this Client is in an outage (inOutage). The opening is
+// published as the Client's own. A fleet of replicas each seeing a part of
+// the traffic so opens as soon as one process would.
 func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	s := c.cfg.breaker
 	if l.Failures < s.FailureThreshold {
@@ -881,7 +881,7 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	now := time.Now()
 	br := m.breakers[endpointGenerate]
 	silent := s.DeadAfter < 0 || l.Answered.IsZero() || now.Sub(l.Answered) >= s.DeadAfter
-	if !silent && !c.answers.SilentFor(now, outageAfter) {
+	if !silent && !c.inOutage(now) {
 		return
 	}
 	if br.state(now) != StateClosed {
