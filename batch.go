@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/fleet"
 )
 
 // Batches is the Batch API lane of a Client, for GenerateContent requests
@@ -39,6 +41,18 @@ import (
 // runs in an OpenTelemetry span "generate_content {model}" (the GenAI
 // conventions have no batch operation name) with the attribute
 // geminiguard.lane=batch.
+//
+// With WithSharedState on a fleet.JobStore (redisstore's Store,
+// fleet.NewMemoryState), the store knows the project's open batches: each
+// batch's handle is put there when it is created and whenever it changes,
+// and dropped when every request has its result or the batch is deleted,
+// so that Open finds them in another process without a saved handle. A
+// handle holds the batch's requests, prompts included: the store then
+// keeps prompt text, readable by whoever can read the project's keys
+// (redisstore: give each project a Redis user whose ACL allows only its
+// keys). A store that fails or is slow fails no batch call: the handle is
+// then the caller's to save, and the store is tried again at the next
+// change.
 //
 // The lane speaks the Gemini API's batches (inlined requests); a model
 // called through Vertex AI, whose batch jobs read Cloud Storage or
@@ -220,7 +234,90 @@ func (b *Batches) Create(ctx context.Context, model string, requests []*genai.In
 		return nil, err
 	}
 	c.batch.requests.Add(int64(len(requests)))
+	b.track(ctx, j)
 	return j, nil
+}
+
+// Open returns the project's open batches that the fleet's store knows
+// (WithSharedState on a fleet.JobStore), each resumed as Resume resumes
+// its handle: the batches any Client of the project created and did not
+// see done or delete, within 48 hours of their latest job (a Batch API
+// job's expiry), at most fleet.MaxJobs, the oldest first. A handle the
+// store holds that this version cannot read is left out. Waiting on one
+// that another Client waits on too answers its requests in both.
+//
+// Errors: a refusal when the Client has no shared state or its state keeps
+// no jobs; an error when the store did not answer (the Client carries on
+// alone: see WithSharedState).
+func (b *Batches) Open(ctx context.Context) ([]*BatchJob, error) {
+	c := b.c
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
+	s := c.jobStore()
+	if s == nil {
+		return nil, &requestError{where: "Batches.Open", what: "needs a shared state that keeps jobs", fix: "use WithSharedState with a fleet.JobStore (redisstore.New, fleet.NewMemoryState)"}
+	}
+	var stored []fleet.StoredJob
+	var serr error
+	if !c.fleet.call(ctx, c, func(ctx context.Context) error {
+		stored, serr = s.Jobs(ctx, c.fleet.project)
+		return serr
+	}) {
+		if serr == nil {
+			return nil, errors.New("geminiguard: Batches.Open: the shared state is unreachable; the Client carries on alone for now")
+		}
+		return nil, fmt.Errorf("geminiguard: Batches.Open: the shared state did not answer: %w", serr)
+	}
+	open := make([]*BatchJob, 0, len(stored))
+	for _, sj := range stored {
+		if j, err := b.Resume(ctx, sj.Handle); err == nil {
+			open = append(open, j)
+		}
+	}
+	return open, nil
+}
+
+// jobStore returns the fleet's JobStore, nil when the Client has no shared
+// state or its state keeps no jobs.
+func (c *Client) jobStore() fleet.JobStore {
+	if c.fleet == nil {
+		return nil
+	}
+	s, _ := c.fleet.store.(fleet.JobStore)
+	return s
+}
+
+// track tells the fleet's JobStore, if any, where j stands: its handle
+// while a request waits for its result, nothing once every one has it. A
+// failure leaves the handle to the caller.
+func (b *Batches) track(ctx context.Context, j *BatchJob) {
+	c := b.c
+	s := c.jobStore()
+	if s == nil {
+		return
+	}
+	if j.Done() {
+		b.untrack(ctx, j)
+		return
+	}
+	h, err := j.Handle()
+	if err != nil {
+		return
+	}
+	c.fleet.call(ctx, c, func(ctx context.Context) error {
+		return s.PutJob(ctx, c.fleet.project, j.Name(), h, fleet.JobTTL)
+	})
+}
+
+// untrack drops j from the fleet's JobStore, if any.
+func (b *Batches) untrack(ctx context.Context, j *BatchJob) {
+	c := b.c
+	if s := c.jobStore(); s != nil {
+		c.fleet.call(ctx, c, func(ctx context.Context) error {
+			return s.DropJob(ctx, c.fleet.project, j.Name())
+		})
+	}
 }
 
 // Resume picks up the batch whose Handle is handle, in this Client (which
@@ -314,6 +411,12 @@ func (b *Batches) Poll(ctx context.Context, j *BatchJob) (done bool, err error) 
 	if err := b.c.usable(ctx); err != nil {
 		return false, err
 	}
+	jobs, read := len(j.h.Parts), 0
+	defer func() {
+		if read > 0 || len(j.h.Parts) != jobs { // j changed: results, resubmissions
+			b.track(ctx, j)
+		}
+	}()
 	if err := b.flush(ctx, j); err != nil {
 		return false, err
 	}
@@ -332,6 +435,7 @@ func (b *Batches) Poll(ctx context.Context, j *BatchJob) (done bool, err error) 
 			continue
 		}
 		j.settled[p] = true
+		read++
 		b.settle(j, p, job)
 	}
 	if err := b.flush(ctx, j); err != nil {
@@ -368,6 +472,7 @@ func (b *Batches) Cancel(ctx context.Context, j *BatchJob) error {
 				Err: &BatchJobError{Job: j.results[i].Job, Model: j.results[i].Model, State: genai.JobStateCancelled}}
 		}
 	}
+	b.track(ctx, j)
 	return nil
 }
 
@@ -386,6 +491,7 @@ func (b *Batches) Delete(ctx context.Context, j *BatchJob) error {
 			return err
 		}
 	}
+	b.untrack(ctx, j)
 	return nil
 }
 

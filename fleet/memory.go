@@ -32,6 +32,7 @@ type memoryState struct {
 	answers  map[string]memAnswer            // project + "\x00" + key → idempotency answer (AnswerStore)
 	swept    time.Time                       // when expired answers were last dropped
 	vectors  memVectors                      // the semantic caches' entries (VectorStore)
+	jobs     map[string]map[string]StoredJob // project → batch name → its open batch (JobStore)
 }
 
 // Subscribe implements Subscriber: changed runs in the goroutine of the

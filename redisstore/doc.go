@@ -16,7 +16,8 @@
 // FLUSH), atomic on the server and timed by the server's clock (TIME), so
 // replicas' clocks never skew the windows or expiries. StoreAnswer and
 // LoadAnswer (idempotency keys fleet-wide: fleet.AnswerStore) are
-// one SET PX and one GET.
+// one SET PX and one GET; PutJob, Jobs and DropJob (the open batches:
+// fleet.JobStore) one script each.
 //
 // # Keys
 //
@@ -34,6 +35,9 @@
 //	prefix:{P}:m:M:probe:E       string: the replica holding the half-open probe slot
 //	prefix:{P}:idem:K            string: the answer of an idempotency key (AnswerStore), K a
 //	                             hex SHA-256 of the caller's key, expiring with the key's TTL
+//	prefix:{P}:jobs              hash: batch name → the open batch's handle (fleet.JobStore)
+//	prefix:{P}:jobs:x            sorted set: batch name → its expiry (unix ms), at most
+//	                             fleet.MaxJobs; both keys expire with their latest batch
 //
 // NewAnswerCache, a geminiguard.AnswerCache on Redis that needs no fleet
 // mode, keeps each answer under prefix:cache:<key> (key: a model family
@@ -81,9 +85,10 @@
 // Anyone who can write the fleet's keys can steer it: plant a low FactLimit
 // or a long FactCoolDown (the fleet then sends a model nothing), fill a
 // model's window (the fleet then waits or cascades), or hold a probe slot.
-// No key, prompt or API key is there to read (project ids and idempotency
-// keys are hashes), but answers (AnswerStore, NewAnswerCache) are. Give each
-// project a Redis user of its own whose ACL allows only its keys and
+// No API key is there to read (project ids and idempotency keys are
+// hashes), but answers (AnswerStore, NewAnswerCache) are, and prompts in
+// the open batches' handles (JobStore), which hold their requests. Give
+// each project a Redis user of its own whose ACL allows only its keys and
 // channel, for instance
 //
 //	ACL SETUSER fleet-p on >secret ~geminiguard:{P}:* &geminiguard:{P}:changed +@read +@write +@scripting +@pubsub -@dangerous
