@@ -294,8 +294,9 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // redisstore keeps it on Redis; [fleet.NewMemoryState] in this process. A store that
 // is also a [fleet.Subscriber] tells replicas of new facts at once, one that is
 // a [fleet.AnswerStore] keeps idempotent answers for the fleet (Idempotent),
-// and one that is a [fleet.VectorStore] shares the entries of each replica's
-// SemanticCache (NewSemanticCache); all three of those are.
+// one that is a [fleet.VectorStore] shares the entries of each replica's
+// SemanticCache (NewSemanticCache), and one that is a [fleet.JobStore]
+// keeps the project's open batch jobs (Batches.Open); all four of those are.
 //
 // Cost: a replica leases requests of each limited model in batches sized
 // to its recent traffic, so a call makes at most one round trip to the
