@@ -368,3 +368,72 @@ func TestUniformlySlowStreamIsNeitherHedgedNorCut(t *testing.T) {
 		assert.Zero(t, srv.Total(flash))
 	})
 }
+
+func TestStreamHedgeAndOriginalSendingTogetherYieldOneAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro's first chunks take 1s: its hedge delay is twice the middle of
+		// that latency bucket, 2.01326592s. Its 21st stream sends its first
+		// chunk 1s after that: at the very instant the hedge's does.
+		const hedgeDelay = 2013265920 * time.Nanosecond
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, ChunkInterval: 100 * time.Millisecond,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i == 20 {
+					return geminitest.Step{Latency: hedgeDelay + time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		start := time.Now()
+		text, chunks, rec, err := streamedRec(t.Context(), c)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(pro), text, "one stream read, the other closed: no chunk twice")
+		assert.Equal(t, 4, chunks)
+		assert.Equal(t, pro, rec.Model)
+		assert.Equal(t, hedgeDelay+time.Second+300*time.Millisecond, time.Since(start))
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Empty(t, changes.get())
+		assert.Empty(t, c.Stats().Models[0].Failures, "the loser, whose first chunk came too, is not a failure")
+	})
+}
+
+func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro's first chunks take 1s; its 21st stream stalls 45s before its
+		// first event, and the 22nd (the hedge, sent to pro: flash's times
+		// are unknown) fails at once.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch i {
+				case 20:
+					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
+				case 21:
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		start := time.Now()
+		text, _, rec, err := streamedRec(t.Context(), c)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.Equal(t, flash, rec.Model, "the stalled original is cut at three times pro's median first chunk, flash answers")
+		assert.InDelta(t, 3.8, time.Since(start).Seconds(), 0.3, "the failed hedge leaves the cut in place: not a 45s wait")
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Equal(t, 1, srv.Total(flash))
+	})
+}
