@@ -9,9 +9,9 @@ import (
 
 // Hedged requests (The Tail at Scale, Dean & Barroso, CACM 2013; gRPC's
 // gRFC A6): a generate attempt that has not answered by its model's hedge
-// delay is raced, not thrown away; a stream's attempt is one that has not
-// sent its first chunk, timed against the model's first chunks. Per model and size class of
-// request (latency.go), the delay is
+// delay is raced, not thrown away (a stream's: not sent its first chunk, by
+// the model's first-chunk times). Per model and size class of request
+// (latency.go), the delay is
 //
 //	hedge = min(cut, max(cutFloor, end of the p95 bucket, hedgeSpread × median))
 //
