@@ -62,6 +62,9 @@ type streamCall struct {
 	// continues: the request continues an answer whose text was yielded (a
 	// resume, or a CONTINUATION hop): a chunk that only ends it is an answer.
 	continues bool
+	// yielded: a chunk of the answer reached the caller; the request is
+	// never hedged (hedge.go).
+	yielded bool
 }
 
 // newCall starts a call.

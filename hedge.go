@@ -8,9 +8,10 @@ import (
 )
 
 // Hedged requests (The Tail at Scale, Dean & Barroso, CACM 2013; gRPC's
-// gRFC A6): a unary generate attempt that has not answered by its model's
-// hedge delay is raced, not thrown away. Per model and size class of
-// request (latency.go), the delay is
+// gRFC A6): a generate attempt that has not answered by its model's hedge
+// delay is raced, not thrown away (a stream's: not sent its first chunk, by
+// the model's first-chunk times). Per model and size class of request
+// (latency.go), the delay is
 //
 //	hedge = min(cut, max(cutFloor, end of the p95 bucket, hedgeSpread × median))
 //
@@ -32,9 +33,14 @@ import (
 // budget (or the lack of a model to take the hedge) refuses, the attempt
 // is cut at the learned cut as before. A model slow on every request
 // (long thinking) has a slow median and a narrow spread: its requests end
-// before their hedge delay, and are neither hedged nor cut. Streams are
-// not hedged here; an attempt of the Client's fleet mode (WithSharedState)
-// is not either: its admission goes through the shared state.
+// before their hedge delay, and are neither hedged nor cut. A stream hedges
+// before its first chunk only: the first of the two streams to send one is
+// the one the caller reads, the other is cancelled and settled as a unary
+// loser is, but with an ignored outcome even when its first chunk came (a
+// first chunk says nothing yet of the stream's outcome); once a chunk was
+// yielded (a resume, a continuation hop) no request is hedged. An attempt
+// of the Client's fleet mode (WithSharedState) is not hedged: its admission
+// goes through the shared state.
 
 const (
 	hedgeQuantile  = 0.95 // an attempt later than this share of the model's answers is hedged
@@ -51,12 +57,15 @@ func hedgeDelay(median, tail, cut time.Duration) time.Duration {
 	return min(cut, max(cutFloor, tail, time.Duration(hedgeSpread*float64(median))))
 }
 
-// HedgePolicy configures hedged requests: a unary GenerateContent attempt
-// that has not answered by its model's learned 95th-percentile answer time
-// (and twice its median) is raced by a second request, to the next
-// model of the cascade or to the same model, whichever is the better bet;
-// the first answer wins and the other request is cancelled. A model that is
-// slow on every request is never hedged. It is a plain value.
+// HedgePolicy configures hedged requests: a GenerateContent attempt that
+// has not answered by its model's learned 95th-percentile answer time (and
+// twice its median) is raced by a second request, to the next model of the
+// cascade or to the same model, whichever is the better bet; the first
+// answer wins and the other request is cancelled. A GenerateContentStream
+// attempt is hedged alike before its first chunk, by its model's learned
+// first-chunk times: the first stream to send a chunk is the one read, and
+// once a chunk was yielded there is never a hedge. A model that is slow on
+// every request is never hedged. It is a plain value.
 type HedgePolicy struct {
 	// On turns hedging on. Off, a late attempt is only cut at three times
 	// its model's median answer time, and the call goes on to the next
@@ -80,18 +89,21 @@ func newHedgeBudget(p HedgePolicy) *retryBudget {
 var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answered first")
 
 // hedgeAfter returns the delay after which the attempt of call to m that
-// starts at start is hedged, false when it is not hedged: streams, calls
-// that do not learn answer times, the fleet mode, hedging off, or a delay
-// that reaches the attempt's end, or answer times the model has not
-// learned yet for the class.
+// starts at start is hedged, false when it is not hedged: calls that do
+// not learn answer times, streams once a chunk was yielded, the fleet mode,
+// hedging off, a delay that reaches the attempt's end (a stream's
+// first-chunk deadline), or answer times the model has not learned yet for
+// the class.
 func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
 	c := call.c
-	if !call.learns || call.stream != nil {
+	if !call.learns || call.stream != nil && call.stream.yielded {
 		return 0, false
 	}
 	d, ok := m.lat.hedge(call.class)
 	switch {
 	case !ok, call.only || c.fleet != nil || !c.cfg.hedge.On || !start.Add(d).Before(end):
+		return 0, false
+	case call.stream != nil && d >= c.cfg.firstChunk:
 		return 0, false
 	}
 	return d, true
@@ -172,10 +184,23 @@ type raced[R any] struct {
 	hedge    bool // the hedge's, not the original's
 	panics   bool // the request panicked with panicV
 	panicV   any
+	// session is the stream the request opened (streams only), until it
+	// is handed to the call or closed (release).
+	session *streamSession
+}
+
+// release closes the stream r opened, if any and not handed to the call.
+// r may be nil.
+func (r *raced[R]) release() {
+	if r != nil && r.session != nil {
+		r.session.close()
+		r.session = nil
+	}
 }
 
 // race sends one request of a hedged attempt to m under ctx and reports its
-// outcome on out, a panic included, for the call's goroutine to raise.
+// outcome on out, a panic included, for the call's goroutine to raise. A
+// stream's request leaves the stream it opened in its outcome.
 func (call *call[R]) race(ctx context.Context, m *modelState, hedge bool, out chan<- raced[R]) {
 	r := raced[R]{hedge: hedge, panics: true}
 	defer func() {
@@ -186,7 +211,11 @@ func (call *call[R]) race(ctx context.Context, m *modelState, hedge bool, out ch
 		r.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
 		out <- r
 	}()
-	r.resp, r.err = call.send(ctx, call, m)
+	sctx := ctx
+	if call.stream != nil {
+		sctx = withSessionSlot(ctx, &r.session)
+	}
+	r.resp, r.err = call.send(sctx, call, m)
 	r.panics = false
 }
 
@@ -197,9 +226,11 @@ func (call *call[R]) race(ctx context.Context, m *modelState, hedge bool, out ch
 // request. When the hedge's answer wins, *a becomes the hedge's admission
 // (for try to settle with the answer) and the original is settled and
 // recorded here; a hedge that lost or failed is settled and recorded here
-// too. Both requests are joined before hedged returns, on every path: a
-// panic in either (raised here, once both are joined) or in the call's
-// goroutine cancels them and waits for them first.
+// too. For a stream, the winner's open stream becomes the call's and the
+// loser's is closed. Both requests are joined before hedged returns, on
+// every path: a panic in either (raised here, once both are joined) or in
+// the call's goroutine cancels them, waits for them and closes what
+// streams they opened.
 func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
 	c, m, start := call.c, a.m, call.now
 	out := make(chan raced[R], 2)
@@ -207,12 +238,16 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	hbase, hcancel := context.WithCancel(ctx) // the hedge's, once sent
 	inflight := 0
 	var h admission // the hedge's
+	var orig, hedge *raced[R]
 	defer func() {
 		ocancel()
 		hcancel()
 		for ; inflight > 0; inflight-- {
-			<-out // joined: no request outlives the call
+			r := <-out // joined: no request outlives the call
+			r.release()
 		}
+		orig.release() // streams not handed to the call
+		hedge.release()
 		h.abandon() // a panic came before the hedge was settled
 	}()
 	send := func(ctx context.Context, x *modelState, hedge bool) {
@@ -240,7 +275,6 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 			ocancel()
 		}
 	}
-	var orig, hedge *raced[R]
 	var hstart time.Time
 	var panicked *raced[R]
 	for inflight > 0 {
@@ -301,12 +335,22 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	case orig.err != nil && hedge.err == nil: // the hedge's answer wins
 		call.loser(ctx, a, orig, start)
 		*a, h = h, admission{}
+		call.opened(hedge)
 		resp, v, _, err := call.ended(ctx, a.m, hstart, hedge.end, 0, false, hedge.resp, nil)
 		return resp, v, hedge.end.Sub(hstart), err
 	default:
 		call.loser(ctx, &h, hedge, hstart)
 	}
+	call.opened(orig)
 	return call.ended(ctx, m, start, orig.end, cut, orig.timedOut && ctx.Err() == nil, orig.resp, orig.err)
+}
+
+// opened hands the stream the winning request r opened, if any, to the
+// call (streams only).
+func (call *call[R]) opened(r *raced[R]) {
+	if call.stream != nil && r.session != nil {
+		call.stream.session, r.session = r.session, nil
+	}
 }
 
 // loser settles and records the request r of a hedged attempt whose other
@@ -314,13 +358,15 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 // first (its permit handed back with an ignored outcome; an original also
 // counts as an abandoned attempt in its model's latencies), or failed on
 // its own (settled with its failure, whose verdict reaches past the call).
+// A stream it opened, its first chunk late, is closed.
 func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start time.Time) {
 	c, m, elapsed := call.c, a.m, r.end.Sub(start)
+	r.release()
 	call.account(m, r.resp, r.end)
 	if r.err == nil || (errors.Is(r.err, context.Canceled) && ctx.Err() == nil) {
-		if r.err == nil {
+		if r.err == nil && call.stream == nil {
 			c.settle(a, r.end, nil, Verdict{}) // answered too, a moment late
-		} else {
+		} else { // cancelled, or a stream whose outcome its first chunk does not tell
 			a.lose(r.end)
 		}
 		if !r.hedge {

@@ -1,6 +1,7 @@
 package geminiguard_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -174,6 +175,263 @@ func TestFailedHedgeStillCutsItsStalledOriginal(t *testing.T) {
 
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model, "the stalled original is cut at three times pro's median, flash answers")
+		assert.InDelta(t, 3.8, time.Since(start).Seconds(), 0.3, "the failed hedge leaves the cut in place: not a 45s wait")
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Equal(t, 1, srv.Total(flash))
+	})
+}
+
+// streamedRec ranges a stream as streamed does, recording the call.
+func streamedRec(ctx context.Context, c *geminiguard.Client) (string, int, geminiguard.CallRecord, error) {
+	var rec geminiguard.CallRecord
+	text, chunks, err := streamed(geminiguard.RecordCall(ctx, &rec), c, "")
+	return text, chunks, rec, err
+}
+
+// hedgesIn counts the attempts of rec that a hedge beat.
+func hedgesIn(rec geminiguard.CallRecord) int {
+	n := 0
+	for _, a := range rec.Attempts {
+		if a.Err != nil && strings.Contains(a.Err.Error(), "its hedge answered first") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestStreamHedgeAnswersBeforeTheFirstChunk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro's 21st stream sends its headers, then stalls 45s before its
+		// first event.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, ChunkInterval: 100 * time.Millisecond,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i == 20 {
+					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 { // pro's first chunks are learned: 1s
+			_, _, rec, err := streamedRec(t.Context(), c)
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+
+		start := time.Now()
+		text, chunks, rec, err := streamedRec(t.Context(), c)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(pro), text, "one whole answer, no chunks of the other stream mixed in")
+		assert.Equal(t, 4, chunks)
+		assert.Equal(t, pro, rec.Model, "a second stream to pro, the better bet (flash's times are unknown), answers")
+		assert.InDelta(t, 3.3, time.Since(start).Seconds(), 0.3,
+			"hedged at twice pro's median first chunk, which came 1s later; the stalled stream cancelled and joined, not waited out")
+		require.Len(t, rec.Attempts, 2)
+		assert.Equal(t, 1, hedgesIn(rec))
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Zero(t, srv.Total(flash))
+		assert.Empty(t, changes.get(), "a cancelled loser says nothing about the model")
+		st := c.Stats().Models[0]
+		assert.Equal(t, geminiguard.StateClosed, st.State)
+		assert.Empty(t, st.Failures, "the loser is not counted as a failure")
+
+		_, _, rec, err = streamedRec(t.Context(), c) // and pro goes on answering
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model)
+		assert.Equal(t, 23, srv.Total(pro))
+	})
+}
+
+func TestStreamHedgedProbeThatLosesFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro answers in 1s, then fails five requests (its breaker opens),
+		// then its probe stalls 45s before its first event, then it answers.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch {
+				case i >= 20 && i < 25:
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 10 * time.Millisecond}
+				case i == 25:
+					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{DeadAfter: -1}))
+		for range 20 { // pro's first chunks are learned: 1s
+			_, _, rec, err := streamedRec(t.Context(), c)
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+		for srv.Total(pro) < 25 { // its failures open its breaker
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		require.Equal(t, []string{pro + ":open"}, changes.get())
+		time.Sleep(2 * time.Second) // MinOpenFor
+
+		start := time.Now()
+		text, _, rec, err := streamedRec(t.Context(), c) // the probe stalls: hedged to flash
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.Equal(t, flash, rec.Model, "the hedge to flash answers")
+		assert.Less(t, time.Since(start), 5*time.Second, "the stalled probe is not waited out")
+		assert.Equal(t, 1, hedgesIn(rec))
+
+		_, _, rec, err = streamedRec(t.Context(), c)
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "the lost probe's slot was freed: the next call probes pro, which answers")
+		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State)
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get())
+	})
+}
+
+func TestStreamThatDeliveredAChunkIsNotHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro's 21st stream is cut after its first event; the resume's
+		// request stalls 45s before its first event.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch i {
+				case 20:
+					return geminitest.Step{Fault: geminitest.StreamCutBetween, CutAfter: 1}
+				case 21:
+					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}), geminiguard.WithStreamResume(true))
+		for range 20 { // pro's first chunks are learned: 1s
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		_, _, rec, err := streamedRec(t.Context(), c)
+
+		require.NoError(t, err)
+		assert.Equal(t, 1, rec.Resumes)
+		assert.Zero(t, hedgesIn(rec), "a chunk was yielded: the resume's stall is cut, never hedged")
+		assert.Equal(t, 22, srv.Total(pro), "no second request to pro beside the stalled resume")
+	})
+}
+
+func TestStreamHedgeBudgetHoldsUnderAStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// After 20 answers every stream of pro stalls before its first event.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i >= 20 {
+				return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		const calls = 400
+		start := time.Now()
+		hedges := 0
+		for range calls {
+			_, _, rec, err := streamedRec(t.Context(), c)
+			require.NoError(t, err)
+			hedges += hedgesIn(rec)
+		}
+		minutes := time.Since(start).Minutes()
+		assert.Positive(t, hedges)
+		assert.LessOrEqual(t, float64(hedges), 0.05*(calls+20)+3*(minutes+1),
+			"at most 5%% more requests, plus 3 a minute (%d hedges in %.1f minutes)", hedges, minutes)
+	})
+}
+
+func TestUniformlySlowStreamIsNeitherHedgedNorCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 40 * time.Second}, geminitest.Model{Name: flash, Latency: 40 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}), geminiguard.WithStreamDeadlines(50*time.Second, 20*time.Second))
+		const calls = 60
+		for range calls {
+			start := time.Now()
+			_, _, rec, err := streamedRec(t.Context(), c)
+			require.NoError(t, err)
+			require.Len(t, rec.Attempts, 1)
+			require.Equal(t, 40*time.Second, time.Since(start))
+		}
+		assert.Equal(t, calls, srv.Total(pro), "one request a call")
+		assert.Zero(t, srv.Total(flash))
+	})
+}
+
+func TestStreamHedgeAndOriginalSendingTogetherYieldOneAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro's first chunks take 1s: its hedge delay is twice the middle of
+		// that latency bucket, 2.01326592s. Its 21st stream sends its first
+		// chunk 1s after that: at the very instant the hedge's does.
+		const hedgeDelay = 2013265920 * time.Nanosecond
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, ChunkInterval: 100 * time.Millisecond,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i == 20 {
+					return geminitest.Step{Latency: hedgeDelay + time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		start := time.Now()
+		text, chunks, rec, err := streamedRec(t.Context(), c)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(pro), text, "one stream read, the other closed: no chunk twice")
+		assert.Equal(t, 4, chunks)
+		assert.Equal(t, pro, rec.Model)
+		assert.Equal(t, hedgeDelay+time.Second+300*time.Millisecond, time.Since(start))
+		assert.Equal(t, 22, srv.Total(pro))
+		assert.Empty(t, changes.get())
+		assert.Empty(t, c.Stats().Models[0].Failures, "the loser, whose first chunk came too, is not a failure")
+	})
+}
+
+func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// pro's first chunks take 1s; its 21st stream stalls 45s before its
+		// first event, and the 22nd (the hedge, sent to pro: flash's times
+		// are unknown) fails at once.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch i {
+				case 20:
+					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
+				case 21:
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, _, err := streamed(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		start := time.Now()
+		text, _, rec, err := streamedRec(t.Context(), c)
+
+		require.NoError(t, err)
+		assert.Equal(t, srv.FullText(flash), text)
+		assert.Equal(t, flash, rec.Model, "the stalled original is cut at three times pro's median first chunk, flash answers")
 		assert.InDelta(t, 3.8, time.Since(start).Seconds(), 0.3, "the failed hedge leaves the cut in place: not a 45s wait")
 		assert.Equal(t, 22, srv.Total(pro))
 		assert.Equal(t, 1, srv.Total(flash))

@@ -210,7 +210,7 @@ func cutVerdict(err error) Verdict {
 // the Fallback no longer answers: a canned answer cannot continue a model's.
 func (s *streamRun) open(model string, contents []*genai.Content, config *genai.GenerateContentConfig, hop bool) (*genai.GenerateContentResponse, *generateCall, error) {
 	call := s.c.newGenerateCall(s.ctx, model, contents, config)
-	call.send, call.stream = openStream, &streamCall{parent: s.ctx, continues: s.partial.Len() > 0}
+	call.send, call.stream = openStream, &streamCall{parent: s.ctx, continues: s.partial.Len() > 0, yielded: s.yielded > 0}
 	call.learns, call.class = true, call.class+sizeClasses // the time to a first chunk, learned apart
 	call.only = hop
 	if s.yielded > 0 {
@@ -316,7 +316,10 @@ func (s *streamRun) follow(call *generateCall, first *genai.GenerateContentRespo
 
 // openStream is the sendFunc of streams: it opens the stream on m and waits
 // for its first chunk, within the first-chunk deadline. The open stream is
-// left in call.stream.session. A first chunk that ends the answer, or has no
+// left in call.stream.session, or, for a request of a hedged attempt, where
+// actx says (withSessionSlot). Cancelling actx before the first chunk ends
+// the request at once with actx's error (a hedge's loser); its deadline is
+// the first-chunk watchdog's. A first chunk that ends the answer, or has no
 // candidate to begin one, is judged as a unary answer is: a quiet failure is
 // the attempt's error, and nothing of it reaches the caller.
 func openStream(actx context.Context, call *generateCall, m *modelState) (*genai.GenerateContentResponse, error) {
@@ -325,17 +328,29 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 	if d, ok := actx.Deadline(); ok {
 		wait = min(wait, time.Until(d))
 	}
+	slot := &call.stream.session
+	if p, ok := actx.Value(sessionSlotKey{}).(**streamSession); ok {
+		slot = p
+	}
 	// The stream outlives the attempt's context: it lives on the caller's,
 	// and a watchdog cancels it when it stalls.
 	sctx, cancel := context.WithCancelCause(call.stream.parent)
 	ss := &streamSession{ctx: sctx, cancel: cancel, model: m.name}
 	defer func() {
-		if call.stream.session != ss { // not opened: an error, or a panic of the SDK
+		if *slot != ss { // not opened: an error, a cancellation, or a panic of the SDK
 			ss.close()
 		}
 	}()
+	cancelled := context.AfterFunc(actx, func() {
+		if errors.Is(actx.Err(), context.Canceled) {
+			ss.cancel(context.Canceled)
+		}
+	})
 	ss.next2, ss.stop = iter.Pull2(c.signers.learnStream(m.name, c.modelsFor(m).GenerateContentStream(sctx, m.wire, call.turnsFor(m), configFor(m, call.user, call.config, c.sdkRetries))))
 	first, err := ss.next(wait)
+	if !cancelled() && errors.Is(actx.Err(), context.Canceled) { // its first chunk, if any, came too late
+		return nil, actx.Err()
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -351,8 +366,19 @@ func openStream(actx context.Context, call *generateCall, m *modelState) (*genai
 	} else if rerr := blockedFinish(m.name, first, finish); rerr != nil {
 		return nil, rerr
 	}
-	call.stream.session = ss
+	*slot = ss
 	return first, nil
+}
+
+// sessionSlotKey is the key of the context value that tells openStream
+// where to leave the stream it opened: a **streamSession.
+type sessionSlotKey struct{}
+
+// withSessionSlot returns ctx telling openStream to leave the stream it
+// opens in *slot rather than in the call's streamCall: each request of a
+// hedged attempt opens its own.
+func withSessionSlot(ctx context.Context, slot **streamSession) context.Context {
+	return context.WithValue(ctx, sessionSlotKey{}, slot)
 }
 
 // streamSession is one open upstream stream and its stall watchdog.
