@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
 // The chain, in call order. A call (call.go: its state and records) walks
@@ -262,7 +263,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		end = call.deadline
 	}
 	var cut time.Duration // the learned deadline bounds this attempt
-	if d, ok := m.lat.cut(call.class); ok && call.learns && start.Add(d).Before(end) {
+	if d, ok := m.lat.Cut(call.class); ok && call.learns && start.Add(d).Before(end) {
 		cut = d
 	}
 	if after, ok := call.hedgeAfter(m, start, end); ok {
@@ -301,14 +302,14 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 	case cut > 0 && elapsed >= cut:
 		err = &cutError{err: err, after: cut}
 		c.cuts.withdraw(call.now)
-		m.lat.record(call.class, math.MaxInt64)
+		m.lat.Record(call.class, latency.Abandoned)
 		m.routes[call.endpoint].slowed(call.now)
 	case timedOut:
 		err = &attemptTimeoutError{err: err}
 	}
 	if err == nil && call.learns {
-		m.lat.record(call.class, elapsed)
-		if d, ok := m.lat.cut(call.class); ok && elapsed > d {
+		m.lat.Record(call.class, elapsed)
+		if d, ok := m.lat.Cut(call.class); ok && elapsed > d {
 			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
 		}
 	}

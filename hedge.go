@@ -3,17 +3,18 @@ package geminiguard
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
+
+	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
 // Hedged requests (The Tail at Scale, Dean & Barroso, CACM 2013; gRPC's
 // gRFC A6): a generate attempt that has not answered by its model's hedge
 // delay is raced, not thrown away (a stream's: not sent its first chunk, by
 // the model's first-chunk times). Per model and size class of request
-// (latency.go), the delay is
+// (latency.go, learned by internal/latency), the delay is
 //
-//	hedge = min(cut, max(cutFloor, end of the p95 bucket, hedgeSpread × median))
+//	hedge = min(cut, max(latency.CutFloor, end of the p95 bucket, latency.HedgeSpread × median))
 //
 // so an attempt is hedged once it is later than 95% of the model's answers
 // and clearly later than its ordinary spread, and never after the point
@@ -43,19 +44,10 @@ import (
 // goes through the shared state.
 
 const (
-	hedgeQuantile  = 0.95 // an attempt later than this share of the model's answers is hedged
-	hedgeSpread    = 2    // and later than this many times its median answer time
 	hedgeRatio     = 0.05 // hedges per first attempt, over hedgeTTL
 	hedgeMinPerSec = 0.05 // hedges always allowed per second, on top: 3 a minute
 	hedgeTTL       = time.Minute
 )
-
-// hedgeDelay returns the hedge delay of a class whose answers have the
-// given median, whose hedgeQuantile answers end before tail, and whose
-// attempts are cut at cut.
-func hedgeDelay(median, tail, cut time.Duration) time.Duration {
-	return min(cut, max(cutFloor, tail, time.Duration(hedgeSpread*float64(median))))
-}
 
 // HedgePolicy configures hedged requests: a GenerateContent attempt that
 // has not answered by its model's learned 95th-percentile answer time (and
@@ -99,7 +91,7 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 	if !call.learns || call.stream != nil && call.stream.yielded {
 		return 0, false
 	}
-	d, ok := m.lat.hedge(call.class)
+	d, ok := m.lat.Hedge(call.class)
 	switch {
 	case !ok, call.only || c.fleet != nil || !c.cfg.hedge.On || !start.Add(d).Before(end):
 		return 0, false
@@ -135,8 +127,8 @@ func (call *call[R]) hedgeTarget(m *modelState) *modelState {
 	if next == nil {
 		return m
 	}
-	if mm, ok := m.lat.cut(call.class); ok {
-		if nm, ok := next.lat.cut(call.class); !ok || mm <= nm { // cuts are medians scaled alike
+	if mm, ok := m.lat.Cut(call.class); ok {
+		if nm, ok := next.lat.Cut(call.class); !ok || mm <= nm { // cuts are medians scaled alike
 			return m
 		}
 	}
@@ -370,7 +362,7 @@ func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start
 			a.lose(r.end)
 		}
 		if !r.hedge {
-			m.lat.record(call.class, math.MaxInt64) // later than any answer
+			m.lat.Record(call.class, latency.Abandoned) // later than any answer
 			m.routes[call.endpoint].slowed(r.end)
 		}
 		call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeModel}, Err: errHedgeLost}, 0, elapsed)

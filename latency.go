@@ -2,10 +2,6 @@ package geminiguard
 
 import (
 	"fmt"
-	"math"
-	"math/bits"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genai"
@@ -13,10 +9,10 @@ import (
 
 // Learned attempt deadlines: the latency defence. Per model and size class
 // of request, the Client learns how long the model takes to answer (a
-// unary answer, or a stream's first chunk: learned apart), and bounds an
-// attempt by
+// unary answer, or a stream's first chunk: learned apart; the learning is
+// internal/latency's), and bounds an attempt by
 //
-//	cut = max(cutFloor, cutFactor × median)
+//	cut = max(latency.CutFloor, latency.CutFactor × median)
 //
 // when that is shorter than the attempt timeout: an attempt not answered
 // by then is abandoned for the next model (or, with no other model, tried
@@ -33,22 +29,10 @@ import (
 // gets can still be rescued.
 
 const (
-	cutFactor      = 3
-	cutFloor       = time.Second // never cut an attempt sooner
-	cutWarmup      = 10          // answers a class needs before its attempts are cut
-	cutRefresh     = 32          // answers between two refreshes of a class's cut, once warm
-	cutMaxSamples  = 512         // past it, a class's counts are halved: recent answers weigh more
-	cutRatio       = 0.1         // cuts per first attempt, over the budget's window
-	cutMinPerSec   = 1           // cuts always allowed per second, on top (the retry budget's floor)
+	cutRatio       = 0.1 // cuts per first attempt, over the budget's window
+	cutMinPerSec   = 1   // cuts always allowed per second, on top (the retry budget's floor)
 	sizeClasses    = 4
 	latencyClasses = 2 * sizeClasses // unary answers, then streams' first chunks
-)
-
-// Latency buckets: four per doubling, from about 1ms to about 4.9h.
-const (
-	latencyMinOctave = 20 // 2^20 ns ≈ 1ms
-	latencyOctaves   = 24
-	latencyBuckets   = latencyOctaves * 4
 )
 
 // latencyClass returns the size class of a request: 0 when it sets no
@@ -76,107 +60,6 @@ func latencyClass(cfg *genai.GenerateContentConfig) int {
 		return 2
 	}
 	return 3
-}
-
-// latencies learns one model's answer times, per size class. Safe for
-// concurrent use; recording is an atomic add or two, and every cutRefresh
-// answers one recorder recomputes the class's cut. The zero value is ready.
-type latencies struct {
-	classes [latencyClasses]latencyHistogram
-}
-
-type latencyHistogram struct {
-	counts  [latencyBuckets]atomic.Int64
-	records atomic.Int64 // answers recorded, for the refresh cadence
-	cut     atomic.Int64 // the learned cut, in nanoseconds; 0 while warming up
-	hedge   atomic.Int64 // the learned hedge delay (hedge.go), in nanoseconds; 0 while warming up
-	mu      sync.Mutex   // serialises refreshes
-}
-
-// record counts an answer of class that took d; an abandoned attempt is
-// recorded with a d beyond every bucket.
-func (l *latencies) record(class int, d time.Duration) {
-	h := &l.classes[class]
-	h.counts[latencyBucket(d)].Add(1)
-	if n := h.records.Add(1); n <= 2*cutRefresh || n%cutRefresh == 0 {
-		h.refresh() // at each answer while it warms up, then now and then
-	}
-}
-
-// hedge returns the learned hedge delay of an attempt of class (hedge.go),
-// false until the class has warmed up.
-func (l *latencies) hedge(class int) (time.Duration, bool) {
-	d := l.classes[class].hedge.Load()
-	return time.Duration(d), d > 0
-}
-
-// cut returns the learned deadline of an attempt of class, false until the
-// class has warmed up.
-func (l *latencies) cut(class int) (time.Duration, bool) {
-	c := l.classes[class].cut.Load()
-	return time.Duration(c), c > 0
-}
-
-// refresh recomputes the cut from the counts, and halves them when they
-// hold more than cutMaxSamples.
-func (h *latencyHistogram) refresh() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var counts [latencyBuckets]int64
-	var total int64
-	for i := range h.counts {
-		counts[i] = h.counts[i].Load()
-		total += counts[i]
-	}
-	if total < cutWarmup {
-		return
-	}
-	median, tail := -1, -1
-	var seen int64
-	for i, n := range counts {
-		seen += n
-		if median < 0 && 2*seen >= total {
-			median = i
-		}
-		if float64(seen) >= hedgeQuantile*float64(total) {
-			tail = i
-			break
-		}
-	}
-	cut := max(cutFloor, cutFactor*latencyMid(median))
-	h.cut.Store(int64(cut))
-	h.hedge.Store(int64(hedgeDelay(latencyMid(median), latencyEnd(tail), cut)))
-	if total > cutMaxSamples {
-		for i := range h.counts {
-			h.counts[i].Add(-counts[i] / 2)
-		}
-	}
-}
-
-// latencyBucket returns the bucket of d: four per doubling.
-func latencyBucket(d time.Duration) int {
-	ns := uint64(max(d, 0))
-	o := bits.Len64(ns) - 1 // ns in [2^o, 2^(o+1))
-	if o < latencyMinOctave {
-		return 0
-	}
-	quarter := int(ns>>(o-2)) & 3 // the two bits after the leading one
-	return min((o-latencyMinOctave)*4+quarter, latencyBuckets-1)
-}
-
-// latencyEnd returns the end of bucket i: every latency in it is shorter.
-func latencyEnd(i int) time.Duration {
-	if i >= latencyBuckets-1 {
-		return math.MaxInt64 // the last bucket holds the abandoned attempts
-	}
-	o, quarter := latencyMinOctave+i/4, i%4
-	return time.Duration(uint64(4+quarter+1) << (o - 2))
-}
-
-// latencyMid returns the middle of bucket i, within 12% of any latency in it.
-func latencyMid(i int) time.Duration {
-	o, quarter := latencyMinOctave+i/4, i%4
-	return time.Duration(uint64(2*(4+quarter)+1) << (o - 3))
 }
 
 // cutError marks an attempt abandoned at its learned deadline: a slow

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/geminiguard/geminiguard/internal/latency"
 	"google.golang.org/genai"
 )
 
@@ -57,7 +58,7 @@ type modelState struct {
 	lim      *limiter
 	lease    modelLease // its share of the fleet's limits (WithSharedState)
 	counters modelCounters
-	lat      latencies                          // unary answer times, for learned attempt deadlines
+	lat      *latency.Learner                   // answer times by latencyClass (streams' first chunks apart), for learned attempt deadlines
 	spent    modelSpend                         // tokens and cost of its responses
 	prices   []Price                            // its dated prices, by EffectiveFrom; shared, never modified
 	adjust   func(*genai.GenerateContentConfig) // WithModelConfig's, nil when none
@@ -70,7 +71,7 @@ type modelState struct {
 }
 
 func (c *Client) newModelState(name string) *modelState {
-	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), prices: c.prices[name], adjust: c.cfg.adjust[name]}
+	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), lat: latency.New(latencyClasses), prices: c.prices[name], adjust: c.cfg.adjust[name]}
 	m.spent.budget = c.spending
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)

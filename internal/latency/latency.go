@@ -1,0 +1,147 @@
+// Package latency learns how long a model takes to answer, per class of
+// request, and derives from it the two deadlines the chain acts on: the cut
+// (an attempt not answered by then is abandoned) and the hedge delay (an
+// attempt not answered by then is raced by a second request). It reads no
+// clock: callers record durations they measured.
+package latency
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The learned deadlines of a class whose answers have the given median
+// and whose HedgeQuantile answers end before tail:
+//
+//	cut   = max(CutFloor, CutFactor × median)
+//	hedge = min(cut, max(CutFloor, tail, HedgeSpread × median))
+const (
+	CutFactor     = 3
+	CutFloor      = time.Second // never cut (nor hedge) an attempt sooner
+	HedgeQuantile = 0.95        // an attempt later than this share of the answers is hedged
+	HedgeSpread   = 2           // and later than this many times the median answer time
+	Warmup        = 10          // answers a class needs before it has deadlines
+	refreshEvery  = 32          // answers between two refreshes of a class, once warm
+	maxSamples    = 512         // past it, a class's counts are halved: recent answers weigh more
+)
+
+// Buckets: four per doubling, from about 1ms to about 4.9h.
+const (
+	minOctave = 20 // 2^20 ns ≈ 1ms
+	octaves   = 24
+	Buckets   = octaves * 4
+)
+
+// Abandoned is the duration to record for an attempt abandoned unanswered:
+// later than any answer.
+const Abandoned = time.Duration(math.MaxInt64)
+
+// Learner learns one model's answer times in classes of requests [0, n).
+// Safe for concurrent use: recording is an atomic add or two, and every
+// refreshEvery answers one recorder recomputes its class's deadlines.
+type Learner struct {
+	classes []histogram
+}
+
+// New returns a Learner of n classes.
+func New(n int) *Learner {
+	return &Learner{classes: make([]histogram, n)}
+}
+
+type histogram struct {
+	counts  [Buckets]atomic.Int64
+	records atomic.Int64 // answers recorded, for the refresh cadence
+	cut     atomic.Int64 // the learned cut, in nanoseconds; 0 while warming up
+	hedge   atomic.Int64 // the learned hedge delay, in nanoseconds; 0 while warming up
+	mu      sync.Mutex   // serialises refreshes
+}
+
+// Record counts an answer of class that took d (Abandoned for an attempt
+// abandoned unanswered).
+func (l *Learner) Record(class int, d time.Duration) {
+	h := &l.classes[class]
+	h.counts[Bucket(d)].Add(1)
+	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 {
+		h.refresh() // at each answer while it warms up, then now and then
+	}
+}
+
+// Hedge returns the learned hedge delay of an attempt of class, false
+// until the class has warmed up.
+func (l *Learner) Hedge(class int) (time.Duration, bool) {
+	d := l.classes[class].hedge.Load()
+	return time.Duration(d), d > 0
+}
+
+// Cut returns the learned deadline of an attempt of class, false until the
+// class has warmed up.
+func (l *Learner) Cut(class int) (time.Duration, bool) {
+	c := l.classes[class].cut.Load()
+	return time.Duration(c), c > 0
+}
+
+// refresh recomputes the deadlines from the counts, and halves them when
+// they hold more than maxSamples.
+func (h *histogram) refresh() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var counts [Buckets]int64
+	var total int64
+	for i := range h.counts {
+		counts[i] = h.counts[i].Load()
+		total += counts[i]
+	}
+	if total < Warmup {
+		return
+	}
+	median, tail := -1, -1
+	var seen int64
+	for i, n := range counts {
+		seen += n
+		if median < 0 && 2*seen >= total {
+			median = i
+		}
+		if float64(seen) >= HedgeQuantile*float64(total) {
+			tail = i
+			break
+		}
+	}
+	mid := Mid(median)
+	cut := max(CutFloor, CutFactor*mid)
+	h.cut.Store(int64(cut))
+	h.hedge.Store(int64(min(cut, max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid))))))
+	if total > maxSamples {
+		for i := range h.counts {
+			h.counts[i].Add(-counts[i] / 2)
+		}
+	}
+}
+
+// Bucket returns the bucket of d: four per doubling.
+func Bucket(d time.Duration) int {
+	ns := uint64(max(d, 0))
+	o := bits.Len64(ns) - 1 // ns in [2^o, 2^(o+1))
+	if o < minOctave {
+		return 0
+	}
+	quarter := int(ns>>(o-2)) & 3 // the two bits after the leading one
+	return min((o-minOctave)*4+quarter, Buckets-1)
+}
+
+// End returns the end of bucket i: every latency in it is shorter.
+func End(i int) time.Duration {
+	if i >= Buckets-1 {
+		return math.MaxInt64 // the last bucket holds the abandoned attempts
+	}
+	o, quarter := minOctave+i/4, i%4
+	return time.Duration(uint64(4+quarter+1) << (o - 2))
+}
+
+// Mid returns the middle of bucket i, within 12% of any latency in it.
+func Mid(i int) time.Duration {
+	o, quarter := minOctave+i/4, i%4
+	return time.Duration(uint64(2*(4+quarter)+1) << (o - 3))
+}

@@ -1,0 +1,60 @@
+package latency
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestBucketsHoldTheirMiddle(t *testing.T) {
+	prev := -1
+	for d := 2 * time.Millisecond; d < 4*time.Hour; d = d * 21 / 20 {
+		i := Bucket(d)
+		assert.GreaterOrEqual(t, i, prev, "buckets grow with the latency (%v)", d)
+		prev = i
+		assert.InDelta(t, 1, float64(Mid(i))/float64(d), 0.125, "%v is within 12%% of its bucket's middle %v", d, Mid(i))
+	}
+	assert.Equal(t, 0, Bucket(0))
+	assert.Equal(t, Buckets-1, Bucket(math.MaxInt64), "an abandoned attempt: beyond every answer")
+}
+
+func TestCutAfterWarmup(t *testing.T) {
+	l := New(2)
+	for range Warmup - 1 {
+		l.Record(0, 800*time.Millisecond)
+	}
+	_, ok := l.Cut(0)
+	assert.False(t, ok, "not before Warmup answers")
+	l.Record(0, 800*time.Millisecond)
+	d, ok := l.Cut(0)
+	assert.True(t, ok)
+	assert.InDelta(t, 2.4, d.Seconds(), 0.2, "three times the median")
+	_, ok = l.Cut(1)
+	assert.False(t, ok, "another class learns apart")
+	for range 1000 {
+		l.Record(0, 100*time.Millisecond)
+	}
+	d, _ = l.Cut(0)
+	assert.Equal(t, CutFloor, d, "never below the floor")
+}
+
+func TestHedgeDelay(t *testing.T) {
+	l := New(1)
+	for i := range 100 {
+		d := 800 * time.Millisecond
+		if i%10 == 0 {
+			d = 1500 * time.Millisecond // the slowest tenth
+		}
+		l.Record(0, d)
+	}
+	h, ok := l.Hedge(0)
+	assert.True(t, ok)
+	c, _ := l.Cut(0)
+	assert.Greater(t, h, 1500*time.Millisecond, "after the 95th percentile's bucket")
+	assert.LessOrEqual(t, h, c, "never after the cut")
+	l.Record(0, Abandoned)
+	_, ok = l.Hedge(0)
+	assert.True(t, ok, "an abandoned attempt is counted, not a fault")
+}
