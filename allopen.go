@@ -36,9 +36,11 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 			return zero, nil, stepNext, nil // usable for all we know, or a probe in flight
 		}
 	}
-	probeAt := now.Add(every) // a variable, not new(expr): the module builds with Go 1.25
-	if pick == nil || now.Before(pickSince.Add(every)) ||
-		!c.allOpenProbeAt.CompareAndSwap(due, &probeAt) {
+	if pick == nil || now.Before(pickSince.Add(every)) {
+		return zero, nil, stepNext, nil
+	}
+	probeAt := now.Add(every) // a variable, not new(expr): the module builds with Go 1.25; made only when a probe is due
+	if !c.allOpenProbeAt.CompareAndSwap(due, &probeAt) {
 		return zero, nil, stepNext, nil
 	}
 	if l := c.cfg.logger; l != nil {

@@ -58,7 +58,8 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	// walks again the models that failed retryably while another model
 	// could still answer (so a sick primary gets its retries too, after a
 	// pause, and the call returns to it before giving up).
-	var slots []retrySlot
+	var slotsOnStack [4]retrySlot // a cascade of up to four: no allocation
+	slots := slotsOnStack[:0]
 	for _, m := range call.order() {
 		slots = append(slots, retrySlot{m: m})
 	}
@@ -488,13 +489,18 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 		}
 	}
 	fallback := false
-	// What outlives the call gets its own copy of the attempts: a stream's
-	// call goes on recording attempts after its first answer (resumes).
+	// What outlives the call holds its attempts, capped so that an append
+	// to them copies: a unary call records none after this. A stream's call
+	// goes on recording attempts after its first answer (resumes), so what
+	// outlives it gets a copy.
 	failed := m == nil && err == nil
 	recorded := call.rec != nil && call.stream == nil // a stream records its call when it ends
 	var attempts []Attempt
-	if failed || recorded {
+	switch {
+	case call.stream != nil && failed:
 		attempts = slices.Clone(call.attempts)
+	case failed || recorded:
+		attempts = call.attempts[:len(call.attempts):len(call.attempts)]
 	}
 	if failed {
 		cerr := &CascadeError{Attempts: attempts}

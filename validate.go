@@ -182,18 +182,18 @@ func partFlaw(p *genai.Part) *requestError {
 // only its signature among them; so does a content that mixes function
 // responses with other parts.
 func turnsFlaw(contents []*genai.Content) *requestError {
+	at := func(i int) string { return "contents[" + strconv.Itoa(i) + "]" } // only for an error
 	for i, c := range contents {
-		at := "contents[" + strconv.Itoa(i) + "]"
 		if len(c.Parts) == 0 {
-			return &requestError{where: at + ".Parts", what: "is empty", fix: "give it a part, or remove the content (the API refuses a content without parts)"}
+			return &requestError{where: at(i) + ".Parts", what: "is empty", fix: "give it a part, or remove the content (the API refuses a content without parts)"}
 		}
 		if e := roleFlaw(c.Role); e != nil {
-			return e.under(at + ".Role")
+			return e.under(at(i) + ".Role")
 		}
 		responses := 0
 		for j, p := range c.Parts {
-			if reflect.ValueOf(p).Elem().IsZero() {
-				return &requestError{where: at + ".Parts[" + strconv.Itoa(j) + "]", what: "is empty (no text, no data)",
+			if emptyPart(p) {
+				return &requestError{where: at(i) + ".Parts[" + strconv.Itoa(j) + "]", what: "is empty (no text, no data)",
 					fix: "give it text or other data, or remove it (the API refuses a part without data)"}
 			}
 			if p.FunctionResponse != nil {
@@ -202,11 +202,21 @@ func turnsFlaw(contents []*genai.Content) *requestError {
 		}
 		if responses > 0 {
 			if e := responsesFlaw(contents, i, responses); e != nil {
-				return e.under(at)
+				return e.under(at(i))
 			}
 		}
 	}
 	return nil
+}
+
+// emptyPart reports whether p has no field set: the common parts are
+// checked directly (a text part costs a comparison), any other by
+// reflection, so that a field a later SDK adds counts as data.
+func emptyPart(p *genai.Part) bool {
+	if p.Text != "" || p.InlineData != nil || p.FunctionCall != nil || p.FunctionResponse != nil || p.FileData != nil {
+		return false
+	}
+	return reflect.ValueOf(p).Elem().IsZero()
 }
 
 // roleFlaw reports a content role the API refuses, with the role to use.
