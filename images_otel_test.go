@@ -54,7 +54,7 @@ func TestOTelImagesAndVideos(t *testing.T) {
 			assert.Equal(t, w.op+" "+w.model, s.Name())
 			got := map[string]string{}
 			for _, kv := range s.Attributes() {
-				got[string(kv.Key)] = kv.Value.Emit()
+				got[string(kv.Key)] = kv.Value.String()
 			}
 			assert.Equal(t, w.op, got["gen_ai.operation.name"], s.Name())
 			provider := "gcp.vertex_ai"
