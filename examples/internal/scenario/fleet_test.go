@@ -14,11 +14,11 @@ import (
 // (see knownMisses: a run that meets one fails, to take it off).
 func init() {
 	knownMisses["fleet429: fleet mode makes at most one round trip per call"] = "each replica calls 0.19 times a second, so a lease is one request and every call " +
-		"makes its round trip; a call the saturated primary refuses makes two (the refusal, kept until its RetryAfter, then the secondary's lease): " +
-		"1.09 round trips per call on average, 1 at the median. Below 1 needs leases that outlive a second, which a saturated quota wastes"
+		"makes its round trip; a call the saturated primary refuses makes two (the refusal, kept until its RetryAfter, then the secondary's lease), " +
+		"a little over one round trip per call on average (BENCHMARKS.md has the figure). Below 1 needs leases that outlive a second, which a saturated quota wastes"
 	knownMisses["fleet429: 200 replicas make ≤ 1.1 round trips per call"] = "at 200 replicas each replica calls about once a minute, so no call finds " +
 		"the primary's refusal its replica heard (kept until its RetryAfter): each of the 47% of calls the saturated primary refuses pays the refusal " +
-		"and then the secondary's lease, two round trips (1.11 at 20 replicas, 1.27 at 50, 1.53 at 100, 1.64 at 200). Meeting it needs a lease that " +
+		"and then the secondary's lease, two round trips (BENCHMARKS.md has the figures at 20 to 200 replicas). Meeting it needs a lease that " +
 		"falls through the call's cascade in one script (the secondary granted in the round trip the primary refuses)"
 }
 
