@@ -21,11 +21,11 @@
 // A call passes its wrappers once, outermost first, then the cascade; each
 // upstream attempt passes the admission steps of chain.go, in this order:
 //
-//	idempotency key → dedupe → bulkhead → cascade over the models, in rounds:
+//	deferral → idempotency key → dedupe → bulkhead (unary.go) → cascade over the models, in rounds:
 //	  retry( admit → attempt (hedged when enabled) → settle → decide )
 //	  admit = deadline → model config → budget → cool-down → breaker open?
 //	          → throttle → limiter (RPM, TPM, RPD, IPM) → fleet lease → breaker permit
-//	→ answer cache → Fallback, when every model failed
+//	→ answer cache → Fallback, when every model failed (→ the Batch API lane, for a Deferrable call)
 //
 // For each failure, Classify's Verdict decides: retry the same model after
 // a delay, move to the next model now, or stop. A refused step skips the
