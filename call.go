@@ -44,9 +44,12 @@ type call[R any] struct {
 	// Fallback), so that no deadline or learned latency counts that time.
 	now      time.Time
 	attempts []Attempt
-	rec      *CallRecord
-	finished bool     // finish ran: the call is counted in the statistics
-	hit      CacheHit // the answer cache's entry that answered (CallRecord.Cache)
+	// firstAttempts backs attempts for a call's first two (most calls
+	// make one or two): no allocation of their own.
+	firstAttempts [2]Attempt
+	rec           *CallRecord
+	finished      bool     // finish ran: the call is counted in the statistics
+	hit           CacheHit // the answer cache's entry that answered (CallRecord.Cache)
 
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
@@ -90,6 +93,7 @@ func (call *call[R]) init(ctx context.Context, c *Client, e endpoint, model stri
 	call.deadline = deadline
 	call.tokens = -1
 	call.start, call.now = now, now
+	call.attempts = call.firstAttempts[:0]
 	call.rec = callRecordFrom(ctx)
 }
 
