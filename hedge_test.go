@@ -103,35 +103,47 @@ func TestUniformlySlowModelIsNeitherHedgedNorCut(t *testing.T) {
 	})
 }
 
+// openedForAHedgedProbe returns a Client with hedging on whose primary's
+// breaker has just let its open period pass: pro answered 20 calls in 1s
+// (its times learned), then failed five requests (its breaker opened); its
+// next request, the probe, is stall, and then it answers again. flash
+// answers in 0.8s. send makes one call.
+func openedForAHedgedProbe(t *testing.T, stall geminitest.Step, send func(*geminiguard.Client) (geminiguard.CallRecord, error)) (*geminitest.Server, *geminiguard.Client, *stateChanges) {
+	t.Helper()
+	srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+		Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			switch {
+			case i >= 20 && i < 25:
+				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 10 * time.Millisecond}
+			case i == 25:
+				return stall
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+	changes := &stateChanges{}
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+		geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}),
+		geminiguard.WithBreaker(geminiguard.BreakerSettings{DeadAfter: -1}))
+	for range 20 { // pro's answer (or first-chunk) times are learned: 1s
+		rec, err := send(c)
+		require.NoError(t, err)
+		require.Equal(t, pro, rec.Model)
+	}
+	for srv.Total(pro) < 25 { // its failures open its breaker
+		_, err := send(c)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{pro + ":open"}, changes.get())
+	time.Sleep(2 * time.Second) // MinOpenFor
+	return srv, c, changes
+}
+
 func TestHedgedProbeThatLosesFreesItsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// pro answers in 1s, then fails five requests (its breaker opens),
-		// then its probe stalls 45s, then it answers again.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				switch {
-				case i >= 20 && i < 25:
-					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 10 * time.Millisecond}
-				case i == 25:
-					return geminitest.Step{Latency: 45 * time.Second}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		changes := &stateChanges{}
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
-			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}),
-			geminiguard.WithBreaker(geminiguard.BreakerSettings{DeadAfter: -1}))
-		for range 20 { // pro's answer times are learned: 1s
+		_, c, changes := openedForAHedgedProbe(t, geminitest.Step{Latency: 45 * time.Second}, func(c *geminiguard.Client) (geminiguard.CallRecord, error) {
 			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
-		for srv.Total(pro) < 25 { // its failures open its breaker
-			_, _, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-		}
-		require.Equal(t, []string{pro + ":open"}, changes.get())
-		time.Sleep(2 * time.Second) // MinOpenFor
+			return rec, err
+		})
 
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "") // the probe stalls: hedged to flash
@@ -246,33 +258,11 @@ func TestStreamHedgeAnswersBeforeTheFirstChunk(t *testing.T) {
 
 func TestStreamHedgedProbeThatLosesFreesItsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// pro answers in 1s, then fails five requests (its breaker opens),
-		// then its probe stalls 45s before its first event, then it answers.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				switch {
-				case i >= 20 && i < 25:
-					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 10 * time.Millisecond}
-				case i == 25:
-					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		changes := &stateChanges{}
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
-			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}),
-			geminiguard.WithBreaker(geminiguard.BreakerSettings{DeadAfter: -1}))
-		for range 20 { // pro's first chunks are learned: 1s
+		stall := geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second} // before its first event
+		srv, c, changes := openedForAHedgedProbe(t, stall, func(c *geminiguard.Client) (geminiguard.CallRecord, error) {
 			_, _, rec, err := streamedRec(t.Context(), c)
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
-		for srv.Total(pro) < 25 { // its failures open its breaker
-			_, _, err := streamed(t.Context(), c, "")
-			require.NoError(t, err)
-		}
-		require.Equal(t, []string{pro + ":open"}, changes.get())
-		time.Sleep(2 * time.Second) // MinOpenFor
+			return rec, err
+		})
 
 		start := time.Now()
 		text, _, rec, err := streamedRec(t.Context(), c) // the probe stalls: hedged to flash
