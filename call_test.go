@@ -128,3 +128,37 @@ func fakeHits(srv *geminitest.Server, models []string) int {
 	}
 	return n
 }
+
+// TestReturnedAttemptsOutliveTheCall: a call's *CascadeError and CallRecord
+// hold its attempts as they were when it returned, whatever calls come
+// after it (a unary call's state is reused by the next call).
+func TestReturnedAttemptsOutliveTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.Overloaded}}},
+			geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.Overloaded}}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithStartupCheck(false),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))
+		_, rec, err := ask(t.Context(), c, "")
+		var cerr *geminiguard.CascadeError
+		require.ErrorAs(t, err, &cerr)
+		want := []string{pro, flash}
+		models := func(as []geminiguard.Attempt) (names []string) {
+			for _, a := range as {
+				names = append(names, a.Model)
+			}
+			return names
+		}
+		require.Equal(t, want, models(cerr.Attempts))
+		require.Equal(t, want, models(rec.Attempts))
+		srv.Script(pro) // pro answers from now on
+		for range 3 {
+			_, later, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, []string{pro}, models(later.Attempts))
+		}
+		assert.Equal(t, want, models(cerr.Attempts), "the first call's error is unchanged")
+		assert.Equal(t, want, models(rec.Attempts), "the first call's record is unchanged")
+		assert.Error(t, cerr.Attempts[0].Err, "the first call's errors are kept")
+	})
+}

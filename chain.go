@@ -489,18 +489,14 @@ func (call *call[R]) finish(ctx context.Context, resp R, m *modelState, stopErr 
 		}
 	}
 	fallback := false
-	// What outlives the call holds its attempts, capped so that an append
-	// to them copies: a unary call records none after this. A stream's call
-	// goes on recording attempts after its first answer (resumes), so what
-	// outlives it gets a copy.
+	// What outlives the call holds a copy of its attempts: a unary call's
+	// state is reused (releaseGenerateCall), a stream's goes on recording
+	// attempts (resumes).
 	failed := m == nil && err == nil
 	recorded := call.rec != nil && call.stream == nil // a stream records its call when it ends
 	var attempts []Attempt
-	switch {
-	case call.stream != nil && failed:
+	if failed || recorded {
 		attempts = slices.Clone(call.attempts)
-	case failed || recorded:
-		attempts = call.attempts[:len(call.attempts):len(call.attempts)]
 	}
 	if failed {
 		cerr := &CascadeError{Attempts: attempts}

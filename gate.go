@@ -121,6 +121,9 @@ func (call *call[R]) checkConfig(sl *retrySlot) (step, error) {
 // mode against the project's total (budget.go). Its shared read and
 // reservation may take a round trip each: the clock is read after them.
 func (call *call[R]) checkBudget(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
+	if call.c.spending == nil {
+		return stepGo, nil
+	}
 	next, err := call.overBudget(ctx, sl.m)
 	if next == stepGo {
 		next, err = call.holdBudget(ctx, sl.m, a)
@@ -266,14 +269,17 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 // refused it or a panic ended the call before it left: the limiter's
 // grants, the leased request and the budget's hold.
 func (a *admission) unreserve(m *modelState) {
-	a.grant.cancel()
-	a.alone.cancel()
-	a.images.cancel()
+	for _, g := range [...]*grant{&a.grant, &a.alone, &a.images} {
+		if g.l != nil { // most refusals come before any grant: nothing to copy or clear
+			g.cancel()
+			*g = grant{}
+		}
+	}
 	if a.leased {
 		m.lease.giveBack(a.leasedTokens)
+		a.leased = false
 	}
 	a.hold.release()
-	a.grant, a.alone, a.images, a.leased = grant{}, grant{}, grant{}, false
 }
 
 // abandon settles an admission that a panic left unsettled, saying nothing

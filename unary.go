@@ -98,6 +98,7 @@ func (c *Client) generateInBulkhead(ctx context.Context, r *generateRequest) (re
 // answer in the answer cache (WithAnswerCache).
 func (c *Client) generateByChain(ctx context.Context, r *generateRequest) (*genai.GenerateContentResponse, error) {
 	call := c.newGenerateCall(ctx, r.model, r.contents, r.config)
+	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
 	resp, err := call.observed(ctx)
 	if err == nil && c.cfg.answers != nil {
