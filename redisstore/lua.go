@@ -24,10 +24,12 @@ local function replaces(f, old)
   return false
 end
 
--- expire_at_least makes key live at least until ms (unix ms).
+-- expire_at_least makes key live at least until ms (unix ms): one call
+-- when key lives less long, or as long (GT), two when it has no expiry.
 local function expire_at_least(key, ms)
-  local cur = redis.call('PEXPIRETIME', key)
-  if cur < ms then redis.call('PEXPIREAT', key, ms) end
+  if redis.call('PEXPIREAT', key, ms, 'GT') == 0 and redis.call('PEXPIRETIME', key) == -1 then
+    redis.call('PEXPIREAT', key, ms)
+  end
 end
 `
 
@@ -39,8 +41,8 @@ end
 // RPD counter of DayEnd, its probe slot of Endpoint, and its health
 // (consecutive failures, latest answer).
 //
-// ARGV[1] is the request packed (leaseArgs): integers, each followed by a
-// space, then the replica's id (the rest, possibly empty). The integers:
+// ARGV[1] is the request packed (leaseArgs): big-endian signed 64-bit
+// integers, then the replica's id (the rest, possibly empty). The integers:
 // the replica's TTL ms, the version the replica saw, spent (Micros),
 // SpendDay and SpendMonth unix ms (0: none), the spend to reserve
 // (Micros), the day's and the month's budgets (0: none); then, for each
@@ -61,30 +63,29 @@ local now = sec * 1000000 + tonumber(t[2]) -- µs
 local now_ms = math.floor(now / 1000)
 
 local models = (#KEYS - 5) / 4
-local packed, a, pos = ARGV[1], {}, 1
-for i = 1, 8 + 13 * models do
-  local e = string.find(packed, ' ', pos, true)
-  a[i] = string.sub(packed, pos, e - 1)
-  pos = e + 1
-end
-local replica = string.sub(packed, pos)
+local fields = 8 + 13 * models
+local a = {struct.unpack('>' .. string.rep('i8', fields), ARGV[1])}
+local replica = string.sub(ARGV[1], 8 * fields + 1)
 
 -- Replicas: a sorted set of replica → live until (unix ms).
+-- Those no longer live leave when a replica joins, which bounds the set by
+-- the fleet's size.
 if replica ~= '' then
-  local live_until = now_ms + tonumber(a[1])
-  redis.call('ZADD', KEYS[3], live_until, replica)
+  local live_until = now_ms + a[1]
+  if redis.call('ZADD', KEYS[3], live_until, replica) == 1 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+  end
   expire_at_least(KEYS[3], live_until)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-local replicas = redis.call('ZCARD', KEYS[3])
+local replicas = redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%d', now_ms), '+inf')
 
 local version = redis.call('GET', KEYS[1]) or '0'
 
 -- The project's spend in the day and the month the replica names: the
 -- report (negative: reservations given back; never below zero), then the
 -- reservation when both windows are below their budgets.
-local spent = tonumber(a[3])
-local day_ms, month_ms = tonumber(a[4]), tonumber(a[5])
+local spent = a[3]
+local day_ms, month_ms = a[4], a[5]
 local function spend(key, end_ms, amount)
   if end_ms == 0 then return 0 end
   local v = tonumber(redis.call('GET', key) or '0')
@@ -96,7 +97,7 @@ local function spend(key, end_ms, amount)
 end
 local day_spent = spend(KEYS[4], day_ms, spent)
 local month_spent = spend(KEYS[5], month_ms, spent)
-local reserve, day_budget, month_budget = tonumber(a[6]), tonumber(a[7]), tonumber(a[8])
+local reserve, day_budget, month_budget = a[6], a[7], a[8]
 local refused = '-'
 if reserve > 0 then
   if month_budget > 0 and month_spent >= month_budget then
@@ -116,14 +117,14 @@ end
 -- consecutive failures and the latest answer (unix ms).
 local function lease(k, o, ask)
   local win, rpd_key, probe_key, health = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  local requests = ask and tonumber(a[o + 1]) or 0
-  local tokens, debt = tonumber(a[o + 2]), tonumber(a[o + 3])
-  local rpm, tpm, rpd = tonumber(a[o + 4]), tonumber(a[o + 5]), tonumber(a[o + 6])
-  local day_end, probe_ms = tonumber(a[o + 7]), tonumber(a[o + 8])
+  local requests = ask and a[o + 1] or 0
+  local tokens, debt = a[o + 2], a[o + 3]
+  local rpm, tpm, rpd = a[o + 4], a[o + 5], a[o + 6]
+  local day_end, probe_ms = a[o + 7], a[o + 8]
 
   -- Health: consecutive failures across the fleet, reset by an answer
   -- later than the latest reported.
-  local failed, answered_at = tonumber(a[o + 9]), tonumber(a[o + 10])
+  local failed, answered_at = a[o + 9], a[o + 10]
   local h = redis.call('HMGET', health, 'f', 'a')
   local fails, answered = tonumber(h[1] or '0'), tonumber(h[2] or '0')
   if answered_at > answered then answered, fails = answered_at, 0 end
@@ -153,30 +154,45 @@ local function lease(k, o, ask)
     end
   end
   if #stale > 0 then redis.call('HDEL', win, unpack(stale)) end
-  local window_until = (sec + 61) * 1000
-
-  if debt > 0 then
-    redis.call('HINCRBY', win, 't:' .. t[1], debt)
-    redis.call('PEXPIREAT', win, window_until)
-    toks = toks + debt
-    tsec[sec] = (tsec[sec] or 0) + debt
+  -- This second's requests and tokens are added up here and written once
+  -- (flush); the window expires a minute after its latest second.
+  local fresh = rsec[sec] == nil and tsec[sec] == nil
+  local wr, wt = false, false -- this second's requests, tokens changed
+  local function add(r, tk)
+    if r > 0 then reqs, rsec[sec], wr = reqs + r, (rsec[sec] or 0) + r, true end
+    if tk > 0 then toks, tsec[sec], wt = toks + tk, (tsec[sec] or 0) + tk, true end
   end
+  local function flush()
+    if wr and wt then
+      redis.call('HSET', win, 'r:' .. t[1], rsec[sec], 't:' .. t[1], tsec[sec])
+    elseif wr then
+      redis.call('HSET', win, 'r:' .. t[1], rsec[sec])
+    elseif wt then
+      redis.call('HSET', win, 't:' .. t[1], tsec[sec])
+    else
+      return
+    end
+    if fresh then redis.call('PEXPIREAT', win, (sec + 61) * 1000) end
+  end
+  -- counted adds n to the model's RPD count of the day, which lives an
+  -- hour past the day's end.
+  local function counted(n)
+    if redis.call('INCRBY', rpd_key, n) == n then redis.call('PEXPIREAT', rpd_key, day_end + 3600000) end
+  end
+
+  if debt > 0 then add(0, debt) end
 
   -- Requests sent alone count at once; unused leased ones are taken off
   -- the latest seconds of the window, and off the day.
-  local alone, unused, unused_toks = tonumber(a[o + 11]), tonumber(a[o + 12]), tonumber(a[o + 13])
+  local alone, unused, unused_toks = a[o + 11], a[o + 12], a[o + 13]
   if alone > 0 then
-    redis.call('HINCRBY', win, 'r:' .. t[1], alone)
-    redis.call('PEXPIREAT', win, window_until)
-    reqs = reqs + alone
-    rsec[sec] = (rsec[sec] or 0) + alone
-    if day_end ~= 0 then
-      redis.call('INCRBY', rpd_key, alone)
-      redis.call('PEXPIREAT', rpd_key, day_end + 3600000)
-    end
+    add(alone, 0)
+    if day_end ~= 0 then counted(alone) end
   end
+  -- give_back takes need off the latest seconds of counts, this second's
+  -- left to flush: it returns how much, and whether this second's changed.
   local function give_back(counts, kind, need)
-    local total = 0
+    local total, now_changed = 0, false
     for s = sec, sec - 59, -1 do
       if need <= 0 then break end
       local v = counts[s]
@@ -185,92 +201,90 @@ local function lease(k, o, ask)
         counts[s] = v - take
         need = need - take
         total = total + take
-        redis.call('HINCRBY', win, kind .. s, -take)
+        if s == sec then
+          now_changed = true
+        else
+          redis.call('HINCRBY', win, kind .. s, -take)
+        end
       end
     end
-    return total
+    return total, now_changed
   end
   if unused > 0 then
-    reqs = reqs - give_back(rsec, 'r:', unused)
+    local back, changed = give_back(rsec, 'r:', unused)
+    reqs, wr = reqs - back, wr or changed
     if day_end ~= 0 then
       local d = tonumber(redis.call('GET', rpd_key) or '0')
       if d > 0 then redis.call('DECRBY', rpd_key, math.min(d, unused)) end
     end
   end
-  if unused_toks > 0 then toks = toks - give_back(tsec, 't:', unused_toks) end
-  if requests <= 0 then return 0, 0, '-', fails, answered end
-
-  if probe_ms > 0 then
-    local holder = redis.call('GET', probe_key)
-    if holder and holder ~= replica then
-      return 0, math.max(redis.call('PTTL', probe_key), 1) * 1000, 'probe', fails, answered
-    end
+  if unused_toks > 0 then
+    local back, changed = give_back(tsec, 't:', unused_toks)
+    toks, wt = toks - back, wt or changed
   end
+  -- grant grants up to the requests asked, as the limits allow: the grant,
+  -- or the refusal's wait (µs) and dimension.
+  local function grant()
+    if requests <= 0 then return 0, 0, '-' end
 
-  local day = 0
-  if day_end ~= 0 then day = tonumber(redis.call('GET', rpd_key) or '0') end
-
-  local n = requests
-  if rpm > 0 then n = math.min(n, rpm - reqs) end
-  if tpm > 0 and tokens > 0 then n = math.min(n, math.floor((tpm - toks) / tokens)) end
-  if rpd > 0 then n = math.min(n, rpd - day) end
-
-  if n <= 0 then
-    -- freed returns how long (µs) until the seconds leaving the window
-    -- free at least need units of counts; 0 when they never do.
-    local function freed(counts, need)
-      if need <= 0 then return 0 end
-      for s = sec - 59, sec do
-        if counts[s] then
-          need = need - counts[s]
-          if need <= 0 then return (s + 60) * 1000000 - now end
-        end
+    if probe_ms > 0 then
+      local holder = redis.call('GET', probe_key)
+      if holder and holder ~= replica then
+        return 0, math.max(redis.call('PTTL', probe_key), 1) * 1000, 'probe'
       end
-      return 0
     end
-    local wait, dim = 0, ''
-    if rpd > 0 and day >= rpd then wait, dim = day_end * 1000 - now, 'rpd' end
-    if rpm > 0 then
-      local d = freed(rsec, reqs + 1 - rpm)
-      if d > wait then wait, dim = d, 'rpm' end
-    end
-    if tpm > 0 then
-      local d = freed(tsec, toks + tokens - tpm)
-      if d > wait then wait, dim = d, 'tpm' end
-    end
-    if dim == '' then wait, dim = 60000000, 'tpm' end -- one request larger than TPM
-    return 0, wait, dim, fails, answered
-  end
 
-  redis.call('HINCRBY', win, 'r:' .. t[1], n)
-  if tokens > 0 then redis.call('HINCRBY', win, 't:' .. t[1], n * tokens) end
-  redis.call('PEXPIREAT', win, window_until)
-  if day_end ~= 0 then
-    redis.call('INCRBY', rpd_key, n)
-    redis.call('PEXPIREAT', rpd_key, day_end + 3600000)
+    local day = 0
+    if day_end ~= 0 then day = tonumber(redis.call('GET', rpd_key) or '0') end
+
+    local n = requests
+    if rpm > 0 then n = math.min(n, rpm - reqs) end
+    if tpm > 0 and tokens > 0 then n = math.min(n, math.floor((tpm - toks) / tokens)) end
+    if rpd > 0 then n = math.min(n, rpd - day) end
+
+    if n <= 0 then
+      -- freed returns how long (µs) until the seconds leaving the window
+      -- free at least need units of counts; 0 when they never do.
+      local function freed(counts, need)
+        if need <= 0 then return 0 end
+        for s = sec - 59, sec do
+          if counts[s] then
+            need = need - counts[s]
+            if need <= 0 then return (s + 60) * 1000000 - now end
+          end
+        end
+        return 0
+      end
+      local wait, dim = 0, ''
+      if rpd > 0 and day >= rpd then wait, dim = day_end * 1000 - now, 'rpd' end
+      if rpm > 0 then
+        local d = freed(rsec, reqs + 1 - rpm)
+        if d > wait then wait, dim = d, 'rpm' end
+      end
+      if tpm > 0 then
+        local d = freed(tsec, toks + tokens - tpm)
+        if d > wait then wait, dim = d, 'tpm' end
+      end
+      if dim == '' then wait, dim = 60000000, 'tpm' end -- one request larger than TPM
+      return 0, wait, dim
+    end
+
+    add(n, n * tokens)
+    if day_end ~= 0 then counted(n) end
+    if probe_ms > 0 then redis.call('SET', probe_key, replica, 'PX', probe_ms) end
+    return n, 0, '-'
   end
-  if probe_ms > 0 then redis.call('SET', probe_key, replica, 'PX', probe_ms) end
-  return n, 0, '-', fails, answered
+  local n, wait, dim = grant()
+  flush()
+  return n, wait, dim, fails, answered
 end
 
-local asked = tonumber(a[9]) > 0
+local asked = a[9] > 0
 local n, wait, dim, fails, answered = lease(5, 8, true)
-local out = {n, wait, dim, replicas, version, 0, fails, answered, day_spent, month_spent, refused}
-if models == 2 then
-  -- The next model: its report counted, its requests asked only when the
-  -- first model granted none.
-  local nn, nwait, ndim, nfails, nanswered = lease(9, 21, asked and n == 0)
-  out[12], out[13], out[14], out[15], out[16] = nn, nwait, ndim, nfails, nanswered
-end
-for i = 1, #out do
-  local v = out[i]
-  if type(v) == 'number' then out[i] = string.format('%d', v) end
-end
-
 -- Facts, when the replica's version is not the project's.
-local facts = ''
-if version ~= a[2] then
-  out[6] = '1'
+local facts, has_facts = '', 0
+if tonumber(version) ~= a[2] then
+  has_facts = 1
   local all = redis.call('HGETALL', KEYS[2])
   local live, dead = {}, {}
   for i = 1, #all, 2 do
@@ -283,7 +297,15 @@ if version ~= a[2] then
   if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
   if #live > 0 then facts = '\n' .. table.concat(live, '\n') end
 end
-return table.concat(out, ' ') .. ' ' .. facts
+local out = string.format('%d %d %s %d %s %d %d %d %d %d %s ',
+  n, wait, dim, replicas, version, has_facts, fails, answered, day_spent, month_spent, refused)
+if models == 2 then
+  -- The next model: its report counted, its requests asked only when the
+  -- first model granted none.
+  local nn, nwait, ndim, nfails, nanswered = lease(9, 21, asked and n == 0)
+  out = out .. string.format('%d %d %s %d %d ', nn, nwait, ndim, nfails, nanswered)
+end
+return out .. facts
 `
 
 // leaseHash is leaseLua's SHA-1, which Lease's EVALSHA names.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,7 +181,7 @@ func (s *Store) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, e
 		return fleet.Lease{}, errNoProject
 	}
 	la := leaseArgsPool.Get().(*leaseArgs)
-	la.build(s.base(r.Project), &r)
+	la.build(s.prefix, r.Project, &r)
 	res, err := await(ctx, s.watchesCtx, func() (fleet.Lease, error) {
 		defer leaseArgsPool.Put(la) // here: await may return before fn does
 		reply, err := s.rdb.Do(ctx, la.cmd()...).Text()
@@ -231,12 +232,14 @@ func (la *leaseArgs) cmd() []any {
 	return la.args[:leaseHead+la.n+1]
 }
 
-// build writes r's command, the keys under base.
-func (la *leaseArgs) build(base string, r *fleet.LeaseRequest) {
+// build writes r's command, the keys under prefix and project (as
+// Store.base names them).
+func (la *leaseArgs) build(prefix, project string, r *fleet.LeaseRequest) {
 	b := la.buf[:0]
 	var ends [leaseMaxKeys]int
+	base := func() { b = append(append(append(append(b, prefix...), ":{"...), project...), "}:"...) }
 	key := func(i int, parts ...string) {
-		b = append(b, base...)
+		base()
 		for _, p := range parts {
 			b = append(b, p...)
 		}
@@ -245,10 +248,10 @@ func (la *leaseArgs) build(base string, r *fleet.LeaseRequest) {
 	key(0, "version")
 	key(1, "facts")
 	key(2, "replicas")
-	b = append(b, base...)
+	base()
 	b = strconv.AppendInt(append(b, "spend:d:"...), unixMilli(r.SpendDay)/1000, 10)
 	ends[3] = len(b)
-	b = append(b, base...)
+	base()
 	b = strconv.AppendInt(append(b, "spend:m:"...), unixMilli(r.SpendMonth)/1000, 10)
 	ends[4] = len(b)
 	models := [2]*fleet.LeaseRequest{r, r.Next}
@@ -259,7 +262,7 @@ func (la *leaseArgs) build(base string, r *fleet.LeaseRequest) {
 		}
 		i := la.n
 		key(i, "m:", m.Model, ":win")
-		b = append(b, base...)
+		base()
 		b = append(append(append(b, "m:"...), m.Model...), ":rpd:"...)
 		b = strconv.AppendInt(b, unixMilli(m.DayEnd)/1000, 10)
 		ends[i+1] = len(b)
@@ -268,9 +271,9 @@ func (la *leaseArgs) build(base string, r *fleet.LeaseRequest) {
 		la.n += leaseModelKeys
 	}
 	keysEnd := len(b)
-	num := func(v int64) { b = append(strconv.AppendInt(b, v, 10), ' ') }
+	num := func(v int64) { b = binary.BigEndian.AppendUint64(b, uint64(v)) }
 	num(max(r.ReplicaTTL.Milliseconds(), 0))
-	b = append(strconv.AppendUint(b, r.Version, 10), ' ')
+	num(int64(r.Version))
 	num(r.Spent)
 	num(unixMilli(r.SpendDay))
 	num(unixMilli(r.SpendMonth))
