@@ -90,8 +90,10 @@ func gcraAllow(ctx context.Context, rdb redis.Scripter, key string, rate int) (g
 }
 
 // BenchmarkLeaseVsGCRA is one Lease of one request (RPM, TPM and RPD, the
-// replica registered, the facts' version compared) against one
-// redis_rate-style GCRA Allow (one limit), on the same loopback
+// replica registered, the facts' version compared), the same carrying the
+// next model's request as a Client of a cascade sends it (granted by the
+// first: Next's report only), against one redis_rate-style GCRA Allow (one
+// limit), on the same loopback
 // redis-server. It reports each round trip's median and p99, with
 // allocations; -count runs each arm's rounds back to back, so run it in a
 // loop to interleave them:
@@ -113,6 +115,14 @@ func BenchmarkLeaseVsGCRA(b *testing.B) {
 			_, err := store.Lease(ctx, fleet.LeaseRequest{
 				Project: "bench", Replica: "r1", ReplicaTTL: time.Minute, Model: "gemini-2.5-flash",
 				Requests: 1, Tokens: 10, RPM: limit, TPM: limit, RPD: limit, DayEnd: day,
+			})
+			return err
+		}},
+		{"lease+next", func() error { // as a Client of a cascade asks: the next model's request carried
+			_, err := store.Lease(ctx, fleet.LeaseRequest{
+				Project: "bench", Replica: "r1", ReplicaTTL: time.Minute, Model: "gemini-2.5-flash",
+				Requests: 1, Tokens: 10, RPM: limit, TPM: limit, RPD: limit, DayEnd: day,
+				Next: &fleet.LeaseRequest{Model: "gemini-2.5-flash-lite", Requests: 1, Tokens: 10, RPM: limit, TPM: limit, RPD: limit, DayEnd: day},
 			})
 			return err
 		}},
