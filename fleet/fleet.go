@@ -32,8 +32,9 @@ import (
 type SharedState interface {
 	// Lease takes, for all of r's dimensions at once, up to r.Requests
 	// requests of the model's fleet-wide limits and r.Tokens input tokens
-	// for each, registers r.Replica as live, and returns the project's
-	// facts when they changed since r.Version. See LeaseRequest and Lease.
+	// for each (when it grants none, those of r.Next's model, in the same
+	// step), registers r.Replica as live, and returns the project's facts
+	// when they changed since r.Version. See LeaseRequest and Lease.
 	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
 	// Publish records f as the project's, merged with what is there by
 	// FactKind's rules, and moves the project's version on when it changed
