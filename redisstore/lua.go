@@ -134,6 +134,11 @@ local function lease(k, o, ask)
     redis.call('PEXPIRE', health, 3600000)
   end
 
+  local alone, unused, unused_toks = a[o + 11], a[o + 12], a[o + 13]
+  if requests <= 0 and debt <= 0 and alone <= 0 and unused <= 0 and unused_toks <= 0 then
+    return 0, 0, '-', fails, answered -- nothing to count or grant: the window is not read
+  end
+
   -- The window: a hash of r:<second> → requests and t:<second> → tokens,
   -- pruned of seconds that left the last 60.
   local w = redis.call('HGETALL', win)
@@ -184,7 +189,6 @@ local function lease(k, o, ask)
 
   -- Requests sent alone count at once; unused leased ones are taken off
   -- the latest seconds of the window, and off the day.
-  local alone, unused, unused_toks = a[o + 11], a[o + 12], a[o + 13]
   if alone > 0 then
     add(alone, 0)
     if day_end ~= 0 then counted(alone) end
