@@ -50,15 +50,22 @@ func (call *call[R]) order() []*modelState {
 // hasNext reports whether a model after current in the call's order could
 // take a request now (not open, not cooling down).
 func (call *call[R]) hasNext(current *modelState) bool {
+	return call.nextAfter(current) != nil
+}
+
+// nextAfter returns the first model after current in the call's order that
+// could take a request now (not open, not cooling down): the one a refusal
+// of current moves the call to. Nil when none.
+func (call *call[R]) nextAfter(current *modelState) *modelState {
 	now := call.now
 	after := false
 	for _, m := range call.order() {
 		if after && m.cooling(now) == nil && m.breakers[call.endpoint].state(now) != StateOpen {
-			return true
+			return m
 		}
 		after = after || m == current
 	}
-	return false
+	return nil
 }
 
 // order returns the models of a call: first (when given), then the cascade

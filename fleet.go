@@ -303,7 +303,7 @@ func (c *Client) joinFleet(ctx context.Context) {
 	if f == nil {
 		return
 	}
-	if _, ok := c.roundTrip(ctx, c.states[0], fleet.LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
+	if _, ok := c.roundTrip(ctx, c.states[0], nil, fleet.LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
 		now := time.Now()
 		if tr := f.health.openTill(now, now.Add(f.settings.AloneFor)); tr != nil {
 			c.fleetChanged(ctx, tr, errors.New("geminiguard: the warm-up round trip to the shared state failed"))
@@ -733,7 +733,11 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 		if !until.After(now) {
 			day := pacific.NextMidnight(now)
 			r := fleet.LeaseRequest{Requests: m.lease.batch(eff, tokens, f.share()), Tokens: tokens, RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD], DayEnd: day}
-			l, ok := c.sync(ctx, m, r)
+			nm := call.fallThrough(m, tokens, &r)
+			l, ok := c.roundTrip(ctx, m, nm, r, 0)
+			if ok && l.Next != nil && l.Requests == 0 {
+				bookNext(nm, now, day, tokens, *l.Next)
+			}
 			if !ok && ctx.Err() == nil && call.hasNext(m) && f.health.state(time.Now()) == StateClosed {
 				// Slow or failing, not yet known down (the store's breaker
 				// closed): another model answers rather than this one
@@ -783,6 +787,39 @@ func (call *call[R]) fleetAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 	}
 }
 
+// fallThrough sets r.Next to the lease request of the model the call goes
+// to should m's lease be refused (nextAfter), when that model has fleet
+// limits, and returns it; nil, r unchanged, when there is none. The store
+// then grants it in the same round trip as m's refusal (bookNext), and
+// the call's admission of it is served from its lease.
+func (call *call[R]) fallThrough(m *modelState, tokens int, r *fleet.LeaseRequest) *modelState {
+	nm := call.nextAfter(m)
+	if nm == nil {
+		return nil
+	}
+	eff := nm.lim.limits()
+	if eff == ([numDims]int{}) {
+		return nil
+	}
+	r.Next = &fleet.LeaseRequest{Requests: nm.lease.batch(eff, tokens, call.c.fleet.share()), Tokens: tokens,
+		RPM: eff[dimRPM], TPM: eff[dimTPM], RPD: eff[dimRPD], DayEnd: r.DayEnd}
+	return nm
+}
+
+// bookNext books on nm's lease what the store answered at now for nm, the
+// model after one whose lease it refused: the requests granted (each with
+// tokens input tokens, counted in the Pacific day ending day), all of them
+// for the calls to come, the call that asked included; or the refusal,
+// kept until its RetryAfter as nm's own round trip would keep it.
+func bookNext(nm *modelState, now, day time.Time, tokens int, l fleet.Lease) {
+	switch {
+	case l.Requests > 0:
+		nm.lease.fill(now, day, l.Requests, l.Requests*tokens)
+	case l.Dimension != "":
+		nm.lease.refuse(now.Add(max(l.RetryAfter, time.Millisecond)), l.Dimension)
+	}
+}
+
 // unblocked checks again, once the fleet's facts were applied, what admit
 // checked before asking the fleet: it returns stepGo when m may still take
 // the call's request, else stepNext having recorded why (the project or m
@@ -822,13 +859,14 @@ func (call *call[R]) aloneAdmit(ctx context.Context, sl *retrySlot, m *modelStat
 // leasing, counting the model's debt, registering the replica, and applying
 // the facts that changed. ok is false when the store did not answer.
 func (c *Client) sync(ctx context.Context, m *modelState, r fleet.LeaseRequest) (fleet.Lease, bool) {
-	return c.roundTrip(ctx, m, r, 0)
+	return c.roundTrip(ctx, m, nil, r, 0)
 }
 
-// roundTrip is sync, bounded by warmUp when positive (see fleet.call). A
-// round trip that answers also publishes the facts learned while the store
-// was unreachable.
-func (c *Client) roundTrip(ctx context.Context, m *modelState, r fleet.LeaseRequest, warmUp time.Duration) (fleet.Lease, bool) {
+// roundTrip is sync, with r.Next (set by the caller, its model next) filled
+// and reported as r is, and bounded by warmUp when positive (see
+// fleet.call). A round trip that answers also publishes the facts learned
+// while the store was unreachable.
+func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.LeaseRequest, warmUp time.Duration) (fleet.Lease, bool) {
 	f := c.fleet
 	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
 	r.Version = f.version.Load()
@@ -837,6 +875,10 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r fleet.LeaseRequ
 		r.DayEnd = pacific.NextMidnight(now)
 	}
 	m.lease.report(now, &r)
+	if next != nil {
+		r.Next.Model = next.name
+		next.lease.report(now, r.Next)
+	}
 	var spent Micros
 	spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
 	r.Spent = int64(spent)
@@ -846,6 +888,13 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r fleet.LeaseRequ
 		return err
 	})
 	m.lease.reported(ok, r, l)
+	if next != nil {
+		var ln fleet.Lease
+		if ok && l.Next != nil {
+			ln = *l.Next
+		}
+		next.lease.reported(ok && l.Next != nil, *r.Next, ln)
+	}
 	c.spending.reported(ok, r, l)
 	if !ok {
 		return fleet.Lease{}, false
@@ -864,6 +913,9 @@ func (c *Client) roundTrip(ctx context.Context, m *modelState, r fleet.LeaseRequ
 		f.version.Store(l.Version)
 	}
 	c.fleetDead(ctx, m, l)
+	if next != nil && l.Next != nil {
+		c.fleetDead(ctx, next, *l.Next)
+	}
 	return l, true
 }
 

@@ -359,6 +359,58 @@ func TestFleetLeasesCutRoundTrips(t *testing.T) {
 	})
 }
 
+// fleetRoundTrips adds up the round trips the fleet's Clients made to their
+// shared state.
+func fleetRoundTrips(fleet []*geminiguard.Client) int64 {
+	var n int64
+	for _, c := range fleet {
+		n += c.Stats().Fleet.RoundTrips
+	}
+	return n
+}
+
+// TestFleetRefusedLeaseFallsThroughInOneRoundTrip: 40 replicas, each
+// calling every 40 s (so that no lease outlives a call), send 1.5 times
+// the primary's quota. A call whose primary lease the saturated quota
+// refuses gets the secondary's lease in the same round trip: one round
+// trip per call, not two for the calls the secondary answers, and still
+// no server 429 and every call answered.
+func TestFleetRefusedLeaseFallsThroughInOneRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: 500 * time.Millisecond, Quota: geminitest.Quota{RPM: 20}},
+			geminitest.Model{Name: flash, Latency: 200 * time.Millisecond, Quota: geminitest.Quota{RPM: 1000}},
+		)
+		fleet := newFleet(t, srv, 40, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash),
+			geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 20}), geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1000}))
+		warmUps := fleetRoundTrips(fleet) // New's, one per replica
+		const minutes, perMinute = 3, 60  // 3.75 × the primary's 16 at headroom
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for i := range minutes * perMinute {
+			c := fleet[i%len(fleet)]
+			wg.Go(func() {
+				if _, _, err := ask(t.Context(), c, ""); err != nil {
+					failed.Add(1)
+				}
+			})
+			time.Sleep(time.Minute / perMinute)
+		}
+		wg.Wait()
+		calls := minutes * perMinute
+		trips := fleetRoundTrips(fleet) - warmUps
+		proAnswers, flashAnswers := srv.Hits(pro, geminitest.VerbGenerate), srv.Hits(flash, geminitest.VerbGenerate)
+		t.Logf("%d calls: %d round trips (%.3f a call) beside %d warm-ups; the primary answered %d, the secondary %d",
+			calls, trips, float64(trips)/float64(calls), warmUps, proAnswers, flashAnswers)
+		assert.Zero(t, rateLimited(fleet, pro)+rateLimited(fleet, flash), "server 429s")
+		assert.Zero(t, failed.Load(), "failed calls")
+		assert.LessOrEqual(t, proAnswers, 16*minutes, "the primary within its quota at headroom")
+		assert.GreaterOrEqual(t, float64(proAnswers), 0.9*16*minutes, "the primary serves what its quota allows")
+		assert.Equal(t, calls, proAnswers+flashAnswers, "every call answered, by one request")
+		assert.LessOrEqual(t, float64(trips)/float64(calls), 1.05, "round trips per call: a refused primary lease falls through to the secondary's")
+	})
+}
+
 // TestOTelFleetFigures: a dashboard sees a replica carrying on alone: the
 // uncoordinated requests, the failed round trips, and connected at 0.
 func TestOTelFleetFigures(t *testing.T) {

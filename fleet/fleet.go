@@ -32,8 +32,9 @@ import (
 type SharedState interface {
 	// Lease takes, for all of r's dimensions at once, up to r.Requests
 	// requests of the model's fleet-wide limits and r.Tokens input tokens
-	// for each, registers r.Replica as live, and returns the project's
-	// facts when they changed since r.Version. See LeaseRequest and Lease.
+	// for each (when it grants none, those of r.Next's model, in the same
+	// step), registers r.Replica as live, and returns the project's facts
+	// when they changed since r.Version. See LeaseRequest and Lease.
 	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
 	// Publish records f as the project's, merged with what is there by
 	// FactKind's rules, and moves the project's version on when it changed
@@ -198,6 +199,21 @@ type LeaseRequest struct {
 	// the store takes them off the RPM and TPM windows and that day's RPD
 	// count (none below zero), so that other replicas may send them.
 	Unused, UnusedTokens int
+
+	// Next, when not nil, is the request for the model the call goes to
+	// should Model grant nothing (the next of its cascade), so that a call
+	// the first model refuses falls through in the same round trip. Its
+	// model's fields are read as this request's are — Model, Requests,
+	// Tokens, Debt, RPM, TPM, RPD, DayEnd, Probe, Endpoint, Failures,
+	// Answered, Alone, Unused and UnusedTokens — and the rest is the
+	// first request's, counted once (the replica, the version, the
+	// spend, the reservation); Next.Next is ignored. In the same atomic
+	// step, the store counts Next's report (Debt, Alone, Unused,
+	// Failures, Answered) in every case, and evaluates Next.Requests only
+	// when this request asked for requests and was granted none (refused
+	// by a limit or the probe slot): a first model that grants takes
+	// nothing of the next one's limits.
+	Next *LeaseRequest
 }
 
 // Lease is Lease's answer.
@@ -227,6 +243,12 @@ type Lease struct {
 	// whose budget is spent: "day" or "month" (the month when both are);
 	// "" when it was reserved or none was asked.
 	BudgetRefused string
+	// Next is, when LeaseRequest.Next was given, the answer for its
+	// model: Requests (0 unless the first model granted none),
+	// RetryAfter and Dimension when Next.Requests were refused, Failures
+	// and Answered; its other fields are zero. Nil when no Next was
+	// asked.
+	Next *Lease
 }
 
 // FactKind says what a Fact records and how Publish merges it with what the

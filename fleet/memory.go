@@ -126,16 +126,6 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 			}
 		}
 	}
-	m := p.models[r.Model]
-	if m == nil {
-		m = &memModel{days: make(map[int64]int), probes: make(map[string]memProbe)}
-		p.models[r.Model] = m
-	}
-	if r.Answered.After(m.answered) {
-		m.answered, m.failures = r.Answered, 0
-	}
-	m.failures += max(r.Failures, 0)
-	out.Failures, out.Answered = m.failures, m.answered
 	out.DaySpent = p.spend(&p.daySpend, r.SpendDay, r.Spent, now)
 	out.MonthSpent = p.spend(&p.monthSpend, r.SpendMonth, r.Spent, now)
 	if r.Reserve > 0 {
@@ -149,18 +139,52 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 			out.MonthSpent = p.spend(&p.monthSpend, r.SpendMonth, r.Reserve, now)
 		}
 	}
+	first := p.model(r.Model)
+	out.Requests, out.RetryAfter, out.Dimension, out.Failures, out.Answered = first.lease(r, now)
+	if r.Next != nil {
+		next := *r.Next
+		next.Replica = r.Replica // the probe slot's holder
+		if r.Requests <= 0 || out.Requests > 0 {
+			next.Requests = 0 // only a refusal falls through
+		}
+		var n Lease
+		n.Requests, n.RetryAfter, n.Dimension, n.Failures, n.Answered = p.model(next.Model).lease(next, now)
+		out.Next = &n
+	}
+	return out, nil
+}
+
+// model returns the counts of the model named name, made when new.
+func (p *memProject) model(name string) *memModel {
+	m := p.models[name]
+	if m == nil {
+		m = &memModel{days: make(map[int64]int), probes: make(map[string]memProbe)}
+		p.models[name] = m
+	}
+	return m
+}
+
+// lease is Lease's step of one model at now: it counts r's report (the
+// model's outcomes, debt, requests sent alone and unused) and grants up to
+// r.Requests, returning the grant, or the refusal's wait and dimension,
+// and the model's fleet-wide failures and latest answer.
+func (m *memModel) lease(r LeaseRequest, now time.Time) (granted int, retry time.Duration, dim string, failures int, answered time.Time) {
+	if r.Answered.After(m.answered) {
+		m.answered, m.failures = r.Answered, 0
+	}
+	m.failures += max(r.Failures, 0)
+	failures, answered = m.failures, m.answered
 	sec := now.Unix()
 	if r.Debt > 0 {
 		m.at(sec).tokens += r.Debt
 	}
 	m.settle(r, sec, now)
 	if r.Requests <= 0 {
-		return out, nil
+		return 0, 0, "", failures, answered
 	}
 	if r.Probe > 0 {
 		if held := m.probes[r.Endpoint]; held.replica != r.Replica && now.Before(held.until) {
-			out.RetryAfter, out.Dimension = held.until.Sub(now), "probe"
-			return out, nil
+			return 0, held.until.Sub(now), "probe", failures, answered
 		}
 	}
 	for end := range m.days {
@@ -184,8 +208,8 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		n = min(n, r.RPD-day)
 	}
 	if n <= 0 {
-		out.RetryAfter, out.Dimension = m.refusal(now, r, day, reqs, tokens)
-		return out, nil
+		retry, dim = m.refusal(now, r, day, reqs, tokens)
+		return 0, retry, dim, failures, answered
 	}
 	b := m.at(sec)
 	b.requests += n
@@ -196,8 +220,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	if r.Probe > 0 {
 		m.probes[r.Endpoint] = memProbe{replica: r.Replica, until: now.Add(r.Probe)}
 	}
-	out.Requests = n
-	return out, nil
+	return n, 0, "", failures, answered
 }
 
 // settle counts r's requests sent alone in the window and r's day at once,

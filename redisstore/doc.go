@@ -14,7 +14,9 @@
 // Lease and Publish are each one round trip: one EVALSHA of a Lua script
 // (EVAL the first time a server sees it, after a restart or a SCRIPT
 // FLUSH), atomic on the server and timed by the server's clock (TIME), so
-// replicas' clocks never skew the windows or expiries. StoreAnswer and
+// replicas' clocks never skew the windows or expiries. A Lease that
+// carries the next model's request (fleet.LeaseRequest.Next) evaluates it
+// in the same script when the first model grants nothing. StoreAnswer and
 // LoadAnswer (idempotency keys fleet-wide: fleet.AnswerStore) are
 // one SET PX and one GET; PutJob, Jobs and DropJob (the open batches:
 // fleet.JobStore) one script each.
@@ -28,7 +30,8 @@
 //	prefix:{P}:version           string: the project's fact version
 //	prefix:{P}:facts             hash: one field per fact slot, value the fact as JSON
 //	                             (times in unix milliseconds); FactKind's merge rules run in the script
-//	prefix:{P}:replicas          sorted set: replica id → live until (unix ms)
+//	prefix:{P}:replicas          sorted set: replica id → live until (unix ms); those no
+//	                             longer live leave when a replica joins
 //	prefix:{P}:m:M:win           hash: r:<second> → requests, t:<second> → tokens,
 //	                             the last 60 seconds (RPM and TPM)
 //	prefix:{P}:m:M:rpd:<dayEnd>  counter: requests in the Pacific day ending at dayEnd (unix s)

@@ -24,73 +24,68 @@ local function replaces(f, old)
   return false
 end
 
--- expire_at_least makes key live at least until ms (unix ms).
+-- expire_at_least makes key live at least until ms (unix ms): one call
+-- when key lives less long, or as long (GT), two when it has no expiry.
 local function expire_at_least(key, ms)
-  local cur = redis.call('PEXPIRETIME', key)
-  if cur < ms then redis.call('PEXPIREAT', key, ms) end
+  if redis.call('PEXPIREAT', key, ms, 'GT') == 0 and redis.call('PEXPIRETIME', key) == -1 then
+    redis.call('PEXPIREAT', key, ms)
+  end
 end
 `
 
-// leaseScript is Store.Lease: one atomic step on Redis's clock.
+// leaseLua is Store.Lease: one atomic step on Redis's clock.
 //
-// KEYS: 1 version, 2 facts, 3 replicas, 4 the model's window, 5 the
-// model's RPD counter of DayEnd, 6 the model's probe slot of Endpoint,
-// 7 the model's health (consecutive failures, latest answer), 8 and 9 the
-// project's spend in SpendDay and SpendMonth.
-// ARGV: 1 replica, 2 replica TTL ms, 3 requests, 4 tokens per request,
-// 5 debt, 6 RPM, 7 TPM, 8 RPD, 9 DayEnd unix ms (0: none), 10 probe ms,
-// 11 the version the replica saw, 12 failures, 13 answered unix ms (0: none),
-// 14 spent (Micros), 15 SpendDay and 16 SpendMonth unix ms (0: none),
-// 17 requests sent alone, 18 unused requests and 19 their tokens,
-// 20 the spend to reserve (Micros), 21 and 22 the day's and the month's
-// budgets (0: none).
+// KEYS: 1 version, 2 facts, 3 replicas, 4 and 5 the project's spend in
+// SpendDay and SpendMonth; then, for the model and (when 13 keys are
+// given) LeaseRequest.Next's model, 4 keys each: the model's window, its
+// RPD counter of DayEnd, its probe slot of Endpoint, and its health
+// (consecutive failures, latest answer).
 //
-// Returns {granted, retry after µs, dimension, replicas, version,
-// has facts (0/1), failures, answered unix ms, day spent, month spent,
-// the budget that refused the reservation (empty: none), fact JSON...}.
-var leaseScript = redis.NewScript(luaFacts + `
+// ARGV[1] is the request packed (leaseArgs): big-endian signed 64-bit
+// integers, then the replica's id (the rest, possibly empty). The integers:
+// the replica's TTL ms, the version the replica saw, spent (Micros),
+// SpendDay and SpendMonth unix ms (0: none), the spend to reserve
+// (Micros), the day's and the month's budgets (0: none); then, for each
+// model, modelArgs of them: requests, tokens per request, debt, RPM, TPM,
+// RPD, DayEnd unix ms (0: none), probe ms, failures, answered unix ms (0:
+// none), requests sent alone, unused requests and their tokens.
+//
+// Returns one string (parseLease): granted, retry after µs, dimension,
+// replicas, version, has facts (0/1), failures, answered unix ms, day
+// spent, month spent, the budget that refused the reservation; with Next,
+// its granted, retry after µs, dimension, failures and answered; each
+// followed by a space ("-" for an empty string), then each fact's JSON
+// after a newline.
+const leaseLua = luaFacts + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now = sec * 1000000 + tonumber(t[2]) -- µs
 local now_ms = math.floor(now / 1000)
 
-local replica = ARGV[1]
-local requests = tonumber(ARGV[3])
-local tokens = tonumber(ARGV[4])
-local debt = tonumber(ARGV[5])
-local rpm, tpm, rpd = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local day_end = tonumber(ARGV[9])
-local probe_ms = tonumber(ARGV[10])
+local models = (#KEYS - 5) / 4
+local fields = 8 + 13 * models
+local a = {struct.unpack('>' .. string.rep('i8', fields), ARGV[1])}
+local replica = string.sub(ARGV[1], 8 * fields + 1)
 
 -- Replicas: a sorted set of replica → live until (unix ms).
+-- Those no longer live leave when a replica joins, which bounds the set by
+-- the fleet's size.
 if replica ~= '' then
-  local live_until = now_ms + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[3], live_until, replica)
+  local live_until = now_ms + a[1]
+  if redis.call('ZADD', KEYS[3], live_until, replica) == 1 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+  end
   expire_at_least(KEYS[3], live_until)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-local replicas = redis.call('ZCARD', KEYS[3])
+local replicas = redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%d', now_ms), '+inf')
 
--- Facts, when the replica's version is not the project's.
 local version = redis.call('GET', KEYS[1]) or '0'
-
--- The model's health: consecutive failures across the fleet, reset by an
--- answer later than the latest reported.
-local failed, answered_at = tonumber(ARGV[12]), tonumber(ARGV[13])
-local h = redis.call('HMGET', KEYS[7], 'f', 'a')
-local fails, answered = tonumber(h[1] or '0'), tonumber(h[2] or '0')
-if answered_at > answered then answered, fails = answered_at, 0 end
-fails = fails + failed
-if failed > 0 or answered_at > 0 then
-  redis.call('HSET', KEYS[7], 'f', fails, 'a', answered)
-  redis.call('PEXPIRE', KEYS[7], 3600000)
-end
 
 -- The project's spend in the day and the month the replica names: the
 -- report (negative: reservations given back; never below zero), then the
 -- reservation when both windows are below their budgets.
-local spent = tonumber(ARGV[14])
-local day_ms, month_ms = tonumber(ARGV[15]), tonumber(ARGV[16])
+local spent = a[3]
+local day_ms, month_ms = a[4], a[5]
 local function spend(key, end_ms, amount)
   if end_ms == 0 then return 0 end
   local v = tonumber(redis.call('GET', key) or '0')
@@ -100,159 +95,225 @@ local function spend(key, end_ms, amount)
   end
   return v
 end
-local day_spent = spend(KEYS[8], day_ms, spent)
-local month_spent = spend(KEYS[9], month_ms, spent)
-local reserve, day_budget, month_budget = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22])
-local refused = ''
+local day_spent = spend(KEYS[4], day_ms, spent)
+local month_spent = spend(KEYS[5], month_ms, spent)
+local reserve, day_budget, month_budget = a[6], a[7], a[8]
+local refused = '-'
 if reserve > 0 then
   if month_budget > 0 and month_spent >= month_budget then
     refused = 'month'
   elseif day_budget > 0 and day_spent >= day_budget then
     refused = 'day'
   else
-    day_spent = spend(KEYS[8], day_ms, reserve)
-    month_spent = spend(KEYS[9], month_ms, reserve)
+    day_spent = spend(KEYS[4], day_ms, reserve)
+    month_spent = spend(KEYS[5], month_ms, reserve)
   end
 end
 
-local out = {0, 0, '', replicas, version, 0, fails, answered, day_spent, month_spent, refused}
-if version ~= ARGV[11] then
-  out[6] = 1
+-- lease is one model's step: the model's keys from KEYS[k + 1], its
+-- arguments from a[o + 1]. It counts the report (outcomes, debt, requests
+-- sent alone, unused ones) and, when ask, grants up to the requests asked.
+-- Returns granted, retry after µs, dimension ('-': none), the fleet's
+-- consecutive failures and the latest answer (unix ms).
+local function lease(k, o, ask)
+  local win, rpd_key, probe_key, health = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  local requests = ask and a[o + 1] or 0
+  local tokens, debt = a[o + 2], a[o + 3]
+  local rpm, tpm, rpd = a[o + 4], a[o + 5], a[o + 6]
+  local day_end, probe_ms = a[o + 7], a[o + 8]
+
+  -- Health: consecutive failures across the fleet, reset by an answer
+  -- later than the latest reported.
+  local failed, answered_at = a[o + 9], a[o + 10]
+  local h = redis.call('HMGET', health, 'f', 'a')
+  local fails, answered = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+  if answered_at > answered then answered, fails = answered_at, 0 end
+  fails = fails + failed
+  if failed > 0 or answered_at > 0 then
+    redis.call('HSET', health, 'f', fails, 'a', answered)
+    redis.call('PEXPIRE', health, 3600000)
+  end
+
+  local alone, unused, unused_toks = a[o + 11], a[o + 12], a[o + 13]
+  if requests <= 0 and debt <= 0 and alone <= 0 and unused <= 0 and unused_toks <= 0 then
+    return 0, 0, '-', fails, answered -- nothing to count or grant: the window is not read
+  end
+
+  -- The window: a hash of r:<second> → requests and t:<second> → tokens,
+  -- pruned of seconds that left the last 60.
+  local w = redis.call('HGETALL', win)
+  local reqs, toks = 0, 0
+  local rsec, tsec = {}, {}
+  local stale = {}
+  for i = 1, #w, 2 do
+    local s = tonumber(string.sub(w[i], 3))
+    local v = tonumber(w[i + 1])
+    if s <= sec - 60 then
+      stale[#stale + 1] = w[i]
+    elseif string.sub(w[i], 1, 1) == 'r' then
+      reqs = reqs + v
+      rsec[s] = v
+    else
+      toks = toks + v
+      tsec[s] = v
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', win, unpack(stale)) end
+  -- This second's requests and tokens are added up here and written once
+  -- (flush); the window expires a minute after its latest second.
+  local fresh = rsec[sec] == nil and tsec[sec] == nil
+  local wr, wt = false, false -- this second's requests, tokens changed
+  local function add(r, tk)
+    if r > 0 then reqs, rsec[sec], wr = reqs + r, (rsec[sec] or 0) + r, true end
+    if tk > 0 then toks, tsec[sec], wt = toks + tk, (tsec[sec] or 0) + tk, true end
+  end
+  local function flush()
+    if wr and wt then
+      redis.call('HSET', win, 'r:' .. t[1], rsec[sec], 't:' .. t[1], tsec[sec])
+    elseif wr then
+      redis.call('HSET', win, 'r:' .. t[1], rsec[sec])
+    elseif wt then
+      redis.call('HSET', win, 't:' .. t[1], tsec[sec])
+    else
+      return
+    end
+    if fresh then redis.call('PEXPIREAT', win, (sec + 61) * 1000) end
+  end
+  -- counted adds n to the model's RPD count of the day, which lives an
+  -- hour past the day's end.
+  local function counted(n)
+    if redis.call('INCRBY', rpd_key, n) == n then redis.call('PEXPIREAT', rpd_key, day_end + 3600000) end
+  end
+
+  if debt > 0 then add(0, debt) end
+
+  -- Requests sent alone count at once; unused leased ones are taken off
+  -- the latest seconds of the window, and off the day.
+  if alone > 0 then
+    add(alone, 0)
+    if day_end ~= 0 then counted(alone) end
+  end
+  -- give_back takes need off the latest seconds of counts, this second's
+  -- left to flush: it returns how much, and whether this second's changed.
+  local function give_back(counts, kind, need)
+    local total, now_changed = 0, false
+    for s = sec, sec - 59, -1 do
+      if need <= 0 then break end
+      local v = counts[s]
+      if v and v > 0 then
+        local take = math.min(v, need)
+        counts[s] = v - take
+        need = need - take
+        total = total + take
+        if s == sec then
+          now_changed = true
+        else
+          redis.call('HINCRBY', win, kind .. s, -take)
+        end
+      end
+    end
+    return total, now_changed
+  end
+  if unused > 0 then
+    local back, changed = give_back(rsec, 'r:', unused)
+    reqs, wr = reqs - back, wr or changed
+    if day_end ~= 0 then
+      local d = tonumber(redis.call('GET', rpd_key) or '0')
+      if d > 0 then redis.call('DECRBY', rpd_key, math.min(d, unused)) end
+    end
+  end
+  if unused_toks > 0 then
+    local back, changed = give_back(tsec, 't:', unused_toks)
+    toks, wt = toks - back, wt or changed
+  end
+  -- grant grants up to the requests asked, as the limits allow: the grant,
+  -- or the refusal's wait (µs) and dimension.
+  local function grant()
+    if requests <= 0 then return 0, 0, '-' end
+
+    if probe_ms > 0 then
+      local holder = redis.call('GET', probe_key)
+      if holder and holder ~= replica then
+        return 0, math.max(redis.call('PTTL', probe_key), 1) * 1000, 'probe'
+      end
+    end
+
+    local day = 0
+    if day_end ~= 0 then day = tonumber(redis.call('GET', rpd_key) or '0') end
+
+    local n = requests
+    if rpm > 0 then n = math.min(n, rpm - reqs) end
+    if tpm > 0 and tokens > 0 then n = math.min(n, math.floor((tpm - toks) / tokens)) end
+    if rpd > 0 then n = math.min(n, rpd - day) end
+
+    if n <= 0 then
+      -- freed returns how long (µs) until the seconds leaving the window
+      -- free at least need units of counts; 0 when they never do.
+      local function freed(counts, need)
+        if need <= 0 then return 0 end
+        for s = sec - 59, sec do
+          if counts[s] then
+            need = need - counts[s]
+            if need <= 0 then return (s + 60) * 1000000 - now end
+          end
+        end
+        return 0
+      end
+      local wait, dim = 0, ''
+      if rpd > 0 and day >= rpd then wait, dim = day_end * 1000 - now, 'rpd' end
+      if rpm > 0 then
+        local d = freed(rsec, reqs + 1 - rpm)
+        if d > wait then wait, dim = d, 'rpm' end
+      end
+      if tpm > 0 then
+        local d = freed(tsec, toks + tokens - tpm)
+        if d > wait then wait, dim = d, 'tpm' end
+      end
+      if dim == '' then wait, dim = 60000000, 'tpm' end -- one request larger than TPM
+      return 0, wait, dim
+    end
+
+    add(n, n * tokens)
+    if day_end ~= 0 then counted(n) end
+    if probe_ms > 0 then redis.call('SET', probe_key, replica, 'PX', probe_ms) end
+    return n, 0, '-'
+  end
+  local n, wait, dim = grant()
+  flush()
+  return n, wait, dim, fails, answered
+end
+
+local asked = a[9] > 0
+local n, wait, dim, fails, answered = lease(5, 8, true)
+-- Facts, when the replica's version is not the project's.
+local facts, has_facts = '', 0
+if tonumber(version) ~= a[2] then
+  has_facts = 1
   local all = redis.call('HGETALL', KEYS[2])
-  local dead = {}
+  local live, dead = {}, {}
   for i = 1, #all, 2 do
     if now < fact_end(cjson.decode(all[i + 1])) * 1000 then
-      out[#out + 1] = all[i + 1]
+      live[#live + 1] = all[i + 1]
     else
       dead[#dead + 1] = all[i]
     end
   end
   if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
+  if #live > 0 then facts = '\n' .. table.concat(live, '\n') end
 end
+local out = string.format('%d %d %s %d %s %d %d %d %d %d %s ',
+  n, wait, dim, replicas, version, has_facts, fails, answered, day_spent, month_spent, refused)
+if models == 2 then
+  -- The next model: its report counted, its requests asked only when the
+  -- first model granted none.
+  local nn, nwait, ndim, nfails, nanswered = lease(9, 21, asked and n == 0)
+  out = out .. string.format('%d %d %s %d %d ', nn, nwait, ndim, nfails, nanswered)
+end
+return out .. facts
+`
 
--- The window: a hash of r:<second> → requests and t:<second> → tokens,
--- pruned of seconds that left the last 60.
-local win = redis.call('HGETALL', KEYS[4])
-local reqs, toks = 0, 0
-local rsec, tsec = {}, {}
-local stale = {}
-for i = 1, #win, 2 do
-  local s = tonumber(string.sub(win[i], 3))
-  local v = tonumber(win[i + 1])
-  if s <= sec - 60 then
-    stale[#stale + 1] = win[i]
-  elseif string.sub(win[i], 1, 1) == 'r' then
-    reqs = reqs + v
-    rsec[s] = v
-  else
-    toks = toks + v
-    tsec[s] = v
-  end
-end
-if #stale > 0 then redis.call('HDEL', KEYS[4], unpack(stale)) end
-local window_until = (sec + 61) * 1000
-
-if debt > 0 then
-  redis.call('HINCRBY', KEYS[4], 't:' .. t[1], debt)
-  redis.call('PEXPIREAT', KEYS[4], window_until)
-  toks = toks + debt
-  tsec[sec] = (tsec[sec] or 0) + debt
-end
-
--- Requests sent alone count at once; unused leased ones are taken off the
--- latest seconds of the window, and off the day.
-local alone, unused, unused_toks = tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
-if alone > 0 then
-  redis.call('HINCRBY', KEYS[4], 'r:' .. t[1], alone)
-  redis.call('PEXPIREAT', KEYS[4], window_until)
-  reqs = reqs + alone
-  rsec[sec] = (rsec[sec] or 0) + alone
-  if day_end ~= 0 then
-    redis.call('INCRBY', KEYS[5], alone)
-    redis.call('PEXPIREAT', KEYS[5], day_end + 3600000)
-  end
-end
-local function give_back(counts, kind, need)
-  local total = 0
-  for s = sec, sec - 59, -1 do
-    if need <= 0 then break end
-    local v = counts[s]
-    if v and v > 0 then
-      local take = math.min(v, need)
-      counts[s] = v - take
-      need = need - take
-      total = total + take
-      redis.call('HINCRBY', KEYS[4], kind .. s, -take)
-    end
-  end
-  return total
-end
-if unused > 0 then
-  reqs = reqs - give_back(rsec, 'r:', unused)
-  if day_end ~= 0 then
-    local d = tonumber(redis.call('GET', KEYS[5]) or '0')
-    if d > 0 then redis.call('DECRBY', KEYS[5], math.min(d, unused)) end
-  end
-end
-if unused_toks > 0 then toks = toks - give_back(tsec, 't:', unused_toks) end
-if requests <= 0 then return out end
-
-if probe_ms > 0 then
-  local holder = redis.call('GET', KEYS[6])
-  if holder and holder ~= replica then
-    out[2] = math.max(redis.call('PTTL', KEYS[6]), 1) * 1000
-    out[3] = 'probe'
-    return out
-  end
-end
-
-local day = 0
-if day_end ~= 0 then day = tonumber(redis.call('GET', KEYS[5]) or '0') end
-
-local n = requests
-if rpm > 0 then n = math.min(n, rpm - reqs) end
-if tpm > 0 and tokens > 0 then n = math.min(n, math.floor((tpm - toks) / tokens)) end
-if rpd > 0 then n = math.min(n, rpd - day) end
-
-if n <= 0 then
-  -- freed returns how long (µs) until the seconds leaving the window free
-  -- at least need units of counts; 0 when they never do.
-  local function freed(counts, need)
-    if need <= 0 then return 0 end
-    for s = sec - 59, sec do
-      if counts[s] then
-        need = need - counts[s]
-        if need <= 0 then return (s + 60) * 1000000 - now end
-      end
-    end
-    return 0
-  end
-  local wait, dim = 0, ''
-  if rpd > 0 and day >= rpd then wait, dim = day_end * 1000 - now, 'rpd' end
-  if rpm > 0 then
-    local d = freed(rsec, reqs + 1 - rpm)
-    if d > wait then wait, dim = d, 'rpm' end
-  end
-  if tpm > 0 then
-    local d = freed(tsec, toks + tokens - tpm)
-    if d > wait then wait, dim = d, 'tpm' end
-  end
-  if dim == '' then wait, dim = 60000000, 'tpm' end -- one request larger than TPM
-  out[2], out[3] = wait, dim
-  return out
-end
-
-redis.call('HINCRBY', KEYS[4], 'r:' .. t[1], n)
-if tokens > 0 then redis.call('HINCRBY', KEYS[4], 't:' .. t[1], n * tokens) end
-redis.call('PEXPIREAT', KEYS[4], window_until)
-if day_end ~= 0 then
-  redis.call('INCRBY', KEYS[5], n)
-  redis.call('PEXPIREAT', KEYS[5], day_end + 3600000)
-end
-if probe_ms > 0 then redis.call('SET', KEYS[6], replica, 'PX', probe_ms) end
-out[1] = n
-return out
-`)
+// leaseHash is leaseLua's SHA-1, which Lease's EVALSHA names.
+var leaseHash = redis.NewScript(leaseLua).Hash()
 
 // publishScript is Store.Publish: one atomic step on Redis's clock.
 //

@@ -3,12 +3,15 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,9 +170,9 @@ func (s *Store) base(project string) string {
 	return s.prefix + ":{" + project + "}:"
 }
 
-// Lease implements fleet.SharedState.Lease in one round trip. It
-// returns ctx's error when ctx ended, an error for an empty r.Project, and
-// Redis's or the connection's error wrapped otherwise.
+// Lease implements fleet.SharedState.Lease in one round trip, r.Next
+// included. It returns ctx's error when ctx ended, an error for an empty
+// r.Project, and Redis's or the connection's error wrapped otherwise.
 func (s *Store) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
 	if err := cmp.Or(s.err, ctx.Err()); err != nil {
 		return fleet.Lease{}, err
@@ -177,47 +180,134 @@ func (s *Store) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, e
 	if r.Project == "" {
 		return fleet.Lease{}, errNoProject
 	}
-	base := s.base(r.Project)
-	model := base + "m:" + r.Model + ":"
-	dayEnd := unixMilli(r.DayEnd)
-	keys := []string{
-		base + "version",
-		base + "facts",
-		base + "replicas",
-		model + "win",
-		model + "rpd:" + strconv.FormatInt(dayEnd/1000, 10),
-		model + "probe:" + r.Endpoint,
-		model + "health",
-		base + "spend:d:" + strconv.FormatInt(unixMilli(r.SpendDay)/1000, 10),
-		base + "spend:m:" + strconv.FormatInt(unixMilli(r.SpendMonth)/1000, 10),
-	}
-	res, err := await(ctx, s.watchesCtx, func() ([]any, error) {
-		return leaseScript.Run(ctx, s.rdb, keys,
-			r.Replica,
-			max(r.ReplicaTTL.Milliseconds(), 0),
-			max(r.Requests, 0),
-			max(r.Tokens, 0),
-			max(r.Debt, 0),
-			max(r.RPM, 0), max(r.TPM, 0), max(r.RPD, 0),
-			dayEnd,
-			ceilMillis(r.Probe),
-			strconv.FormatUint(r.Version, 10),
-			max(r.Failures, 0),
-			unixMilli(r.Answered),
-			r.Spent,
-			unixMilli(r.SpendDay),
-			unixMilli(r.SpendMonth),
-			max(r.Alone, 0),
-			max(r.Unused, 0),
-			max(r.UnusedTokens, 0),
-			max(r.Reserve, 0),
-			max(r.DayBudget, 0), max(r.MonthBudget, 0),
-		).Slice()
+	la := leaseArgsPool.Get().(*leaseArgs)
+	la.build(s.prefix, r.Project, &r)
+	res, err := await(ctx, s.watchesCtx, func() (fleet.Lease, error) {
+		defer leaseArgsPool.Put(la) // here: await may return before fn does
+		reply, err := s.rdb.Do(ctx, la.cmd()...).Text()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			la.args[0], la.args[1] = "eval", &leaseSource
+			reply, err = s.rdb.Do(ctx, la.cmd()...).Text()
+		}
+		if err != nil {
+			return fleet.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
+		}
+		return parseLease(reply, r.Next != nil)
 	})
-	if err != nil {
-		return fleet.Lease{}, fmt.Errorf("redisstore: lease: %w", err)
+	return res, err
+}
+
+// leaseSource is leaseLua, for EVAL the first time a server sees it.
+var leaseSource = leaseLua
+
+// Lease's command: "evalsha", the hash, the number of keys, the keys, and
+// one packed argument (see leaseLua).
+const (
+	leaseProjectKeys = 5 // version, facts, replicas, the day's and the month's spend
+	leaseModelKeys   = 4 // a model's window, RPD counter, probe slot, health
+	leaseMaxKeys     = leaseProjectKeys + 2*leaseModelKeys
+	leaseHead        = 3 // "evalsha", the hash, the number of keys
+)
+
+// leaseKeyCounts are the numbers of keys of a Lease without and with
+// LeaseRequest.Next, as the command sends them.
+var leaseKeyCounts = [...]string{strconv.Itoa(leaseProjectKeys + leaseModelKeys), strconv.Itoa(leaseMaxKeys)}
+
+// leaseArgs is one Lease's command, built in buffers reused across Leases
+// (leaseArgsPool): the keys and the packed argument are substrings of one
+// string, and the command's arguments point to them, so that a Lease boxes
+// nothing and allocates its text once.
+type leaseArgs struct {
+	buf    []byte
+	keys   [leaseMaxKeys]string
+	packed string
+	args   [leaseHead + leaseMaxKeys + 1]any
+	n      int // keys in use
+}
+
+var leaseArgsPool = sync.Pool{New: func() any { return new(leaseArgs) }}
+
+// cmd returns the command's arguments.
+func (la *leaseArgs) cmd() []any {
+	return la.args[:leaseHead+la.n+1]
+}
+
+// build writes r's command, the keys under prefix and project (as
+// Store.base names them).
+func (la *leaseArgs) build(prefix, project string, r *fleet.LeaseRequest) {
+	b := la.buf[:0]
+	var ends [leaseMaxKeys]int
+	base := func() { b = append(append(append(append(b, prefix...), ":{"...), project...), "}:"...) }
+	key := func(i int, parts ...string) {
+		base()
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		ends[i] = len(b)
 	}
-	return parseLease(res)
+	key(0, "version")
+	key(1, "facts")
+	key(2, "replicas")
+	base()
+	b = strconv.AppendInt(append(b, "spend:d:"...), unixMilli(r.SpendDay)/1000, 10)
+	ends[3] = len(b)
+	base()
+	b = strconv.AppendInt(append(b, "spend:m:"...), unixMilli(r.SpendMonth)/1000, 10)
+	ends[4] = len(b)
+	models := [2]*fleet.LeaseRequest{r, r.Next}
+	la.n = leaseProjectKeys
+	for _, m := range models {
+		if m == nil {
+			continue
+		}
+		i := la.n
+		key(i, "m:", m.Model, ":win")
+		base()
+		b = append(append(append(b, "m:"...), m.Model...), ":rpd:"...)
+		b = strconv.AppendInt(b, unixMilli(m.DayEnd)/1000, 10)
+		ends[i+1] = len(b)
+		key(i+2, "m:", m.Model, ":probe:", m.Endpoint)
+		key(i+3, "m:", m.Model, ":health")
+		la.n += leaseModelKeys
+	}
+	keysEnd := len(b)
+	num := func(v int64) { b = binary.BigEndian.AppendUint64(b, uint64(v)) }
+	num(max(r.ReplicaTTL.Milliseconds(), 0))
+	num(int64(r.Version))
+	num(r.Spent)
+	num(unixMilli(r.SpendDay))
+	num(unixMilli(r.SpendMonth))
+	num(max(r.Reserve, 0))
+	num(max(r.DayBudget, 0))
+	num(max(r.MonthBudget, 0))
+	for _, m := range models {
+		if m == nil {
+			continue
+		}
+		for _, v := range [...]int{m.Requests, m.Tokens, m.Debt, m.RPM, m.TPM, m.RPD} {
+			num(int64(max(v, 0)))
+		}
+		num(unixMilli(m.DayEnd))
+		num(ceilMillis(m.Probe))
+		num(int64(max(m.Failures, 0)))
+		num(unixMilli(m.Answered))
+		num(int64(max(m.Alone, 0)))
+		num(int64(max(m.Unused, 0)))
+		num(int64(max(m.UnusedTokens, 0)))
+	}
+	b = append(b, r.Replica...)
+	la.buf = b
+	text := string(b)
+	start := 0
+	for i := range la.n {
+		la.keys[i], start = text[start:ends[i]], ends[i]
+	}
+	la.packed = text[keysEnd:]
+	for i := range la.n {
+		la.args[leaseHead+i] = &la.keys[i]
+	}
+	la.args[leaseHead+la.n] = &la.packed
+	la.args[0], la.args[1], la.args[2] = "evalsha", &leaseHash, &leaseKeyCounts[(la.n-leaseProjectKeys)/leaseModelKeys-1]
 }
 
 // unixMilli returns t in unix milliseconds, 0 for the zero time.
@@ -236,58 +326,94 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// parseLease reads leaseScript's answer.
-func parseLease(res []any) (fleet.Lease, error) {
-	bad := func(what string) (fleet.Lease, error) {
-		return fleet.Lease{}, fmt.Errorf("redisstore: lease: unexpected answer from the script (%s): check that the server runs Redis 7 or Valkey", what)
+// leaseReply reads leaseLua's answer, the space-separated fields first.
+type leaseReply struct {
+	rest string
+	err  bool
+}
+
+// field returns the next field ("" for "-").
+func (p *leaseReply) field() string {
+	f, rest, ok := strings.Cut(p.rest, " ")
+	if !ok {
+		p.err = true
 	}
-	if len(res) < 11 {
-		return bad("length")
+	p.rest = rest
+	if f == "-" {
+		return ""
 	}
-	granted, ok1 := res[0].(int64)
-	retry, ok2 := res[1].(int64)
-	dim, ok3 := res[2].(string)
-	replicas, ok4 := res[3].(int64)
-	version, ok5 := res[4].(string)
-	hasFacts, ok6 := res[5].(int64)
-	failures, ok7 := res[6].(int64)
-	answered, ok8 := res[7].(int64)
-	daySpent, ok9 := res[8].(int64)
-	monthSpent, ok10 := res[9].(int64)
-	refused, ok11 := res[10].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || !ok8 || !ok9 || !ok10 || !ok11 {
-		return bad("types")
-	}
-	v, err := strconv.ParseUint(version, 10, 64)
+	return f
+}
+
+// int returns the next field as an integer.
+func (p *leaseReply) int() int64 {
+	v, err := strconv.ParseInt(p.field(), 10, 64)
 	if err != nil {
-		return bad("version")
+		p.err = true
 	}
-	l := fleet.Lease{
-		Requests:      int(granted),
-		RetryAfter:    time.Duration(retry) * time.Microsecond,
-		Dimension:     dim,
-		Replicas:      int(replicas),
-		Version:       v,
-		Failures:      int(failures),
-		DaySpent:      daySpent,
-		MonthSpent:    monthSpent,
-		BudgetRefused: refused,
+	return v
+}
+
+// name returns the next field, one of the names the script answers (a
+// dimension, a budget's window), as a constant: the reply is not kept.
+func (p *leaseReply) name() string {
+	f := p.field()
+	for _, n := range [...]string{"", "rpm", "tpm", "rpd", "probe", "day", "month"} {
+		if f == n {
+			return n
+		}
 	}
-	if answered > 0 {
+	p.err = true
+	return ""
+}
+
+// model reads a model's granted, retry after, dimension into l.
+func (p *leaseReply) model(l *fleet.Lease) {
+	l.Requests = int(p.int())
+	l.RetryAfter = time.Duration(p.int()) * time.Microsecond
+	l.Dimension = p.name()
+}
+
+// health reads a model's failures and latest answer into l.
+func (p *leaseReply) health(l *fleet.Lease) {
+	l.Failures = int(p.int())
+	if answered := p.int(); answered > 0 {
 		l.Answered = time.UnixMilli(answered)
+	}
+}
+
+// parseLease reads leaseLua's answer, with Next's when next.
+func parseLease(reply string, next bool) (fleet.Lease, error) {
+	p := leaseReply{rest: reply}
+	var l fleet.Lease
+	p.model(&l)
+	l.Replicas = int(p.int())
+	v, err := strconv.ParseUint(p.field(), 10, 64)
+	p.err = p.err || err != nil
+	l.Version = v
+	hasFacts := p.int()
+	p.health(&l)
+	l.DaySpent, l.MonthSpent = p.int(), p.int()
+	l.BudgetRefused = p.name()
+	if next {
+		l.Next = &fleet.Lease{}
+		p.model(l.Next)
+		p.health(l.Next)
+	}
+	if p.err {
+		return fleet.Lease{}, errors.New("redisstore: lease: unexpected answer from the script: check that the server runs Redis 7 or Valkey")
 	}
 	if hasFacts == 0 {
 		return l, nil
 	}
-	l.Facts = make([]fleet.Fact, 0, len(res)-11)
-	for _, raw := range res[11:] {
-		s, ok := raw.(string)
-		if !ok {
-			return bad("fact")
+	l.Facts = make([]fleet.Fact, 0, strings.Count(p.rest, "\n"))
+	for raw := range strings.SplitSeq(strings.TrimPrefix(p.rest, "\n"), "\n") {
+		if raw == "" {
+			continue
 		}
 		var w wireFact
-		if err := json.Unmarshal([]byte(s), &w); err != nil {
-			return bad("fact: " + err.Error())
+		if err := json.Unmarshal([]byte(raw), &w); err != nil {
+			return fleet.Lease{}, fmt.Errorf("redisstore: lease: unexpected fact from the script: %w", err)
 		}
 		l.Facts = append(l.Facts, w.fact())
 	}

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 	}{
 		{"RPMGrantsThenRefuses", rpmGrantsThenRefuses},
 		{"PartialGrant", partialGrant},
+		{"FallsThroughToNext", fallsThroughToNext},
 		{"TPMAndDebt", tpmAndDebt},
 		{"RequestLargerThanTPM", requestLargerThanTPM},
 		{"RPDAndNewDay", rpdAndNewDay},
@@ -113,6 +114,45 @@ func partialGrant(t *testing.T, s fleet.SharedState) {
 	assert.Equal(t, 7, lease(t, s, fleet.LeaseRequest{Requests: 7, RPM: 10}).Requests)
 	assert.Equal(t, 3, lease(t, s, fleet.LeaseRequest{Requests: 10, RPM: 10}).Requests)
 	refused(t, lease(t, s, fleet.LeaseRequest{Requests: 10, RPM: 10}), "rpm", time.Minute)
+}
+
+// fallsThroughToNext: a request the first model refuses is evaluated for
+// Next in the same step; a first model that grants takes nothing of the
+// next's limits; Next's report counts either way.
+func fallsThroughToNext(t *testing.T, s fleet.SharedState) {
+	const next = "gemini-3.5-flash-lite"
+	day := time.Now().Add(3 * time.Hour).Truncate(time.Second)
+	r := fleet.LeaseRequest{Requests: 2, RPM: 2, DayEnd: day,
+		Next: &fleet.LeaseRequest{Model: next, Requests: 3, Tokens: 10, RPM: 10, TPM: 1000, RPD: 10, DayEnd: day}}
+	l := lease(t, s, r)
+	assert.Equal(t, 2, l.Requests, "the first model grants")
+	require.NotNil(t, l.Next, "Next's answer, whatever the first model's")
+	assert.Zero(t, l.Next.Requests, "a first model that grants takes nothing of the next's")
+	assert.Empty(t, l.Next.Dimension)
+
+	r.Next.Failures = 2
+	l = lease(t, s, r)
+	refused(t, l, "rpm", time.Minute)
+	require.NotNil(t, l.Next)
+	assert.Equal(t, 3, l.Next.Requests, "refused by the first model: Next granted in the same step")
+	assert.Empty(t, l.Next.Dimension)
+	assert.Zero(t, l.Next.RetryAfter)
+	assert.Equal(t, 2, l.Next.Failures, "Next's failures, counted")
+	assert.Zero(t, l.Failures, "the first model's failures apart")
+
+	// Next's report counts even when the first model grants (a request
+	// asking nothing of the first model evaluates nothing of Next).
+	l = lease(t, s, fleet.LeaseRequest{Requests: 0, Next: &fleet.LeaseRequest{Model: next, Requests: 3, RPM: 10, Alone: 2, Debt: 20}})
+	assert.Zero(t, l.Next.Requests, "nothing asked of the first model: nothing of Next")
+	assert.Equal(t, 5, lease(t, s, fleet.LeaseRequest{Model: next, Requests: 10, Tokens: 10, RPM: 10, TPM: 1000, RPD: 10, DayEnd: day}).Requests,
+		"3 granted through the first model's refusal and 2 sent alone: 5 of 10")
+
+	// Both refused: Next's refusal names its dimension.
+	l = lease(t, s, r)
+	refused(t, l, "rpm", time.Minute)
+	require.NotNil(t, l.Next)
+	refused(t, *l.Next, "rpm", time.Minute)
+	assert.Zero(t, lease(t, s, r).Next.Requests, "the next model's window is full")
 }
 
 func tpmAndDebt(t *testing.T, s fleet.SharedState) {

@@ -81,6 +81,7 @@ func fleet429Script(sizes ...int) *Scenario {
 		Measures: []Measure{
 			{Name: "primary use", Format: "%.1f%%", Of: primaryUse},
 			{Name: "round trips/call", Format: "%.3f", Of: roundTripsPerCall},
+			{Name: "call round trips/call", Format: "%.3f", Of: callRoundTripsPerCall},
 		},
 	}
 	sc.Script = healthy(seed, sc)
@@ -185,6 +186,9 @@ func fleetArm(name string, replicas int, mode fleetMode) Arm {
 			}
 			f.replicas = append(f.replicas, c.(*guardCaller))
 		}
+		if f.store != nil {
+			f.warmUps = f.store.trips.Load()
+		}
 		return f, nil
 	}}
 }
@@ -201,6 +205,7 @@ func divided(limit, n int) int {
 type fleetCaller struct {
 	replicas []*guardCaller
 	store    *roundTripState // nil unless the replicas share their state
+	warmUps  int64           // the store's round trips when the replicas were made: New's warm-ups
 }
 
 func (f *fleetCaller) Generate(ctx context.Context, call int) Outcome {
@@ -217,6 +222,7 @@ func (f *fleetCaller) figures() map[string]float64 {
 	out := make(map[string]float64)
 	if f.store != nil {
 		out[FigRoundTrips] = float64(f.store.trips.Load())
+		out[FigWarmUps] = float64(f.warmUps)
 	}
 	for _, r := range f.replicas {
 		st := r.c.Stats().Fleet
@@ -229,6 +235,7 @@ func (f *fleetCaller) figures() map[string]float64 {
 // The names of ArmRun.Figures that fleet arms report.
 const (
 	FigRoundTrips    = "round trips"    // calls to the shared state (Lease and Publish)
+	FigWarmUps       = "warm-ups"       // of them, those New made (one per replica) before the first call
 	FigStoreFailures = "store failures" // of them, those that failed or timed out (Stats.Fleet.Failures)
 	FigUncoordinated = "uncoordinated"  // requests let through alone while the store was unreachable
 )
@@ -332,6 +339,17 @@ func roundTripsPerCall(_ *Scenario, r *ArmRun) float64 {
 		return math.NaN()
 	}
 	return n / float64(len(r.Calls))
+}
+
+// callRoundTripsPerCall is roundTripsPerCall without New's warm-up round
+// trips (one per replica, before any call): the round trips the calls
+// made; NaN for an arm without a shared state.
+func callRoundTripsPerCall(_ *Scenario, r *ArmRun) float64 {
+	n, ok := r.Figures[FigRoundTrips]
+	if !ok || len(r.Calls) == 0 {
+		return math.NaN()
+	}
+	return (n - r.Figures[FigWarmUps]) / float64(len(r.Calls))
 }
 
 // outageRequests is the upstream requests sent during sc's window.
