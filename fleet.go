@@ -540,15 +540,23 @@ func (l *modelLease) report(now time.Time, r *fleet.LeaseRequest) {
 
 // reported puts back what r reported when it did not reach the store (ok
 // false), and records the fleet's count of failures l brought back when it
-// did.
-func (l *modelLease) reported(ok bool, r fleet.LeaseRequest, fl fleet.Lease) {
+// did. A round trip that timed out (lost) may have reached the store: what
+// the store must not count twice is then not put back (the failures, which
+// would open breakers early, and the lapsed requests given back, which
+// would let the fleet past its quota), and what it may (the token debt and
+// the requests sent alone, counted against the limits, and the latest
+// answer) is.
+func (l *modelLease) reported(ok, lost bool, r fleet.LeaseRequest, fl fleet.Lease) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !ok {
 		l.debt += r.Debt
 		l.unleased += r.Alone
-		l.failed += r.Failures
 		l.answered = window.Later(l.answered, r.Answered)
+		if lost {
+			return
+		}
+		l.failed += r.Failures
 		if r.Unused > 0 && (l.unused == 0 || l.unusedDay.Equal(r.DayEnd)) {
 			l.unused, l.unusedTokens, l.unusedDay = l.unused+r.Unused, l.unusedTokens+r.UnusedTokens, r.DayEnd
 		}
@@ -883,17 +891,19 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 	spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
 	r.Spent = int64(spent)
 	var l fleet.Lease
+	lost := false // timed out or given up: the store may have run it
 	ok := f.callWithin(ctx, c, warmUp, func(ctx context.Context) (err error) {
 		l, err = f.store.Lease(ctx, r)
+		lost = err != nil && ctx.Err() != nil
 		return err
 	})
-	m.lease.reported(ok, r, l)
+	m.lease.reported(ok, lost, r, l)
 	if next != nil {
 		var ln fleet.Lease
 		if ok && l.Next != nil {
 			ln = *l.Next
 		}
-		next.lease.reported(ok && l.Next != nil, *r.Next, ln)
+		next.lease.reported(ok && l.Next != nil, lost, *r.Next, ln)
 	}
 	c.spending.reported(ok, r, l)
 	if !ok {

@@ -541,3 +541,48 @@ func TestFleetProjectNamesTheFleet(t *testing.T) {
 	_, err = geminiguard.New(t.Context(), geminiguard.WithAPIKey("k"), geminiguard.WithFleetSize(-1))
 	assert.ErrorContains(t, err, "WithFleetSize")
 }
+
+// lostReplyState is a SharedState that, once armed, runs the first Lease
+// that reports failures and then loses its reply: the caller's bound runs
+// out as if the answer never came back.
+type lostReplyState struct {
+	fleet.SharedState
+	armed atomic.Bool
+}
+
+func (s *lostReplyState) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
+	l, err := s.SharedState.Lease(ctx, r)
+	if r.Failures > 0 && s.armed.CompareAndSwap(true, false) {
+		<-ctx.Done()
+		return fleet.Lease{}, ctx.Err()
+	}
+	return l, err
+}
+
+// TestFleetLostReplyCountsFailuresOnce: a report whose reply was lost (the
+// store counted it, the round trip timed out) is not sent again, so the
+// fleet counts each failure once: two failures do not open a breaker of
+// threshold 3, and the primary gets the next call.
+func TestFleetLostReplyCountsFailuresOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Faults: []geminitest.Chance{{Step: geminitest.Step{Fault: geminitest.Overloaded}, P: 1}}},
+			geminitest.Model{Name: flash})
+		store := &lostReplyState{SharedState: fleet.NewMemoryState()}
+		c := newFleet(t, srv, 1, store, geminiguard.WithCascade(pro, flash),
+			geminiguard.WithBreaker(geminiguard.BreakerSettings{FailureThreshold: 3, OpenFor: time.Hour, DeadAfter: -1}),
+			geminiguard.WithRetry(geminiguard.RetryPolicy{MaxAttempts: 1}))[0]
+		store.armed.Store(true)
+		for i := range 2 {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, flash, rec.Model, "call %d", i)
+		}
+		require.False(t, store.armed.Load(), "the first failure's report lost its reply")
+		require.Equal(t, 2, srv.Hits(pro, geminitest.VerbGenerate))
+		assert.Equal(t, geminiguard.StateClosed, c.Stats().Models[0].State, "two failures of a threshold of three")
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, 3, srv.Hits(pro, geminitest.VerbGenerate), "the primary gets the third call")
+	})
+}
