@@ -24,9 +24,9 @@ import (
 // maxOutputTokens or thinking budget) is learned apart. An abandoned
 // attempt counts as an answer later than any other. Cuts are
 // capped like retries: over any 10s, at most cutRatio of first attempts
-// (plus a floor). A model some of whose recent requests were cut gets less
-// traffic once its unanswered requests, failed or cut, cost more than
-// routeSlowCost extra requests per request meant for it (see route.go).
+// (plus a floor). A model whose recent requests are cut more often than
+// the budget can rescue gets less traffic (see route.go), so the calls it
+// gets can still be rescued.
 
 const (
 	cutRatio       = 0.1 // cuts per first attempt, over the budget's window
