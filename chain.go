@@ -226,6 +226,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	c.stateChanged(ctx, m.name, call.endpoint, a.opened)
 	if n == 1 {
 		c.budget.deposit(call.now)
+		c.cuts.deposit(call.now)
 	} else {
 		m.counters.retries.Add(1)
 	}

@@ -1,0 +1,313 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/geminiguard/geminiguard"
+	"github.com/geminiguard/geminiguard/geminitest"
+	"github.com/geminiguard/geminiguard/internal/latency"
+)
+
+// A diagnosis of the brownout family (issue 19), not a test: it plays
+// geminiguard, with every call recorded, against the oracle, and names the
+// mechanism that costs each cell missing primary share ≥ 0.9× or p99 ≤ 2×
+// the oracle's. Run it with
+//
+//	FAMILY_DIAG=200 FAMILY_SEED=1 go test -run TestFamilyDiagnosis -v ./internal/scenario
+//	FAMILY_CELL=1000010 go test -run TestFamilyDiagnosisCell -v ./internal/scenario
+//
+// Share: for the calls the primary did not answer, the call's first try of
+// it (throttle-fail: the failure rule; throttle-slow: the latency rule;
+// open; open(startup): the breaker opened before the primary ever
+// answered; cut; timeout; 503). P99: for the calls at or above the p99
+// rank, a stall waited out before the primary's first answer, before its
+// latency.Warmup-th (the cut's warm-up), or after it; cut+next: the learned cut and
+// the next model's answer.
+
+// TestFamilyDiagnosis prints, per cell of the family FAMILY_SEED of
+// FAMILY_DIAG cells, the figures (CELL lines) and, for the cells missing a
+// target, the mechanism (SHARE and P99 lines), then the counts.
+func TestFamilyDiagnosis(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("FAMILY_DIAG"))
+	if n == 0 {
+		t.Skip("FAMILY_DIAG not set")
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("FAMILY_SEED"), 10, 64)
+	shareCause, p99Cause := map[string]int{}, map[string]int{}
+	shareMiss, p99Miss := 0, 0
+	var met [5]int
+	for _, c := range Family(seed, n) {
+		var d *diagCaller
+		var res *Result
+		synctest.Test(t, func(t *testing.T) {
+			sc := c.Scenario()
+			sc.Arms = []Arm{diagArm(&d), OracleArm()}
+			res = Run(t.Context(), sc)
+		})
+		ss := res.Summaries()
+		g, o := ss[0], ss[1]
+		fmt.Printf("CELL %d %.3f %.3f %.3f %.4f\n", c.Seed, shareRatio(g, o), p99Ratio(g, o), g.PerCall, g.Success)
+		for i, ok := range []bool{shareRatio(g, o) >= 0.9, shareRatio(g, o) >= 0.75, p99Ratio(g, o) <= 2, p99Ratio(g, o) <= 3, g.PerCall <= 1.3} {
+			if ok {
+				met[i]++
+			}
+		}
+		if shareRatio(g, o) < 0.9 {
+			shareMiss++
+			cause := d.shareCause(res.Arms[0])
+			shareCause[cause]++
+			fmt.Printf("SHARE %.2f %s: %s\n", shareRatio(g, o), cause, c)
+		}
+		if p99Ratio(g, o) > 2 {
+			p99Miss++
+			cause := d.p99Cause(res.Arms[0], g)
+			p99Cause[cause]++
+			fmt.Printf("P99 %.2f %s: %s\n", p99Ratio(g, o), cause, c)
+		}
+	}
+	fmt.Printf("MET share>=.9 %d, >=.75 %d, p99<=2 %d, <=3 %d, req<=1.3 %d of %d\n", met[0], met[1], met[2], met[3], met[4], n)
+	fmt.Printf("share misses %d: %v\np99 misses %d: %v\n", shareMiss, shareCause, p99Miss, p99Cause)
+}
+
+// diagCaller is geminiguard at its defaults with every call's record kept,
+// and its primary's breaker openings counted.
+type diagCaller struct {
+	c    *geminiguard.Client
+	mu   sync.Mutex
+	recs map[int]*geminiguard.CallRecord
+	// primary's breaker openings, and whether the primary had answered before
+	opens        []time.Time
+	startupOpens int
+	answered     bool
+	start        time.Time
+}
+
+// diagArm is the arm of a diagCaller, stored in *out when it starts.
+func diagArm(out **diagCaller) Arm {
+	return Arm{Name: "geminiguard", New: func(ctx context.Context, env Env) (Caller, error) {
+		d := &diagCaller{recs: map[int]*geminiguard.CallRecord{}, start: env.Start}
+		primary := env.Scenario.Models[0].Name
+		c, err := geminiguard.New(ctx,
+			geminiguard.WithAPIKey(geminitest.Key),
+			geminiguard.WithBaseURL(env.BaseURL),
+			geminiguard.WithHTTPClient(env.HTTPClient),
+			geminiguard.WithCascade(env.Scenario.names()...),
+			geminiguard.WithStartupCheck(true),
+			geminiguard.WithJitterSource(rand.NewPCG(1, 2)),
+			geminiguard.WithHooks(geminiguard.Hooks{OnStateChange: func(_ context.Context, e geminiguard.StateChangeEvent) {
+				if e.Model != primary {
+					return
+				}
+				if os.Getenv("FAMILY_CELL") != "" {
+					fmt.Printf("T %v %v->%v\n", e.At.Sub(d.start), e.From, e.To)
+				}
+				if e.To != geminiguard.StateOpen || e.From != geminiguard.StateClosed {
+					return
+				}
+				d.mu.Lock()
+				d.opens = append(d.opens, e.At)
+				if !d.answered {
+					d.startupOpens++
+				}
+				d.mu.Unlock()
+			}}))
+		if err != nil {
+			return nil, err
+		}
+		d.c = c
+		*out = d
+		return d, nil
+	}}
+}
+
+func (d *diagCaller) Generate(ctx context.Context, call int) Outcome {
+	rec := new(geminiguard.CallRecord)
+	o := generate(geminiguard.RecordCall(ctx, rec), d.c.GenerateContent, "", call)
+	d.mu.Lock()
+	d.recs[call] = rec
+	if o.Err == nil && o.Model == flash {
+		d.answered = true
+	}
+	d.mu.Unlock()
+	return o
+}
+
+// Stream is not diagnosed: the family sends unary calls.
+func (d *diagCaller) Stream(ctx context.Context, call int) Outcome {
+	return Outcome{Err: errors.New("scenario: the diagnosis sends unary calls only")}
+}
+
+// firstPrimary classifies the call's first attempt of the primary.
+func firstPrimary(rec *geminiguard.CallRecord) string {
+	for _, a := range rec.Attempts {
+		if a.Model != flash {
+			continue
+		}
+		switch {
+		case a.Err == nil:
+			return "answered"
+		case strings.Contains(a.Err.Error(), "adaptive throttling"):
+			var acc, req int
+			msg := a.Err.Error()
+			fmt.Sscanf(msg[strings.Index(msg, "answered "):], "answered %d of its last %d", &acc, &req)
+			if 4*acc < req {
+				return "throttle-fail"
+			}
+			return "throttle-slow"
+		case errors.Is(a.Err, geminiguard.ErrCircuitOpen) && a.Skipped:
+			return "open"
+		case strings.Contains(a.Err.Error(), "attempt abandoned"):
+			return "cut"
+		case strings.Contains(a.Err.Error(), "attempt timed out"):
+			return "timeout"
+		case a.Skipped:
+			return "skipped-other"
+		}
+		return "503"
+	}
+	return "none"
+}
+
+// shareCause names the avoidable mechanism that kept the most calls from
+// the primary in ar.
+func (d *diagCaller) shareCause(ar *ArmRun) string {
+	counts := map[string]int{}
+	for _, c := range ar.Calls {
+		if c.OK && c.Model == flash {
+			continue
+		}
+		counts[firstPrimary(d.recs[c.Index])]++
+	}
+	// the avoidable causes: which one cost the most calls
+	best, bn := "none-avoidable", 0
+	for _, k := range []string{"open", "throttle-fail", "throttle-slow", "cut", "timeout", "skipped-other", "none"} {
+		if counts[k] > bn {
+			best, bn = k, counts[k]
+		}
+	}
+	if best == "open" && d.startupOpens > 0 {
+		best = "open(startup)"
+	}
+	return fmt.Sprintf("%s %v startupOpens=%d opens=%d", best, counts, d.startupOpens, len(d.opens))
+}
+
+// p99Cause classifies the calls at or above the p99 rank.
+func (d *diagCaller) p99Cause(ar *ArmRun, s Summary) string {
+	calls := slices.Clone(ar.Calls)
+	sort.Slice(calls, func(i, j int) bool { return calls[i].Latency > calls[j].Latency })
+	k := max(1, len(calls)/100+1)
+	var ends []time.Duration
+	for _, c := range ar.Calls {
+		if c.OK && c.Model == flash {
+			ends = append(ends, c.Start+c.Latency)
+		}
+	}
+	slices.Sort(ends)
+	warm, first := time.Duration(1<<62), time.Duration(1<<62)
+	if len(ends) >= latency.Warmup {
+		warm = ends[latency.Warmup-1]
+	}
+	if len(ends) > 0 {
+		first = ends[0]
+	}
+	counts := map[string]int{}
+	for _, c := range calls[:k] {
+		rec := d.recs[c.Index]
+		cause := tailCause(rec, c)
+		if strings.Contains(cause, "waited-stall") {
+			if c.Start < first {
+				cause = "stall-before-first"
+			} else if c.Start < warm {
+				cause = "stall-before-warm"
+			} else {
+				cause = "stall-after-warm"
+			}
+		} else if strings.HasPrefix(cause, "cut") {
+			cause = "cut+next"
+		} else if strings.Contains(cause, "cut") {
+			cause = "other+cut"
+		}
+		counts[cause]++
+	}
+	best, bn := "", 0
+	for k, v := range counts {
+		if v > bn || (v == bn && k < best) {
+			best, bn = k, v
+		}
+	}
+	return fmt.Sprintf("%s %v", best, counts)
+}
+
+// tailCause describes call c's attempts in one word each.
+func tailCause(rec *geminiguard.CallRecord, c Call) string {
+	if !c.OK {
+		return "failed"
+	}
+	var parts []string
+	for _, a := range rec.Attempts {
+		switch {
+		case a.Err == nil && a.Model == flash && a.Elapsed >= 5*time.Second:
+			parts = append(parts, "waited-stall")
+		case a.Err == nil:
+			parts = append(parts, "ok:"+a.Model[len(a.Model)-4:])
+		case strings.Contains(a.Err.Error(), "attempt abandoned"):
+			parts = append(parts, "cut")
+		case strings.Contains(a.Err.Error(), "attempt timed out"):
+			parts = append(parts, "timeout")
+		case a.Skipped:
+			parts = append(parts, "skip")
+		default:
+			parts = append(parts, "fail")
+		}
+		if a.Delay > 0 {
+			parts[len(parts)-1] += "+delay"
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// TestFamilyDiagnosisCell prints the failed and the three slowest calls of
+// cell FAMILY_CELL, attempt by attempt, and its primary's breaker changes.
+func TestFamilyDiagnosisCell(t *testing.T) {
+	seed, _ := strconv.ParseUint(os.Getenv("FAMILY_CELL"), 10, 64)
+	if seed == 0 {
+		t.Skip("FAMILY_CELL not set")
+	}
+	c := DrawCell(seed)
+	var d *diagCaller
+	var res *Result
+	synctest.Test(t, func(t *testing.T) {
+		sc := c.Scenario()
+		sc.Arms = []Arm{diagArm(&d), OracleArm()}
+		res = Run(t.Context(), sc)
+	})
+	calls := slices.Clone(res.Arms[0].Calls)
+	sort.Slice(calls, func(i, j int) bool { return calls[i].Latency > calls[j].Latency })
+	for _, cl := range calls {
+		if cl.OK {
+			continue
+		}
+		fmt.Printf("FAILED call %d start %v latency %v err %v\n", cl.Index, cl.Start, cl.Latency, cl.Err)
+		for _, a := range d.recs[cl.Index].Attempts {
+			fmt.Printf("   %s delay %v elapsed %v skipped %v err %v\n", a.Model, a.Delay, a.Elapsed, a.Skipped, a.Err)
+		}
+	}
+	for _, cl := range calls[:3] {
+		fmt.Printf("call %d start %v latency %v model %s\n", cl.Index, cl.Start, cl.Latency, cl.Model)
+		for _, a := range d.recs[cl.Index].Attempts {
+			fmt.Printf("   %s delay %v elapsed %v skipped %v err %v\n", a.Model, a.Delay, a.Elapsed, a.Skipped, a.Err)
+		}
+	}
+}
