@@ -374,8 +374,12 @@ func (c *Client) outage(now time.Time) bool {
 // and so the outage, going.
 func (c *Client) refusedAsFailing(now time.Time) {
 	f := &c.failing
-	if f.seen.Load() && c.spellGoesOn(now, time.Duration(f.latest.Load())) {
-		f.latest.Store(int64(now.Sub(c.answers.Origin)))
+	if !f.seen.Load() {
+		return
+	}
+	latest, at := f.latest.Load(), int64(now.Sub(c.answers.Origin))
+	if at > latest && c.spellGoesOn(now, time.Duration(latest)) { // a call's refusals of its models at one now: one store
+		f.latest.CompareAndSwap(latest, at) // a concurrent failure or refusal moved it: it is as late
 	}
 }
 
