@@ -200,7 +200,7 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 	if call.endpoint.metered() {
 		a.tokens = call.inputTokens(ctx, sl.m) // may take time: reads the clock after it
 	}
-	for s := range numAdmitSteps {
+	for _, s := range call.c.admitSteps {
 		next, err := call.admitBy(s, ctx, sl, a)
 		if next != stepGo {
 			a.unreserve(sl.m)

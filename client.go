@@ -62,6 +62,7 @@ type Client struct {
 	shared         sharing                   // calls in flight and answers shared (WithDedup, Idempotent)
 	spending       *spendBudget              // WithBudget's spend; nil: no budget
 	fleet          *fleetLink                // WithSharedState's; nil: the Client is on its own
+	admitSteps     []admitStep               // the admission steps its options call for, in order (admitStepsFor)
 	projectID      string                    // projectOf: the hash the fleet's state and the answer cache's keys are scoped by
 	signers        signers                   // which model made each thought signature received (turns.go)
 	imageLimits    map[string]*limiter       // IPM limiters by model (WithLimits' IPM), never modified after New; nil: none
@@ -126,6 +127,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	if c.fleet != nil && c.spending != nil {
 		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
 	}
+	c.admitSteps = admitStepsFor(c)
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
 	}

@@ -58,6 +58,23 @@ const (
 	numAdmitSteps
 )
 
+// admitStepsFor returns c's admission steps, in order: all of them but
+// those of a defence c's options leave out (WithModelConfig, WithBudget,
+// WithSharedState), whose checks could only say go.
+func admitStepsFor(c *Client) []admitStep {
+	steps := make([]admitStep, 0, numAdmitSteps)
+	for s := range numAdmitSteps {
+		switch {
+		case s == admitConfig && len(c.cfg.adjust) == 0,
+			s == admitBudget && c.spending == nil,
+			s == admitFleet && c.fleet == nil:
+			continue
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
 // String returns the step's name, as the Debug log line of a refusal gives it.
 func (s admitStep) String() string {
 	return [...]string{"deadline", "config", "budget", "cooling", "open", "throttle", "limiter", "fleet", "permit"}[s]
