@@ -138,9 +138,6 @@ func (call *call[R]) checkConfig(sl *retrySlot) (step, error) {
 // mode against the project's total (budget.go). Its shared read and
 // reservation may take a round trip each: the clock is read after them.
 func (call *call[R]) checkBudget(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
-	if call.c.spending == nil {
-		return stepGo, nil
-	}
 	next, err := call.overBudget(ctx, sl.m)
 	if next == stepGo {
 		next, err = call.holdBudget(ctx, sl.m, a)
