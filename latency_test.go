@@ -159,30 +159,3 @@ func TestCutBudgetGrowsWithTheCalls(t *testing.T) {
 		assert.Less(t, slowest, 10*time.Second, "every stall is cut at the learned deadline, none waited out")
 	})
 }
-
-func TestStallAfterTheFirstAnswersIsCut(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		// The primary answers its first five requests in 1s, then its
-		// sixth stalls 45s: five answers are enough to learn from.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i == 5 {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
-		for range 5 {
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
-
-		start := time.Now()
-		_, rec, err := ask(t.Context(), c, "")
-
-		require.NoError(t, err)
-		assert.Equal(t, flash, rec.Model, "the stall is cut for the next model")
-		assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), time.Since(start).Seconds(), 0.2,
-			"abandoned at three times pro's median, then flash's 0.8s")
-	})
-}

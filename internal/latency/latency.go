@@ -23,15 +23,9 @@ const (
 	CutFloor      = time.Second // never cut (nor hedge) an attempt sooner
 	HedgeQuantile = 0.95        // an attempt later than this share of the answers is hedged
 	HedgeSpread   = 2           // and later than this many times the median answer time
-	// Warmup is how many answers a class needs before it has deadlines:
-	// until then a stall is bounded by the attempt timeout only. On issue
-	// 19's family (200 cells), 5 against 10 raised the cells with a p99
-	// within 3× the oracle's from 90.5% to 93.5% (seed 1) and from 86% to
-	// 90% (seed 2), every other target within a point: the median of five
-	// answers is well inside the cut's threefold margin.
-	Warmup       = 5
-	refreshEvery = 32  // answers between two refreshes of a class, once warm
-	maxSamples   = 512 // past it, a class's counts are halved: recent answers weigh more
+	Warmup        = 10          // answers a class needs before it has deadlines
+	refreshEvery  = 32          // answers between two refreshes of a class, once warm
+	maxSamples    = 512         // past it, a class's counts are halved: recent answers weigh more
 )
 
 // Buckets: four per doubling, from about 1ms to about 4.9h.
