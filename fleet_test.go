@@ -33,6 +33,25 @@ func newFleet(t *testing.T, srv *geminitest.Server, n int, store fleet.SharedSta
 	return fleet
 }
 
+// callSteadily makes perMinute calls a minute for minutes, each on the next
+// of the fleet's Clients in turn, waits for them all and returns how many
+// failed. Inside a synctest bubble the minutes are fake.
+func callSteadily(t *testing.T, fleet []*geminiguard.Client, minutes, perMinute int) int64 {
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range minutes * perMinute {
+		c := fleet[i%len(fleet)]
+		wg.Go(func() {
+			if _, _, err := ask(t.Context(), c, ""); err != nil {
+				failed.Add(1)
+			}
+		})
+		time.Sleep(time.Minute / time.Duration(perMinute))
+	}
+	wg.Wait()
+	return failed.Load()
+}
+
 // rateLimited adds up the server 429s the fleet's Clients got from model.
 func rateLimited(fleet []*geminiguard.Client, model string) int64 {
 	var n int64
@@ -68,27 +87,16 @@ func TestFleetSharesTheProjectQuota(t *testing.T) {
 				}
 				fleet := newFleet(t, srv, 10, store, geminiguard.WithCascade(pro, flash), geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 30}))
 				const minutes, perMinute = 3, 45 // 1.5 × the quota
-				var wg sync.WaitGroup
-				var failed atomic.Int64
-				for i := range minutes * perMinute {
-					c := fleet[i%len(fleet)]
-					wg.Go(func() {
-						if _, _, err := ask(t.Context(), c, ""); err != nil {
-							failed.Add(1)
-						}
-					})
-					time.Sleep(time.Minute / perMinute)
-				}
-				wg.Wait()
+				failed := callSteadily(t, fleet, minutes, perMinute)
 				upstream429 := rateLimited(fleet, pro)
 				proAnswers := srv.Hits(pro, geminitest.VerbGenerate) - int(upstream429)
-				t.Logf("%s: %d server 429s, %d calls failed, the primary answered %d of %d", tc.name, upstream429, failed.Load(), proAnswers, minutes*perMinute)
+				t.Logf("%s: %d server 429s, %d calls failed, the primary answered %d of %d", tc.name, upstream429, failed, proAnswers, minutes*perMinute)
 				if !tc.shared {
 					require.Greater(t, upstream429, int64(0), "replicas on their own overshoot the project's quota")
 					return
 				}
 				assert.Zero(t, upstream429, "server 429s")
-				assert.Zero(t, failed.Load(), "failed calls")
+				assert.Zero(t, failed, "failed calls")
 				// 0.8 × 30 a minute; the last minute's sends may fall in a
 				// window the test stops short of.
 				assert.GreaterOrEqual(t, float64(proAnswers), 0.95*0.8*30*minutes, "the primary serves what its quota allows")
@@ -385,25 +393,14 @@ func TestFleetRefusedLeaseFallsThroughInOneRoundTrip(t *testing.T) {
 			geminiguard.WithLimits(pro, geminiguard.Limits{RPM: 20}), geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1000}))
 		warmUps := fleetRoundTrips(fleet) // New's, one per replica
 		const minutes, perMinute = 3, 60  // 3.75 × the primary's 16 at headroom
-		var wg sync.WaitGroup
-		var failed atomic.Int64
-		for i := range minutes * perMinute {
-			c := fleet[i%len(fleet)]
-			wg.Go(func() {
-				if _, _, err := ask(t.Context(), c, ""); err != nil {
-					failed.Add(1)
-				}
-			})
-			time.Sleep(time.Minute / perMinute)
-		}
-		wg.Wait()
+		failed := callSteadily(t, fleet, minutes, perMinute)
 		calls := minutes * perMinute
 		trips := fleetRoundTrips(fleet) - warmUps
 		proAnswers, flashAnswers := srv.Hits(pro, geminitest.VerbGenerate), srv.Hits(flash, geminitest.VerbGenerate)
 		t.Logf("%d calls: %d round trips (%.3f a call) beside %d warm-ups; the primary answered %d, the secondary %d",
 			calls, trips, float64(trips)/float64(calls), warmUps, proAnswers, flashAnswers)
 		assert.Zero(t, rateLimited(fleet, pro)+rateLimited(fleet, flash), "server 429s")
-		assert.Zero(t, failed.Load(), "failed calls")
+		assert.Zero(t, failed, "failed calls")
 		assert.LessOrEqual(t, proAnswers, 16*minutes, "the primary within its quota at headroom")
 		assert.GreaterOrEqual(t, float64(proAnswers), 0.9*16*minutes, "the primary serves what its quota allows")
 		assert.Equal(t, calls, proAnswers+flashAnswers, "every call answered, by one request")
