@@ -265,7 +265,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		end = call.deadline
 	}
 	var cut time.Duration // the learned deadline bounds this attempt
-	if d, ok := m.lat.Cut(call.class); ok && call.learns && start.Add(d).Before(end) {
+	if d, ok := call.learnedCut(m); ok && start.Add(d).Before(end) {
 		cut = d
 	}
 	if after, ok := call.hedgeAfter(m, start, end); ok {
@@ -292,6 +292,16 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
 }
 
+// learnedCut returns the learned deadline of the call's attempt to m (see
+// latency.go), false when the call does not learn answer times or m has
+// not learned them yet.
+func (call *call[R]) learnedCut(m *modelState) (time.Duration, bool) {
+	if !call.learns {
+		return 0, false
+	}
+	return m.lat.Cut(call.class, !call.hasNext(m))
+}
+
 // ended classifies the outcome of a request to m that started at start and
 // ended at finish: err, or resp. cut, above 0, is the learned deadline that
 // bounded it; timedOut says its own deadline passed. It learns the
@@ -311,7 +321,7 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 	}
 	if err == nil && call.learns {
 		m.lat.Record(call.class, elapsed)
-		if d, ok := m.lat.Cut(call.class); ok && elapsed > d {
+		if d, ok := call.learnedCut(m); ok && elapsed > d {
 			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
 		}
 	}

@@ -59,12 +59,11 @@ const (
 // once a chunk was yielded there is never a hedge. A model that is slow on
 // every request is never hedged. It is a plain value.
 type HedgePolicy struct {
-	// On turns hedging on. Off, a late attempt is only cut at three times
-	// its model's median answer time, and the call goes on to the next
-	// model: on the outage scenarios the two defences score alike, and a
-	// hedged attempt allocates about 8 times more (a goroutine, a channel,
-	// a timer), so the cut alone is the default until the brownout family
-	// says otherwise.
+	// On turns hedging on. Off, a late attempt is only cut at its model's
+	// learned deadline (latency.go), and the call goes on to the next
+	// model: on the brownout family the two score alike (BENCHMARKS.md),
+	// and a hedged attempt allocates about 8 times more (a goroutine, a
+	// channel, a timer), so the cut alone is the default.
 	On bool
 	// Budget is the most hedges per first attempt, over any minute, on
 	// top of three a minute always allowed; in (0, 1].
@@ -127,8 +126,8 @@ func (call *call[R]) hedgeTarget(m *modelState) *modelState {
 	if next == nil {
 		return m
 	}
-	if mm, ok := m.lat.Cut(call.class); ok {
-		if nm, ok := next.lat.Cut(call.class); !ok || mm <= nm { // cuts are medians scaled alike
+	if mm, ok := m.lat.Cut(call.class, false); ok {
+		if nm, ok := next.lat.Cut(call.class, false); !ok || mm <= nm { // cuts are medians scaled by their spreads
 			return m
 		}
 	}

@@ -10,23 +10,24 @@ import (
 // Learned attempt deadlines: the latency defence. Per model and size class
 // of request, the Client learns how long the model takes to answer (a
 // unary answer, or a stream's first chunk: learned apart; the learning is
-// internal/latency's), and bounds an attempt by
+// internal/latency's), and bounds an attempt by its learned cut: the end
+// of 95% of the model's answers, within twice and three times their
+// median (three times for an attempt with no other model to go to)
 //
-//	cut = max(latency.CutFloor, latency.CutFactor × median)
+//	cut = max(latency.CutFloor, min(CutMax × median, max(CutMin × median, p95 of the answers)))
 //
 // when that is shorter than the attempt timeout: an attempt not answered
 // by then is abandoned for the next model (or, with no other model, tried
-// again), as a stalled request would only be waited out. The median is
-// robust to the stalls themselves (a minority); the factor leaves room for
-// an answer's ordinary spread. A model that is slow on every request has a
-// slow median, so its requests are not cut (40s answers: a 120s cut, past
+// again), as a stalled request would only be waited out. The median and
+// the answers' p95 are robust to the stalls themselves (a minority, cut
+// and so never answered). A model that is slow on every request has a
+// slow median, so its requests are not cut (40s answers: an 80s cut, past
 // the 60s attempt timeout); a request that asks for more (a larger
 // maxOutputTokens or thinking budget) is learned apart. An abandoned
-// attempt counts as an answer later than any other. Cuts are
-// capped like retries: over any 10s, at most cutRatio of first attempts
-// (plus a floor). A model whose recent requests are cut more often than
-// the budget can rescue gets less traffic (see route.go), so the calls it
-// gets can still be rescued.
+// attempt counts as an answer later than any other. Cuts are capped like
+// retries: over any 10s, at most cutRatio of first attempts (plus a
+// floor). A model whose recent requests are abandoned or late more often
+// than routeSlowCost of them gets less traffic (see route.go).
 
 const (
 	cutRatio       = 0.1 // cuts per first attempt, over the budget's window
@@ -71,7 +72,7 @@ type cutError struct {
 }
 
 func (e *cutError) Error() string {
-	return fmt.Sprintf("geminiguard: attempt abandoned after %v, three times the model's median answer time: %v", e.after, e.err)
+	return fmt.Sprintf("geminiguard: attempt abandoned after %v, its model's learned deadline (later than 95%% of its answers): %v", e.after, e.err)
 }
 
 func (e *cutError) Unwrap() error { return e.err }

@@ -199,3 +199,22 @@ func TestModelIsNotOutLongerThanItsBadSpell(t *testing.T) {
 		assert.LessOrEqual(t, down, 30, "down, it got a few probes after DeadAfter, not every call (%d requests in 15s)", down)
 	})
 }
+
+func TestLatencyBrownoutKeepsThePrimaryThatAnswersMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// After 20 answers, one request in five to the primary stalls 45s;
+		// the other four answer in 1s. Each stall is cut at the learned
+		// deadline and costs one request to the next model: 0.2 extra
+		// requests per call, within what a stalling model may cost before
+		// it is throttled.
+		srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		const calls = 200
+		answered := askEvery(t, c, calls, 250*time.Millisecond, pro)
+
+		share := float64(answered) / calls
+		assert.GreaterOrEqual(t, share, 0.72, "the primary answers about 80%% of the calls, as many as an oracle's (got %.2f)", share)
+		assert.LessOrEqual(t, float64(srv.Total(pro)+srv.Total(flash))/calls, 1.25, "a stall costs one request to the next model")
+	})
+}

@@ -13,13 +13,24 @@ import (
 	"time"
 )
 
-// The learned deadlines of a class whose answers have the given median
-// and whose HedgeQuantile answers end before tail:
+// The learned deadlines of a class whose answers have the given median,
+// whose HedgeQuantile answers end before tail, and whose HedgeQuantile
+// answered attempts (abandoned ones left out) end before answered:
 //
-//	cut   = max(CutFloor, CutFactor × median)
+//	cut   = max(CutFloor, min(CutMax × median, max(CutMin × median, answered)))
+//	last  = max(CutFloor, CutMax × median)
 //	hedge = min(cut, max(CutFloor, tail, HedgeSpread × median))
+//
+// So an attempt is cut once it is later than 95% of the model's answers,
+// never sooner than twice its median (answers of one prompt size vary
+// less) and never later than three times it. Stalls that were cut do not
+// move it: they are abandoned, not answered. An attempt with no other
+// model to go to (the last of its call) is cut at last: its cut only buys
+// another request to the same model, which a model slowed on every
+// request (a latency shift, not stalls) answers as late.
 const (
-	CutFactor     = 3
+	CutMin        = 2
+	CutMax        = 3
 	CutFloor      = time.Second // never cut (nor hedge) an attempt sooner
 	HedgeQuantile = 0.95        // an attempt later than this share of the answers is hedged
 	HedgeSpread   = 2           // and later than this many times the median answer time
@@ -55,6 +66,7 @@ type histogram struct {
 	counts  [Buckets]atomic.Int64
 	records atomic.Int64 // answers recorded, for the refresh cadence
 	cut     atomic.Int64 // the learned cut, in nanoseconds; 0 while warming up
+	last    atomic.Int64 // the learned cut of an attempt with nowhere else to go
 	hedge   atomic.Int64 // the learned hedge delay, in nanoseconds; 0 while warming up
 	mu      sync.Mutex   // serialises refreshes
 }
@@ -77,9 +89,13 @@ func (l *Learner) Hedge(class int) (time.Duration, bool) {
 }
 
 // Cut returns the learned deadline of an attempt of class, false until the
-// class has warmed up.
-func (l *Learner) Cut(class int) (time.Duration, bool) {
-	c := l.classes[class].cut.Load()
+// class has warmed up; last: the attempt has no other model to go to.
+func (l *Learner) Cut(class int, last bool) (time.Duration, bool) {
+	h := &l.classes[class]
+	c := h.cut.Load()
+	if last {
+		c = h.last.Load()
+	}
 	return time.Duration(c), c > 0
 }
 
@@ -109,9 +125,19 @@ func (h *histogram) refresh() {
 			break
 		}
 	}
+	answered := -1
+	seen = 0
+	for i, n := range counts[:Buckets-1] {
+		seen += n
+		if float64(seen) >= HedgeQuantile*float64(total-counts[Buckets-1]) {
+			answered = i
+			break
+		}
+	}
 	mid := Mid(median)
-	cut := max(CutFloor, CutFactor*mid)
+	cut := max(CutFloor, min(CutMax*mid, max(CutMin*mid, End(answered))))
 	h.cut.Store(int64(cut))
+	h.last.Store(int64(max(CutFloor, CutMax*mid)))
 	h.hedge.Store(int64(min(cut, max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid))))))
 	if total > maxSamples {
 		for i := range h.counts {

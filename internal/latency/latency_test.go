@@ -25,19 +25,49 @@ func TestCutAfterWarmup(t *testing.T) {
 	for range Warmup - 1 {
 		l.Record(0, 800*time.Millisecond)
 	}
-	_, ok := l.Cut(0)
+	_, ok := l.Cut(0, false)
 	assert.False(t, ok, "not before Warmup answers")
 	l.Record(0, 800*time.Millisecond)
-	d, ok := l.Cut(0)
+	d, ok := l.Cut(0, false)
 	assert.True(t, ok)
-	assert.InDelta(t, 2.4, d.Seconds(), 0.2, "three times the median")
-	_, ok = l.Cut(1)
+	assert.InDelta(t, 1.6, d.Seconds(), 0.15, "twice the median: the answers hardly vary")
+	d, _ = l.Cut(0, true)
+	assert.InDelta(t, 2.4, d.Seconds(), 0.2, "with nowhere else to go, three times the median")
+	_, ok = l.Cut(1, false)
 	assert.False(t, ok, "another class learns apart")
 	for range 1000 {
 		l.Record(0, 100*time.Millisecond)
 	}
-	d, _ = l.Cut(0)
+	d, _ = l.Cut(0, false)
 	assert.Equal(t, CutFloor, d, "never below the floor")
+}
+
+// TestCutFollowsTheAnswersNotTheStalls: the cut covers 95% of the answers
+// between twice and three times the median; abandoned attempts do not
+// move it.
+func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
+	l := New(1)
+	for i := range 200 {
+		d := 2 * time.Second
+		if i%10 == 0 {
+			d = 5 * time.Second // the slowest tenth: an answer, not a stall
+		}
+		l.Record(0, d)
+	}
+	d, _ := l.Cut(0, false)
+	assert.Greater(t, d, 5*time.Second, "past the slowest tenth of the answers")
+	assert.LessOrEqual(t, d, 6*time.Second+500*time.Millisecond, "within three times the median")
+
+	l = New(1)
+	for i := range 200 {
+		d := 2 * time.Second
+		if i%5 == 0 {
+			d = Abandoned // a fifth of the attempts stalled and were cut
+		}
+		l.Record(0, d)
+	}
+	d, _ = l.Cut(0, false)
+	assert.InDelta(t, 4, d.Seconds(), 0.5, "twice the median: the cut stalls are not answers")
 }
 
 func TestHedgeDelay(t *testing.T) {
@@ -51,7 +81,7 @@ func TestHedgeDelay(t *testing.T) {
 	}
 	h, ok := l.Hedge(0)
 	assert.True(t, ok)
-	c, _ := l.Cut(0)
+	c, _ := l.Cut(0, false)
 	assert.Greater(t, h, 1500*time.Millisecond, "after the 95th percentile's bucket")
 	assert.LessOrEqual(t, h, c, "never after the cut")
 	l.Record(0, Abandoned)

@@ -46,7 +46,11 @@ func TestFamily(t *testing.T) {
 				assert.False(t, math.IsNaN(v) || v < 0, "%s of %s is %v: %s", f.name, a.name, v, name)
 			}
 		}
-		assert.GreaterOrEqual(t, r.Oracle.PrimaryShare, r.Guard.PrimaryShare, "the oracle's primary share bounds geminiguard's: %s", name)
+		if r.Guard.PrimaryShare > r.Oracle.PrimaryShare {
+			// The oracle's share is the most a client gets that sends each
+			// call one request: past it, only with more requests than calls.
+			assert.Greater(t, r.Guard.PerCall, 1.0, "geminiguard passes the oracle's primary share with one request a call: %s", name)
+		}
 		assert.Equal(t, 1.0, r.Oracle.PerCall, "the oracle sends one request per call: %s", name)
 	}
 

@@ -297,7 +297,8 @@ type issue10Target struct {
 }
 
 // issue10Targets are the targets of issue 10 (brownouts: routing by
-// success ratio, learned attempt deadlines), for geminiguard at its
+// success ratio, learned attempt deadlines), with slowBrownout's requests
+// per call as issue 19 revised them, for geminiguard at its
 // defaults against the oracle and the baselines. The storm503 targets met
 // before (success, requests per call, p95) are TestStorm503's. failsafe-go's
 // p95 on slowBrownout is not a target: its hedge waits a fixed 1.2s set by
@@ -316,9 +317,19 @@ var issue10Targets = append([]issue10Target{
 		g := sums["geminiguard"]
 		return g.Answered == g.Calls, pct(g.Success)
 	}},
-	{"slowBrownout", "slowBrownout: ≤ 1.1 upstream requests per call", func(sums map[string]Summary) (bool, string) {
+	// Issue 19 asks slowBrownout for the primary's answers as well (0.9×
+	// the oracle's share), within 1.3 requests per call. Issue 10's ≤ 1.1
+	// capped that share at 0.67× the oracle's: a call sent to the primary
+	// stalls with probability 0.15, and a stall is answered by a second
+	// request, so a share p of the calls sent to the primary costs
+	// 1 + 0.15·p requests per call.
+	{"slowBrownout", "slowBrownout: primary share ≥ 0.9× oracle", func(sums map[string]Summary) (bool, string) {
+		g, o := sums["geminiguard"], sums["oracle"]
+		return g.PrimaryShare >= 0.9*o.PrimaryShare, fmt.Sprintf("%s vs oracle %s", pct(g.PrimaryShare), pct(o.PrimaryShare))
+	}},
+	{"slowBrownout", "slowBrownout: ≤ 1.3 upstream requests per call", func(sums map[string]Summary) (bool, string) {
 		g := sums["geminiguard"]
-		return g.PerCall <= 1.1, fmt.Sprintf("%.3f", g.PerCall)
+		return g.PerCall <= 1.3, fmt.Sprintf("%.3f", g.PerCall)
 	}},
 	{"longThinking", "longThinking: success 100%", func(sums map[string]Summary) (bool, string) {
 		g := sums["geminiguard"]
