@@ -201,18 +201,48 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		a.tokens = call.inputTokens(ctx, sl.m) // may take time: reads the clock after it
 	}
 	for _, s := range call.c.admitSteps {
-		next, err := call.admitBy(s, ctx, sl, a)
+		var next step
+		var err error
+		switch s { // a switch rather than a table of method values: those of a generic type allocate on every call
+		case admitDeadline:
+			next, err = call.checkDeadline(ctx, sl)
+		case admitConfig:
+			next, err = call.checkConfig(sl)
+		case admitBudget:
+			next, err = call.checkBudget(ctx, sl, a)
+		case admitCooling:
+			next, err = call.checkCooling(sl)
+		case admitOpen:
+			next, err = call.checkOpen(sl)
+		case admitThrottle:
+			next, err = call.checkThrottle(sl)
+		case admitLimiter:
+			next, err = call.takeTokens(ctx, sl, a)
+		case admitFleet:
+			next, err = call.takeLease(ctx, sl, a)
+		default: // admitPermit
+			next, err = call.takePermit(ctx, sl, a)
+		}
 		if next != stepGo {
-			a.unreserve(sl.m)
-			if s == admitOpen || s == admitThrottle || s == admitPermit {
-				call.c.refusedAsFailing(call.now)
-			}
-			call.c.logRefusal(ctx, sl.m, s, err)
+			call.refused(ctx, sl, a, s, err)
 			return next, err
 		}
 	}
 	a.m, a.endpoint, a.ctx = sl.m, call.endpoint, ctx
 	return stepGo, nil
+}
+
+// refused ends an admission that step s refused with err: it gives back
+// what the steps before took, continues the Client's spell of failures
+// when s refused the model for its failures, and logs the refusal.
+func (call *call[R]) refused(ctx context.Context, sl *retrySlot, a *admission, s admitStep, err error) {
+	a.unreserve(sl.m)
+	if s == admitOpen || s == admitThrottle || s == admitPermit {
+		call.c.refusedAsFailing(call.now)
+	}
+	if call.c.cfg.logger != nil {
+		call.c.logRefusal(ctx, sl.m, s, err)
+	}
 }
 
 // try sends the admitted request (the n-th to its model in this call) and
