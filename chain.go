@@ -158,13 +158,16 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 		if next, err := call.admit(ctx, sl, &a); next != stepGo {
 			return zero, next, err
 		}
-		call.c.cfg.recorder.begin(call.now)
+		rec := call.c.cfg.recorder // nil without WithRecorder
+		if rec != nil {
+			rec.begin(call.now)
+		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
 		if call.stream != nil && err == nil { // recorded when the stream ends
 			call.stream.opened = openedStream{model: a.m.name, began: call.now.Add(-elapsed), firstChunk: elapsed}
-		} else {
-			call.c.cfg.recorder.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
+		} else if rec != nil {
+			rec.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
 		}
 		if err == nil {
 			sl.m = a.m // a hedge's model may have answered (hedge.go)
