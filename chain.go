@@ -393,7 +393,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 func (c *Client) outage(now time.Time) bool {
 	f, at := &c.failing, now.Sub(c.answers.Origin)
 	latest := time.Duration(f.latest.Swap(int64(at)))
-	if !f.seen.Swap(true) || !c.spellGoesOn(now, latest) {
+	if !f.seen.Swap(true) || !c.spellGoesOn(now, at, latest) {
 		f.began.Store(int64(at))
 	}
 	return c.inOutage(now)
@@ -410,9 +410,9 @@ func (c *Client) refusedAsFailing(now time.Time) {
 	if !f.seen.Load() {
 		return
 	}
-	latest, at := f.latest.Load(), int64(now.Sub(c.answers.Origin))
-	if at > latest && c.spellGoesOn(now, time.Duration(latest)) { // a call's refusals of its models at one now: one store
-		f.latest.CompareAndSwap(latest, at) // a concurrent failure or refusal moved it: it is as late
+	latest, at := f.latest.Load(), now.Sub(c.answers.Origin)
+	if int64(at) > latest && c.spellGoesOn(now, at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
+		f.latest.CompareAndSwap(latest, int64(at)) // a concurrent failure or refusal moved it: it is as late
 	}
 }
 
@@ -424,15 +424,18 @@ func (c *Client) refusedAsFailing(now time.Time) {
 // 503s come back before slow answers) say nothing yet.
 func (c *Client) inOutage(now time.Time) bool {
 	f := &c.failing
-	return f.seen.Load() && c.spellGoesOn(now, time.Duration(f.latest.Load())) &&
-		now.Sub(c.answers.Origin)-time.Duration(f.began.Load()) >= outageAfter
+	if !f.seen.Load() {
+		return false
+	}
+	at := now.Sub(c.answers.Origin)
+	return c.spellGoesOn(now, at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
 }
 
 // spellGoesOn reports whether a spell whose latest failure or refusal came
-// at latest (since the Client's origin) goes on at now: no answer since,
-// and at most outageAfter ago.
-func (c *Client) spellGoesOn(now time.Time, latest time.Duration) bool {
-	since := now.Sub(c.answers.Origin) - latest
+// at latest goes on at now, at since the Client's origin (as latest): no
+// answer since, and at most outageAfter ago.
+func (c *Client) spellGoesOn(now time.Time, at, latest time.Duration) bool {
+	since := at - latest
 	return since <= outageAfter && c.answers.SilentFor(now, since)
 }
 

@@ -258,8 +258,11 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 // refused it or a panic ended the call before it left: the limiter's
 // grants, the leased request and the budget's hold.
 func (a *admission) unreserve(m *modelState) {
+	if a.grant.l == nil && a.alone.l == nil && a.images.l == nil && !a.leased && a.hold.s == nil {
+		return // most refusals come before anything is taken
+	}
 	for _, g := range [...]*grant{&a.grant, &a.alone, &a.images} {
-		if g.l != nil { // most refusals come before any grant: nothing to copy or clear
+		if g.l != nil { // nothing to copy or clear for a grant not taken
 			g.cancel()
 			*g = grant{}
 		}
