@@ -40,8 +40,9 @@ type admission struct {
 // order of their constants. Its check (the call's method that admit's
 // switch names for it) returns stepGo when the call's next request to sl's
 // model may go as far as this defence is concerned, filling its part of a;
-// else, having recorded why, stepNext or stepStop with the error. A step that refuses may leave in a what it took:
-// admit gives it back (unreserve).
+// else, having recorded why, stepNext or stepStop with the error. A step
+// that refuses may leave in a what it took: admit gives it back
+// (unreserve).
 type admitStep uint8
 
 // The steps of admit, in the order it runs them.
