@@ -156,6 +156,13 @@ func newBulkheads(cfg *config) map[string]*bulkhead {
 	return bs
 }
 
+// bulkheadFrom returns the bulkhead name ctx carries (InBulkhead), named
+// false when it carries none.
+func bulkheadFrom(ctx context.Context) (name string, named bool) {
+	name, named = ctx.Value(bulkheadKey{}).(string)
+	return name, named
+}
+
 // enterBulkhead takes a slot of the bulkhead the call names in ctx (or of
 // the "default" one) and returns it, to be left when the call ends; the
 // zero slot when the call goes through no bulkhead. It fails with an error matching
@@ -164,7 +171,13 @@ func newBulkheads(cfg *config) map[string]*bulkhead {
 // with the context's error when the caller cancelled while queued, and
 // with a request error for a name without a bulkhead.
 func (c *Client) enterBulkhead(ctx context.Context) (bulkheadSlot, error) {
-	name, named := ctx.Value(bulkheadKey{}).(string)
+	name, named := bulkheadFrom(ctx)
+	return c.enterNamedBulkhead(ctx, name, named)
+}
+
+// enterNamedBulkhead is enterBulkhead for the name of bulkheadFrom(ctx),
+// read already.
+func (c *Client) enterNamedBulkhead(ctx context.Context, name string, named bool) (bulkheadSlot, error) {
 	if !named {
 		name = defaultBulkhead
 	}

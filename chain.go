@@ -158,13 +158,16 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 		if next, err := call.admit(ctx, sl, &a); next != stepGo {
 			return zero, next, err
 		}
-		call.c.cfg.recorder.begin(call.now)
+		rec := call.c.cfg.recorder // nil without WithRecorder
+		if rec != nil {
+			rec.begin(call.now)
+		}
 		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
 		if call.stream != nil && err == nil { // recorded when the stream ends
 			call.stream.opened = openedStream{model: a.m.name, began: call.now.Add(-elapsed), firstChunk: elapsed}
-		} else {
-			call.c.cfg.recorder.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
+		} else if rec != nil {
+			rec.request(call.endpoint, a.m.name, v, err, call.now, elapsed)
 		}
 		if err == nil {
 			sl.m = a.m // a hedge's model may have answered (hedge.go)
@@ -201,18 +204,48 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		a.tokens = call.inputTokens(ctx, sl.m) // may take time: reads the clock after it
 	}
 	for _, s := range call.c.admitSteps {
-		next, err := call.admitBy(s, ctx, sl, a)
+		var next step
+		var err error
+		switch s { // a switch rather than a table of method values: those of a generic type allocate on every call
+		case admitDeadline:
+			next, err = call.checkDeadline(ctx, sl)
+		case admitConfig:
+			next, err = call.checkConfig(sl)
+		case admitBudget:
+			next, err = call.checkBudget(ctx, sl, a)
+		case admitCooling:
+			next, err = call.checkCooling(sl)
+		case admitOpen:
+			next, err = call.checkOpen(sl)
+		case admitThrottle:
+			next, err = call.checkThrottle(sl)
+		case admitLimiter:
+			next, err = call.takeTokens(ctx, sl, a)
+		case admitFleet:
+			next, err = call.takeLease(ctx, sl, a)
+		default: // admitPermit
+			next, err = call.takePermit(ctx, sl, a)
+		}
 		if next != stepGo {
-			a.unreserve(sl.m)
-			if s == admitOpen || s == admitThrottle || s == admitPermit {
-				call.c.refusedAsFailing(call.now)
-			}
-			call.c.logRefusal(ctx, sl.m, s, err)
+			call.refused(ctx, sl, a, s, err)
 			return next, err
 		}
 	}
 	a.m, a.endpoint, a.ctx = sl.m, call.endpoint, ctx
 	return stepGo, nil
+}
+
+// refused ends an admission that step s refused with err: it gives back
+// what the steps before took, continues the Client's spell of failures
+// when s refused the model for its failures, and logs the refusal.
+func (call *call[R]) refused(ctx context.Context, sl *retrySlot, a *admission, s admitStep, err error) {
+	a.unreserve(sl.m)
+	if s == admitOpen || s == admitThrottle || s == admitPermit {
+		call.c.refusedAsFailing(call.now)
+	}
+	if call.c.cfg.logger != nil {
+		call.c.logRefusal(ctx, sl.m, s, err)
+	}
 }
 
 // try sends the admitted request (the n-th to its model in this call) and
@@ -370,7 +403,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 func (c *Client) outage(now time.Time) bool {
 	f, at := &c.failing, now.Sub(c.answers.Origin)
 	latest := time.Duration(f.latest.Swap(int64(at)))
-	if !f.seen.Swap(true) || !c.spellGoesOn(now, latest) {
+	if !f.seen.Swap(true) || !c.spellGoesOn(now, at, latest) {
 		f.began.Store(int64(at))
 	}
 	return c.inOutage(now)
@@ -387,9 +420,9 @@ func (c *Client) refusedAsFailing(now time.Time) {
 	if !f.seen.Load() {
 		return
 	}
-	latest, at := f.latest.Load(), int64(now.Sub(c.answers.Origin))
-	if at > latest && c.spellGoesOn(now, time.Duration(latest)) { // a call's refusals of its models at one now: one store
-		f.latest.CompareAndSwap(latest, at) // a concurrent failure or refusal moved it: it is as late
+	latest, at := f.latest.Load(), now.Sub(c.answers.Origin)
+	if int64(at) > latest && c.spellGoesOn(now, at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
+		f.latest.CompareAndSwap(latest, int64(at)) // a concurrent failure or refusal moved it: it is as late
 	}
 }
 
@@ -401,15 +434,18 @@ func (c *Client) refusedAsFailing(now time.Time) {
 // 503s come back before slow answers) say nothing yet.
 func (c *Client) inOutage(now time.Time) bool {
 	f := &c.failing
-	return f.seen.Load() && c.spellGoesOn(now, time.Duration(f.latest.Load())) &&
-		now.Sub(c.answers.Origin)-time.Duration(f.began.Load()) >= outageAfter
+	if !f.seen.Load() {
+		return false
+	}
+	at := now.Sub(c.answers.Origin)
+	return c.spellGoesOn(now, at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
 }
 
 // spellGoesOn reports whether a spell whose latest failure or refusal came
-// at latest (since the Client's origin) goes on at now: no answer since,
-// and at most outageAfter ago.
-func (c *Client) spellGoesOn(now time.Time, latest time.Duration) bool {
-	since := now.Sub(c.answers.Origin) - latest
+// at latest goes on at now, at since the Client's origin (as latest): no
+// answer since, and at most outageAfter ago.
+func (c *Client) spellGoesOn(now time.Time, at, latest time.Duration) bool {
+	since := at - latest
 	return since <= outageAfter && c.answers.SilentFor(now, since)
 }
 

@@ -248,11 +248,8 @@ func (c *Client) GenerateContent(ctx context.Context, model string, contents []*
 	if err := checkGenerate(contents, config); err != nil {
 		return nil, err
 	}
-	r := generateRequest{model: model, contents: contents, config: config}
-	if c.cfg.dedup || idempotencyKeyFrom(ctx) != "" {
-		r.start = time.Now()
-		r.digest, r.shared = requestDigest(model, contents, config)
-	}
+	var r generateRequest
+	r.init(ctx, c, model, contents, config)
 	return c.unary(ctx, &r, wrapDeferrable)
 }
 

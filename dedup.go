@@ -95,12 +95,12 @@ type flightKey struct {
 	bulkhead, key string
 }
 
-// flightKey returns the flight key of the call of ctx sharing key: its
-// bulkhead is the name its context carries (InBulkhead), else
-// "default" when the Client has that bulkhead, else "" (none).
-func (c *Client) flightKey(ctx context.Context, key string) flightKey {
-	name, named := ctx.Value(bulkheadKey{}).(string)
-	if !named && c.bulkheads[defaultBulkhead] != nil {
+// flightKey returns the flight key of r's call sharing key: its bulkhead is
+// the name its context carries (InBulkhead), else "default" when the
+// Client has that bulkhead, else "" (none).
+func (c *Client) flightKey(r *generateRequest, key string) flightKey {
+	name := r.bulkhead
+	if !r.named && c.bulkheads[defaultBulkhead] != nil {
 		name = defaultBulkhead
 	}
 	return flightKey{bulkhead: name, key: key}
@@ -332,7 +332,7 @@ func newWaiter(ctx context.Context) *waiter {
 // generateDeduplicated joins the call in flight for the same request, or
 // starts it; the call stops when no caller waits for it any more.
 func (c *Client) generateDeduplicated(ctx context.Context, r *generateRequest) (*genai.GenerateContentResponse, error) {
-	key, w := c.flightKey(ctx, string(r.digest[:])), newWaiter(ctx)
+	key, w := c.flightKey(r, string(r.digest[:])), newWaiter(ctx)
 	rest := *r // the flight's own: r stays on the caller's stack
 	f, lead := c.join(ctx, &c.shared.inflight, key, r.digest, w, true, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
 		return c.unary(ctx, &rest, wrapBulkhead)

@@ -37,11 +37,12 @@ type admission struct {
 }
 
 // admitStep names one defence's say in admit, which runs the steps in the
-// order of their constants. Its check (admitBy) returns stepGo when the
-// call's next request to sl's model may go as far as this defence is
-// concerned, filling its part of a; else, having recorded why, stepNext or
-// stepStop with the error. A step that refuses may leave in a what it took:
-// admit gives it back (unreserve).
+// order of their constants. Its check (the call's method that admit's
+// switch names for it) returns stepGo when the call's next request to sl's
+// model may go as far as this defence is concerned, filling its part of a;
+// else, having recorded why, stepNext or stepStop with the error. A step
+// that refuses may leave in a what it took: admit gives it back
+// (unreserve).
 type admitStep uint8
 
 // The steps of admit, in the order it runs them.
@@ -78,31 +79,6 @@ func admitStepsFor(c *Client) []admitStep {
 // String returns the step's name, as the Debug log line of a refusal gives it.
 func (s admitStep) String() string {
 	return [...]string{"deadline", "config", "budget", "cooling", "open", "throttle", "limiter", "fleet", "permit"}[s]
-}
-
-// admitBy runs step s of admit. (A switch rather than a table of method
-// values: those of a generic type allocate on every call.)
-func (call *call[R]) admitBy(s admitStep, ctx context.Context, sl *retrySlot, a *admission) (step, error) {
-	switch s {
-	case admitDeadline:
-		return call.checkDeadline(ctx, sl)
-	case admitConfig:
-		return call.checkConfig(sl)
-	case admitBudget:
-		return call.checkBudget(ctx, sl, a)
-	case admitCooling:
-		return call.checkCooling(sl)
-	case admitOpen:
-		return call.checkOpen(sl)
-	case admitThrottle:
-		return call.checkThrottle(sl)
-	case admitLimiter:
-		return call.takeTokens(ctx, sl, a)
-	case admitFleet:
-		return call.takeLease(ctx, sl, a)
-	default:
-		return call.takePermit(ctx, sl, a)
-	}
 }
 
 // checkDeadline refuses when the call's deadline has passed: the caller's
@@ -283,8 +259,11 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 // refused it or a panic ended the call before it left: the limiter's
 // grants, the leased request and the budget's hold.
 func (a *admission) unreserve(m *modelState) {
+	if a.grant.l == nil && a.alone.l == nil && a.images.l == nil && !a.leased && a.hold.s == nil {
+		return // most refusals come before anything is taken
+	}
 	for _, g := range [...]*grant{&a.grant, &a.alone, &a.images} {
-		if g.l != nil { // most refusals come before any grant: nothing to copy or clear
+		if g.l != nil { // nothing to copy or clear for a grant not taken
 			g.cancel()
 			*g = grant{}
 		}

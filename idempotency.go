@@ -120,7 +120,7 @@ func (c *Client) generateIdempotent(ctx context.Context, key string, r *generate
 			return copyResponse(a.resp), nil
 		}
 	}
-	fk, w := c.flightKey(ctx, key), newWaiter(ctx)
+	fk, w := c.flightKey(r, key), newWaiter(ctx)
 	rest := *r // the flight's own: r stays on the caller's stack
 	f, lead := c.join(ctx, &c.shared.keyed, fk, d, w, false, func(ctx context.Context, _ *flight) (*genai.GenerateContentResponse, error) {
 		if a, ok := c.loadAnswer(ctx, key); ok {

@@ -46,6 +46,28 @@ type generateRequest struct {
 	start  time.Time
 	digest digest
 	shared bool
+	// What the caller's context asks of the call, read once where the
+	// call enters (each lookup walks the context's whole chain): the
+	// idempotency key (Idempotent; "" for none), the deferral (Deferrable)
+	// and the bulkhead's name (InBulkhead; named false for none).
+	key      string
+	deferred bool
+	bulkhead string
+	named    bool
+}
+
+// init fills the zero request r of a GenerateContent call of c made with
+// ctx, with what ctx asks of it; digested when the call may share its answer
+// (WithDedup, Idempotent).
+func (r *generateRequest) init(ctx context.Context, c *Client, model string, contents []*genai.Content, config *genai.GenerateContentConfig) {
+	r.model, r.contents, r.config = model, contents, config
+	r.key = idempotencyKeyFrom(ctx)
+	r.deferred, _ = ctx.Value(deferrableKey{}).(bool)
+	r.bulkhead, r.named = bulkheadFrom(ctx)
+	if c.cfg.dedup || r.key != "" {
+		r.start = time.Now()
+		r.digest, r.shared = requestDigest(model, contents, config)
+	}
 }
 
 // unary runs the call of r through the wrappers from the given one on.
@@ -53,12 +75,12 @@ func (c *Client) unary(ctx context.Context, r *generateRequest, from wrapper) (*
 	for w := from; ; w++ {
 		switch w {
 		case wrapDeferrable:
-			if on, _ := ctx.Value(deferrableKey{}).(bool); on {
+			if r.deferred {
 				return c.generateDeferrable(ctx, r)
 			}
 		case wrapIdempotency:
-			if key := idempotencyKeyFrom(ctx); key != "" && r.shared {
-				return c.generateIdempotent(ctx, key, r)
+			if r.key != "" && r.shared {
+				return c.generateIdempotent(ctx, r.key, r)
 			}
 		case wrapDedupe:
 			if c.cfg.dedup && r.shared {
@@ -86,7 +108,7 @@ func (c *Client) generateDeferrable(ctx context.Context, r *generateRequest) (*g
 // generateInBulkhead holds a slot of the call's bulkhead while the chain
 // runs it.
 func (c *Client) generateInBulkhead(ctx context.Context, r *generateRequest) (resp *genai.GenerateContentResponse, err error) {
-	bh, err := c.enterBulkhead(ctx)
+	bh, err := c.enterNamedBulkhead(ctx, r.bulkhead, r.named)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -57,4 +58,52 @@ func TestWrappersRunInOrder(t *testing.T) {
 
 		assert.Equal(t, 2, srv.Hits(flash, geminitest.VerbGenerate), "the keyed call's request and the slot holder's; the joiner and the replay sent nothing")
 	})
+}
+
+// countingContext counts the lookups of the context values of package
+// geminiguard's own keys, by key type.
+type countingContext struct {
+	context.Context
+	mu      sync.Mutex
+	lookups map[string]int
+}
+
+func (c *countingContext) Value(key any) any {
+	if t := reflect.TypeOf(key); t != nil && t.PkgPath() == reflect.TypeFor[geminiguard.Client]().PkgPath() {
+		c.mu.Lock()
+		c.lookups[t.Name()]++
+		c.mu.Unlock()
+	}
+	return c.Context.Value(key)
+}
+
+// A GenerateContent call reads each of its context values (the idempotency
+// key, the deferral, the bulkhead's name, the call record) once, however many
+// wrappers it passes: a lookup walks the whole chain of the caller's context
+// (a request handler's holds a dozen values).
+func TestGenerateContentReadsEachContextValueOnce(t *testing.T) {
+	srv := geminitest.New(geminitest.Model{Name: flash})
+	for _, tc := range []struct {
+		name string
+		opts []geminiguard.Option
+		ctx  func(context.Context) context.Context
+	}{
+		{"plain", nil, func(ctx context.Context) context.Context { return ctx }},
+		{"idempotent", nil, func(ctx context.Context) context.Context { return geminiguard.Idempotent(ctx, "order-1") }},
+		{"deduplicated", []geminiguard.Option{geminiguard.WithDedup(true)}, func(ctx context.Context) context.Context { return ctx }},
+		{"recorded", nil, func(ctx context.Context) context.Context {
+			return geminiguard.RecordCall(ctx, new(geminiguard.CallRecord))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithCascade(flash), geminiguard.WithStartupCheck(false)}, tc.opts...)...)
+			ctx := &countingContext{Context: tc.ctx(t.Context()), lookups: map[string]int{}}
+			_, err := c.GenerateContent(ctx, "", genai.Text("Say hi"), nil)
+			require.NoError(t, err)
+			require.NotEmpty(t, ctx.lookups)
+			for key, n := range ctx.lookups {
+				assert.Equal(t, 1, n, "lookups of %s", key)
+			}
+		})
+	}
 }

@@ -187,8 +187,8 @@ func turnsFlaw(contents []*genai.Content) *requestError {
 		if len(c.Parts) == 0 {
 			return &requestError{where: at(i) + ".Parts", what: "is empty", fix: "give it a part, or remove the content (the API refuses a content without parts)"}
 		}
-		if e := roleFlaw(c.Role); e != nil {
-			return e.under(at(i) + ".Role")
+		if !validRole(c.Role) {
+			return roleFlaw(c.Role).under(at(i) + ".Role")
 		}
 		responses := 0
 		for j, p := range c.Parts {
@@ -209,17 +209,30 @@ func turnsFlaw(contents []*genai.Content) *requestError {
 	return nil
 }
 
-// emptyPart reports whether p has no field set: the common parts are
-// checked directly (a text part costs a comparison), any other by
-// reflection, so that a field a later SDK adds counts as data.
+// emptyPart reports whether p has no field set. A text part costs a
+// comparison (inlined); any other, noData.
 func emptyPart(p *genai.Part) bool {
-	if p.Text != "" || p.InlineData != nil || p.FunctionCall != nil || p.FunctionResponse != nil || p.FileData != nil {
+	return p.Text == "" && noData(p)
+}
+
+// noData reports whether p, a part without text, has no other field set:
+// the common parts are checked directly, any other by reflection, so that a
+// field a later SDK adds counts as data.
+func noData(p *genai.Part) bool {
+	if p.InlineData != nil || p.FunctionCall != nil || p.FunctionResponse != nil || p.FileData != nil {
 		return false
 	}
 	return reflect.ValueOf(p).Elem().IsZero()
 }
 
-// roleFlaw reports a content role the API refuses, with the role to use.
+// validRole reports whether the API takes role as a content's role: "user",
+// "model", or none (taken for "user").
+func validRole(role string) bool {
+	return role == "" || role == genai.RoleUser || role == genai.RoleModel
+}
+
+// roleFlaw reports a content role the API refuses (validRole false), with
+// the role to use; nil for a valid one.
 func roleFlaw(role string) *requestError {
 	var fix string
 	switch role {
