@@ -297,10 +297,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	if call.deadline.Before(end) {
 		end = call.deadline
 	}
-	var cut time.Duration // the learned deadline bounds this attempt
-	if d, ok := call.learnedCut(m); ok && start.Add(d).Before(end) {
-		cut = d
-	}
+	cut := call.boundingCut(m, start, end)
 	if after, ok := call.hedgeAfter(m, start, end); ok {
 		return call.hedged(ctx, a, end, after, cut)
 	}
@@ -325,14 +322,42 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
 }
 
-// learnedCut returns the learned deadline of the call's attempt to m (see
-// latency.go), false when the call does not learn answer times or m has
-// not learned them yet.
-func (call *call[R]) learnedCut(m *modelState) (time.Duration, bool) {
+// boundingCut returns the learned deadline of the call's attempt to m (see
+// latency.go) when it comes before end for an attempt starting at start, 0
+// when it does not, or the call does not learn answer times, or m has not
+// learned them yet. The cut of an attempt with nowhere else to go is never
+// the shorter one: whether the call has another model to go to (hasNext)
+// is asked only of a cut that would bound the attempt either way.
+func (call *call[R]) boundingCut(m *modelState, start, end time.Time) time.Duration {
 	if !call.learns {
-		return 0, false
+		return 0
 	}
-	return m.lat.Cut(call.class, !call.hasNext(m))
+	d, ok := m.lat.Cut(call.class, false)
+	if !ok || !start.Add(d).Before(end) {
+		return 0
+	}
+	if call.hasNext(m) {
+		return d
+	}
+	if d, _ = m.lat.Cut(call.class, true); start.Add(d).Before(end) {
+		return d
+	}
+	return 0
+}
+
+// lateAnswer reports whether an answer of m's that took elapsed came after
+// the call's learned deadline of an attempt to m: the deadline learned with
+// it counted, whether the call has another model to go to asked, as in
+// boundingCut, only of an answer later than the shorter cut.
+func (call *call[R]) lateAnswer(m *modelState, elapsed time.Duration) bool {
+	if d, ok := m.lat.Cut(call.class, false); !ok || elapsed <= d {
+		return false
+	}
+	if call.hasNext(m) {
+		return true
+	}
+	d, _ := m.lat.Cut(call.class, true)
+	return elapsed > d
 }
 
 // ended classifies the outcome of a request to m that started at start and
@@ -354,7 +379,7 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 	}
 	if err == nil && call.learns {
 		m.lat.Record(call.class, elapsed)
-		if d, ok := call.learnedCut(m); ok && elapsed > d {
+		if call.lateAnswer(m, elapsed) {
 			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
 		}
 	}
