@@ -238,19 +238,28 @@ const budgetScale = 1_000_000
 // counts for between 0.9·ttl and ttl). Over any ttl, retries ≤ ratio·first
 // attempts + minPerSecond·ttl.
 //
+// A second budget of the same first attempts and ttl may keep its ledger
+// beside the first, under the same lock and slot clock (fundCuts): a first
+// attempt's deposit then funds both at once.
+//
 // Time is an argument. A retryBudget is safe for concurrent use; each call is
 // O(1) and allocates nothing. Use newRetryBudget: the zero value allows no
 // retries.
 type retryBudget struct {
-	deposits int64         // credit of one first attempt, in budgetScale units
-	reserve  int64         // the floor: minPerSecond·ttl retries, in budgetScale units
-	width    time.Duration // length of one slot
+	width time.Duration // length of one slot
 
-	mu    sync.Mutex         // guards the fields below
-	epoch time.Time          // first time seen; slot numbers count from it
-	head  int64              // number of the newest slot
-	slots [budgetSlots]int64 // credit per slot, indexed by slot number mod budgetSlots
-	sum   int64              // sum of slots
+	mu        sync.Mutex   // guards the fields below
+	epoch     time.Time    // first time seen; slot numbers count from it
+	head      int64        // number of the newest slot
+	own, cuts budgetLedger // cuts: fundCuts's ledger (funded by nothing without it)
+}
+
+// budgetLedger is one budget's credit in its retryBudget's slots.
+type budgetLedger struct {
+	deposits int64              // credit of one first attempt, in budgetScale units
+	reserve  int64              // the floor: minPerSecond·ttl withdrawals, in budgetScale units
+	slots    [budgetSlots]int64 // credit per slot, indexed by slot number mod budgetSlots
+	sum      int64              // sum of slots
 }
 
 // newRetryBudget returns a budget that allows, over any ttl, ratio retries per
@@ -258,11 +267,25 @@ type retryBudget struct {
 // must be finite and non-negative, and ttl at least budgetSlots nanoseconds
 // (Finagle allows 1s to 60s); RetryPolicy.validate checks the first two.
 func newRetryBudget(ratio, minPerSecond float64, ttl time.Duration) *retryBudget {
-	return &retryBudget{
-		deposits: saturate(ratio * budgetScale),
-		reserve:  saturate(minPerSecond * ttl.Seconds() * budgetScale),
-		width:    ttl / budgetSlots,
-	}
+	b := &retryBudget{width: ttl / budgetSlots}
+	b.own.fund(ratio, minPerSecond, ttl)
+	return b
+}
+
+// fund sets the ledger's credit per first attempt (ratio) and its floor
+// (minPerSecond over ttl).
+func (l *budgetLedger) fund(ratio, minPerSecond float64, ttl time.Duration) {
+	l.deposits = saturate(ratio * budgetScale)
+	l.reserve = saturate(minPerSecond * ttl.Seconds() * budgetScale)
+}
+
+// fundCuts gives b a second budget of the same first attempts and ttl, the
+// cut budget (latency.go), which allows ratio withdrawals per first attempt
+// deposited in b plus minPerSecond a second, and returns it. Call it before
+// b is shared.
+func (b *retryBudget) fundCuts(ratio, minPerSecond float64) cutBudget {
+	b.cuts.fund(ratio, minPerSecond, b.width*budgetSlots)
+	return cutBudget{b}
 }
 
 // saturate rounds f to an int64 credit no larger than a quarter of the int64
@@ -275,34 +298,44 @@ func saturate(f float64) int64 {
 	return int64(math.Round(f))
 }
 
-// deposit records a first attempt made at now.
+// deposit records a first attempt made at now, in b and in its cut budget.
 func (b *retryBudget) deposit(now time.Time) {
 	b.mu.Lock()
 	i := b.advance(now)
-	b.slots[i] += b.deposits
-	b.sum += b.deposits
+	b.own.slots[i] += b.own.deposits
+	b.own.sum += b.own.deposits
+	b.cuts.slots[i] += b.cuts.deposits
+	b.cuts.sum += b.cuts.deposits
 	b.mu.Unlock()
 }
 
 // allows reports whether withdraw would succeed at now, recording nothing.
-func (b *retryBudget) allows(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.advance(now)
-	return b.sum+b.reserve >= budgetScale
-}
+func (b *retryBudget) allows(now time.Time) bool { return b.allowsOf(&b.own, now) }
 
 // withdraw reports whether a retry may be sent at now, and if so records it.
-func (b *retryBudget) withdraw(now time.Time) bool {
+func (b *retryBudget) withdraw(now time.Time) bool { return b.withdrawFrom(&b.own, now) }
+
+// allowsOf reports whether l, one of b's ledgers, allows a withdrawal at now.
+func (b *retryBudget) allowsOf(l *budgetLedger, now time.Time) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.advance(now)
+	ok := l.sum+l.reserve >= budgetScale
+	b.mu.Unlock()
+	return ok
+}
+
+// withdrawFrom reports whether l, one of b's ledgers, allows a withdrawal
+// at now, and if so records it.
+func (b *retryBudget) withdrawFrom(l *budgetLedger, now time.Time) bool {
+	b.mu.Lock()
 	i := b.advance(now)
-	if b.sum+b.reserve < budgetScale {
-		return false
+	ok := l.sum+l.reserve >= budgetScale
+	if ok {
+		l.slots[i] -= budgetScale
+		l.sum -= budgetScale
 	}
-	b.slots[i] -= budgetScale
-	b.sum -= budgetScale
-	return true
+	b.mu.Unlock()
+	return ok
 }
 
 // advance expires the slots older than ttl at now and returns the index of
@@ -316,13 +349,25 @@ func (b *retryBudget) advance(now time.Time) int {
 	if n > b.head {
 		for s := max(b.head+1, n-budgetSlots+1); s <= n; s++ {
 			i := s % budgetSlots
-			b.sum -= b.slots[i]
-			b.slots[i] = 0
+			b.own.sum -= b.own.slots[i]
+			b.own.slots[i] = 0
+			b.cuts.sum -= b.cuts.slots[i]
+			b.cuts.slots[i] = 0
 		}
 		b.head = n
 	}
 	return int(b.head % budgetSlots)
 }
+
+// cutBudget is the cut budget of a retryBudget (fundCuts): its ledger, in
+// the retryBudget's slots, funded by the retryBudget's deposits.
+type cutBudget struct{ b *retryBudget }
+
+// allows reports whether withdraw would succeed at now, recording nothing.
+func (v cutBudget) allows(now time.Time) bool { return v.b.allowsOf(&v.b.cuts, now) }
+
+// withdraw reports whether a cut may be made at now, and if so records it.
+func (v cutBudget) withdraw(now time.Time) bool { return v.b.withdrawFrom(&v.b.cuts, now) }
 
 // jitterDraws draws the uniform numbers in [0, 1) that randomise retry
 // delays: from math/rand/v2's global generator, or, with a source

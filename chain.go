@@ -258,8 +258,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	c, m := call.c, a.m
 	c.stateChanged(ctx, m.name, call.endpoint, a.opened)
 	if n == 1 {
-		c.budget.deposit(call.now)
-		c.cuts.deposit(call.now)
+		c.budget.deposit(call.now) // the cut budget's too
 	} else {
 		m.counters.retries.Add(1)
 	}

@@ -41,7 +41,7 @@ type Client struct {
 	cascade  []string      // configured models, primary first
 	states   []*modelState // the cascade's models, in its order
 	budget   *retryBudget
-	cuts     *retryBudget // attempts abandoned at their learned deadline (latency.go)
+	cuts     cutBudget    // attempts abandoned at their learned deadline (latency.go), in budget's slots
 	hedges   *retryBudget // hedged attempts (hedge.go)
 	answers  lastAnswer   // when any model last answered: an outage is every model silent
 	failing  failureSpell // the counted failures since the last answer: an outage is every model failing (outage)
@@ -114,7 +114,6 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		sdkRetries:  anySDKRetries(&cfg),
 		cascade:     cfg.cascade,
 		budget:      newRetryBudget(cfg.retry.BudgetRatio, cfg.retry.BudgetMinPerSecond, retryBudgetTTL),
-		cuts:        newRetryBudget(cutRatio, cutMinPerSec, retryBudgetTTL),
 		hedges:      newHedgeBudget(cfg.hedge),
 		shutdown:    mergeShutdowns(cfg.tables.shutdowns, cfg.shutdowns),
 		prices:      newPriceTable(cfg.tables.prices, cfg.prices),
@@ -127,6 +126,7 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 	if c.fleet != nil && c.spending != nil {
 		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
 	}
+	c.cuts = c.budget.fundCuts(cutRatio, cutMinPerSec)
 	c.admitSteps = admitStepsFor(c)
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)
