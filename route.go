@@ -58,17 +58,29 @@ const (
 // routeWindow in a ring of buckets, with atomic counters: recording is two
 // atomic operations, and a bucket is cleared, under mu, by the first record
 // of a new span. A record racing with that clearing may be lost or land in
-// the new span: the counts are a routing estimate, not an audit. Safe for
-// concurrent use; create with newAvailability.
+// the new span: the counts are a routing estimate, not an audit. The
+// window's totals of the spans before the current one are cached (past),
+// until the next span or a record in one of those spans; a record of a past
+// span racing with the caching may be missed by the cache until then. Safe
+// for concurrent use; create with newAvailability.
 type availability struct {
 	origin  time.Time // spans count from it
 	mu      sync.Mutex
 	buckets [routeBuckets]availabilityBucket
+	past    atomic.Pointer[pastSpans] // nil until totals caches them
+	pastGen atomic.Uint64             // bumped by a record of a span before past's current
 }
 
 type availabilityBucket struct {
 	epoch                         atomic.Int64 // the span it counts, +1 (0: never used)
 	requests, accepts, slow, held atomic.Int64 // held: the requests the throttle kept back
+}
+
+// pastSpans are the window's totals of the spans before the current span
+// (epoch), as of pastGen's gen: immutable once cached.
+type pastSpans struct {
+	epoch, requests, accepts, slow, held int64
+	gen                                  uint64
 }
 
 func newAvailability() *availability {
@@ -106,42 +118,73 @@ func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
 // quota answer) are not counted.
 
 func (a *availability) answered(now time.Time) {
-	b, _ := a.bucket(now)
+	b, e := a.bucket(now)
 	b.requests.Add(1)
 	b.accepts.Add(1)
+	a.recorded(e)
 }
 
 func (a *availability) failed(now time.Time) {
-	b, _ := a.bucket(now)
+	b, e := a.bucket(now)
 	b.requests.Add(1)
+	a.recorded(e)
 }
 
 func (a *availability) kept(now time.Time) {
-	b, _ := a.bucket(now)
+	b, e := a.bucket(now)
 	b.requests.Add(1)
 	b.held.Add(1)
+	a.recorded(e)
 }
 
 func (a *availability) slowed(now time.Time) {
-	b, _ := a.bucket(now)
+	b, e := a.bucket(now)
 	b.requests.Add(1)
 	b.slow.Add(1)
+	a.recorded(e)
+}
+
+// recorded drops the cached totals of the past spans once a record, now
+// counted, landed in one of them (span e).
+func (a *availability) recorded(e int64) {
+	if p := a.past.Load(); p != nil && e < p.epoch {
+		a.pastGen.Add(1)
+	}
 }
 
 // totals returns the requests, accepts, abandoned attempts and requests
-// kept back of the window that ends at now.
+// kept back of the window that ends at now: those of the current span, and
+// those of the spans before it, cached.
 func (a *availability) totals(now time.Time) (requests, accepts, slow, held int64) {
-	_, e := a.bucket(now)
-	for i := range a.buckets {
-		b := &a.buckets[i]
-		if be := b.epoch.Load(); be > e-routeBuckets && be <= e {
-			requests += b.requests.Load()
-			accepts += b.accepts.Load()
-			slow += b.slow.Load()
-			held += b.held.Load()
-		}
+	b, e := a.bucket(now)
+	p := a.past.Load()
+	if p == nil || p.epoch != e || p.gen != a.pastGen.Load() {
+		p = a.cachePast(e)
+	}
+	requests, accepts, slow, held = p.requests, p.accepts, p.slow, p.held
+	if b.epoch.Load() == e {
+		requests += b.requests.Load()
+		accepts += b.accepts.Load()
+		slow += b.slow.Load()
+		held += b.held.Load()
 	}
 	return requests, accepts, slow, held
+}
+
+// cachePast sums the window's spans before span e, caches and returns them.
+func (a *availability) cachePast(e int64) *pastSpans {
+	p := &pastSpans{epoch: e, gen: a.pastGen.Load()} // the gen first: a record bumping it after is not missed
+	for i := range a.buckets {
+		b := &a.buckets[i]
+		if be := b.epoch.Load(); be > e-routeBuckets && be < e {
+			p.requests += b.requests.Load()
+			p.accepts += b.accepts.Load()
+			p.slow += b.slow.Load()
+			p.held += b.held.Load()
+		}
+	}
+	a.past.Store(p)
+	return p
 }
 
 // rejectProbability returns the chance that a request at now is throttled,
