@@ -301,7 +301,7 @@ func (s *spendBudget) inFlight(now time.Time) Micros {
 // the model has answered nothing or has no price.
 func (t typicalHold) cost(now time.Time) Micros {
 	out, _ := t.m.spent.typicalOutput()
-	p, ok := priceAt(t.m.prices, now)
+	p, ok := t.m.price(now)
 	if !ok || out <= 0 {
 		return 0
 	}
@@ -363,7 +363,7 @@ func (call *call[R]) estimate(m *modelState) budgetHold {
 	if call.c.spending == nil || call.endpoint != endpointGenerate {
 		return budgetHold{}
 	}
-	p, ok := priceAt(m.prices, call.now)
+	p, ok := m.price(call.now)
 	if !ok {
 		return budgetHold{}
 	}
@@ -464,7 +464,7 @@ func (call *call[R]) overBudget(ctx context.Context, m *modelState) (step, error
 func (call *call[R]) cheaperNext(m *modelState) *modelState {
 	now := call.now
 	rate := func(m *modelState) (Micros, bool) {
-		p, ok := priceAt(m.prices, now)
+		p, ok := m.price(now)
 		return p.Input + p.Output, ok
 	}
 	own, ok := rate(m)

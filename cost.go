@@ -155,16 +155,57 @@ func newPriceTable(files, overrides map[string][]Price) map[string][]Price {
 // priceAt returns the price in effect at the instant at among prices,
 // sorted by EffectiveFrom.
 func priceAt(prices []Price, at time.Time) (Price, bool) {
+	i := priceIndex(prices, at)
+	if i == 0 {
+		return Price{}, false
+	}
+	return prices[i-1], true
+}
+
+// priceIndex returns the index of the first of prices, sorted by
+// EffectiveFrom, that takes effect after at: the one before it is in
+// effect at at.
+func priceIndex(prices []Price, at time.Time) int {
 	i, _ := slices.BinarySearchFunc(prices, at, func(p Price, at time.Time) int {
 		if p.EffectiveFrom.After(at) {
 			return 1
 		}
 		return -1
 	})
-	if i == 0 {
-		return Price{}, false
+	return i
+}
+
+// priceSpan is a model's price over the span of time it is in effect, from
+// (zero: since always) until until (zero: until further notice); ok false:
+// no price is in effect then. Immutable.
+type priceSpan struct {
+	price       Price
+	ok          bool
+	from, until time.Time
+}
+
+// covers reports whether the instant at falls in the span.
+func (s *priceSpan) covers(at time.Time) bool {
+	return (s.from.IsZero() || !at.Before(s.from)) && (s.until.IsZero() || at.Before(s.until))
+}
+
+// price returns m's price in effect at the instant at, as priceAt of
+// m.prices does (the zero Price and false: none), not to be modified: from
+// the span cached in m.spent when at falls in it, else looked up and
+// cached (a new span once per change of price).
+func (m *modelState) price(at time.Time) (*Price, bool) {
+	if s := m.spent.price.Load(); s != nil && s.covers(at) {
+		return &s.price, s.ok
 	}
-	return prices[i-1], true
+	s, i := &priceSpan{}, priceIndex(m.prices, at)
+	if i > 0 {
+		s.price, s.ok, s.from = m.prices[i-1], true, m.prices[i-1].EffectiveFrom
+	}
+	if i < len(m.prices) {
+		s.until = m.prices[i].EffectiveFrom
+	}
+	m.spent.price.Store(s)
+	return &s.price, s.ok
 }
 
 // tokensOf reads the tokens of a usageMetadata, nil included.
@@ -183,7 +224,7 @@ func tokensOf(u *genai.GenerateContentResponseUsageMetadata) Tokens {
 // cost returns what tokens cost at price p for a prompt of prompt tokens
 // sent with the service tier st, rounded to the nearest micro-dollar (half
 // up).
-func (p Price) cost(tk Tokens, prompt int64, st genai.ServiceTier) Micros {
+func (p *Price) cost(tk Tokens, prompt int64, st genai.ServiceTier) Micros {
 	in, out, cached := p.Input, p.Output, p.CachedInput
 	if p.LongPrompt > 0 && prompt > int64(p.LongPrompt) {
 		in, out, cached = p.LongInput, p.LongOutput, p.LongCachedInput
@@ -194,20 +235,17 @@ func (p Price) cost(tk Tokens, prompt int64, st genai.ServiceTier) Micros {
 	// A rate in Micros per 1M tokens is pico-dollars per token. Each
 	// product is split at 1M tokens so that nothing overflows: whole
 	// micro-dollars, and pico-dollars below 1M tokens (each < 1e6 × maxRate).
-	var whole, pico int64
-	for _, term := range [...]struct {
-		n    int64
-		rate Micros
-	}{{max(tk.Input-tk.Cached, 0), in}, {tk.Cached, cached}, {tk.Output + tk.Thinking, out}} {
-		whole += term.n / 1e6 * int64(term.rate)
-		pico += term.n % 1e6 * int64(term.rate)
-	}
+	fresh, spoken := max(tk.Input-tk.Cached, 0), tk.Output+tk.Thinking
+	whole := fresh/1e6*int64(in) + tk.Cached/1e6*int64(cached) + spoken/1e6*int64(out)
+	pico := fresh%1e6*int64(in) + tk.Cached%1e6*int64(cached) + spoken%1e6*int64(out)
 	num, den := int64(1), int64(1)
 	switch st {
 	case genai.ServiceTierFlex:
 		den = 2
 	case genai.ServiceTierPriority:
 		num, den = 9, 5
+	default: // the standard rate: whole·1e6 + pico over 1e6, rounded
+		return Micros(whole + (pico+1e6/2)/1e6)
 	}
 	// (whole·1e6 + pico)·num / (den·1e6), rounded: whole·num = q·den + r.
 	q, r := whole*num/den, whole*num%den
@@ -239,7 +277,8 @@ func (s *spend) record(rec *CallRecord) {
 // modelSpend is one model's tokens and cost, in atomic counters.
 type modelSpend struct {
 	input, output, thinking, cached, cost, unpriced atomic.Int64
-	budget                                          *spendBudget // the Client's (WithBudget), which every cost is added to too; nil: none
+	budget                                          *spendBudget              // the Client's (WithBudget), which every cost is added to too; nil: none
+	price                                           atomic.Pointer[priceSpan] // the model's latest price looked up (modelState.price); nil: none yet
 	// typical is a moving average of the output tokens (thinking
 	// included) of the model's responses, times typicalScale; 0 until the
 	// first. It estimates a request's cost (costEstimate).
@@ -283,7 +322,7 @@ func bill(m *modelState, u *genai.GenerateContentResponseUsageMetadata, at time.
 		return spend{}
 	}
 	s := spend{tokens: tokensOf(u)}
-	if p, ok := priceAt(m.prices, at); ok {
+	if p, ok := m.price(at); ok {
 		s.cost = p.cost(s.tokens, int64(u.PromptTokenCount), st)
 	} else {
 		s.unpriced = true

@@ -68,3 +68,27 @@ func TestPriceTableAt(t *testing.T) {
 	_, ok := priceAt(table["other"], t0)
 	assert.False(t, ok)
 }
+
+// TestModelPriceFollowsItsSpan: a model's price, cached for the span it is
+// in effect, is the table's at every instant, in whatever order the
+// instants come (calls' clock readings race), and a price in effect since
+// always covers every instant before the next one.
+func TestModelPriceFollowsItsSpan(t *testing.T) {
+	t0 := time.Date(2027, time.January, 1, 8, 0, 0, 0, time.UTC)
+	table := newPriceTable(nil, map[string][]Price{
+		"m":      {{EffectiveFrom: t0.Add(time.Hour), Input: 3}, {EffectiveFrom: t0, Input: 2}},
+		"always": {{Input: 1}, {EffectiveFrom: t0, Input: 2}},
+	})
+	for _, name := range []string{"m", "always"} {
+		m := &modelState{name: name, prices: table[name]}
+		for _, at := range []time.Time{
+			t0.Add(time.Hour), t0, t0.Add(-time.Nanosecond), t0.AddDate(10, 0, 0), t0.Add(time.Hour - time.Nanosecond),
+			t0.AddDate(-10, 0, 0), t0.Add(time.Hour), t0, t0.Add(time.Hour - time.Nanosecond), t0.Add(-time.Nanosecond),
+		} {
+			want, wantOK := priceAt(m.prices, at)
+			got, ok := m.price(at)
+			assert.Equal(t, wantOK, ok, "%s at %v", name, at)
+			assert.Equal(t, want.Input, got.Input, "%s at %v", name, at)
+		}
+	}
+}
