@@ -296,7 +296,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	if call.deadline.Before(end) {
 		end = call.deadline
 	}
-	cut := call.boundingCut(m, start, end)
+	cut := call.boundingCut(m, end.Sub(start))
 	if after, ok := call.hedgeAfter(m, start, end); ok {
 		return call.hedged(ctx, a, end, after, cut)
 	}
@@ -322,23 +322,24 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 }
 
 // boundingCut returns the learned deadline of the call's attempt to m (see
-// latency.go) when it comes before end for an attempt starting at start, 0
-// when it does not, or the call does not learn answer times, or m has not
-// learned them yet. The cut of an attempt with nowhere else to go is never
-// the shorter one: whether the call has another model to go to (hasNext)
-// is asked only of a cut that would bound the attempt either way.
-func (call *call[R]) boundingCut(m *modelState, start, end time.Time) time.Duration {
+// latency.go) when it is shorter than room, the time the attempt has
+// otherwise; 0 when it is not, or the call does not learn answer times, or
+// m has not learned them yet. The cut of an attempt with nowhere else to
+// go is never the shorter one: whether the call has another model to go
+// to (hasNext) is asked only of a cut that would bound the attempt either
+// way.
+func (call *call[R]) boundingCut(m *modelState, room time.Duration) time.Duration {
 	if !call.learns {
 		return 0
 	}
 	d, ok := m.lat.Cut(call.class, false)
-	if !ok || !start.Add(d).Before(end) {
+	if !ok || d >= room {
 		return 0
 	}
 	if call.hasNext(m) {
 		return d
 	}
-	if d, _ = m.lat.Cut(call.class, true); start.Add(d).Before(end) {
+	if d, _ = m.lat.Cut(call.class, true); d < room {
 		return d
 	}
 	return 0
