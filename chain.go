@@ -259,6 +259,9 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 	c.stateChanged(ctx, m.name, call.endpoint, a.opened)
 	if n == 1 {
 		c.budget.deposit(call.now) // the cut budget's too
+		if c.cfg.hedge.On {
+			c.hedges.deposit(call.now)
+		}
 	} else {
 		m.counters.retries.Add(1)
 	}

@@ -22,10 +22,13 @@ import (
 // than 5% of the requests), the hedge takes the cut's place. The hedge goes
 // to the next model of the call's order that can take a request at once
 // (not cooling down, not open, not throttled), or to the same model when
-// that model answers its recent requests and learned to answer no slower
-// than the next one (a stall that is a draw per request: a second request
-// to the same model is the better bet, and its answer keeps the primary's
-// quality). The first answer wins; the other attempt is cancelled, joined
+// that model answers its recent requests, stalls on at most 5% of them,
+// and learned to answer no slower than the next one (a rare stall that is
+// a draw per request: a second request to the same model is the better
+// bet, and its answer keeps the primary's quality; one that stalls more
+// often would stall the hedge as often). A hedge that has not answered by
+// its own learned cut is cut with its original, and the call goes on to
+// the next model. The first answer wins; the other attempt is cancelled, joined
 // before the call goes on, and its breaker permit handed back with an
 // ignored outcome (its tokens were spent: the request left). A hedge pays
 // tokens like any request and is capped by a Client-wide budget of
@@ -103,8 +106,9 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 // hedgeTarget returns the model a hedge of call's attempt to m goes to,
 // nil when none can take it now: the next model of the call's order that
 // is neither cooling down, open nor throttled, or m itself when m is not
-// throttled and its learned median answer time is no longer than that
-// model's (or there is no such model).
+// throttled, at most 1 − latency.HedgeQuantile of its recent requests were
+// slow, and its learned cut is no longer than that model's (or there is no
+// such model).
 func (call *call[R]) hedgeTarget(m *modelState) *modelState {
 	now := call.now
 	ready := func(x *modelState) bool {
@@ -125,6 +129,9 @@ func (call *call[R]) hedgeTarget(m *modelState) *modelState {
 	}
 	if next == nil {
 		return m
+	}
+	if r, _, slow, held := m.routes[call.endpoint].totals(now); float64(slow) > (1-latency.HedgeQuantile)*float64(r-held) {
+		return next // a second request to m stalls as often: a bet for the median, not the tail
 	}
 	if mm, ok := m.lat.Cut(call.class, false); ok {
 		if nm, ok := next.lat.Cut(call.class, false); !ok || mm <= nm { // cuts are medians scaled by their spreads
@@ -250,8 +257,9 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	send(octx, m, false)
 	timer := time.NewTimer(after)
 	defer timer.Stop()
-	var cutC <-chan time.Time // armed when no hedge could be sent, or the hedge failed
-	cutting := false          // the cut bounds the original
+	var cutC <-chan time.Time  // armed when no hedge could be sent, or the hedge failed
+	var pairC <-chan time.Time // armed when the hedge is sent: its own learned cut
+	cutting := false           // the cut bounds the original
 	learned := cut
 	// cutAt bounds the original by the learned cut from now on, as without
 	// hedging, when the cut budget allows: at once when its time has come.
@@ -310,8 +318,17 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 			hctx, hstop := context.WithDeadline(hbase, hend)
 			defer hstop()
 			send(hctx, hm, true)
+			if d, ok := hm.lat.Cut(call.class, false); ok && hstart.Add(d).Before(hend) {
+				pairC = time.After(d) // a hedge that stalls too is cut with its original
+			}
 		case <-cutC:
 			ocancel()
+		case <-pairC:
+			if call.now = time.Now(); orig == nil && hedge == nil && c.cuts.allows(call.now) {
+				cut, cutting = call.now.Sub(start), true
+				ocancel()
+				hcancel()
+			}
 		}
 	}
 	if panicked != nil {

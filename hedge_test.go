@@ -3,6 +3,7 @@ package geminiguard_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -90,6 +91,38 @@ func assertHedgeBudgetHolds(t *testing.T, stall geminitest.Step, call func(conte
 		assert.Positive(t, hedges)
 		assert.LessOrEqual(t, float64(hedges), 0.05*(calls+20)+3*(minutes+1),
 			"at most 5%% more requests, plus 3 a minute (%d hedges in %.1f minutes)", hedges, minutes)
+	})
+}
+
+// TestHedgeBudgetGrowsWithTheCalls: the hedge budget is funded by the
+// first attempts (5% of them), not only its floor of three a minute. pro
+// stalls one request in 25 (4%) after its first 20; four calls a second
+// for 100s: every stall is hedged, and the hedge to pro answers.
+func TestHedgeBudgetGrowsWithTheCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 25, 45*time.Second), geminitest.Model{Name: flash, Latency: 2 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		hedges, slowest := 0, time.Duration(0)
+		for range 400 {
+			wg.Go(func() {
+				start := time.Now()
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				mu.Lock()
+				defer mu.Unlock()
+				hedges += hedgesIn(rec)
+				slowest = max(slowest, time.Since(start))
+			})
+			time.Sleep(250 * time.Millisecond)
+		}
+		wg.Wait()
+
+		assert.GreaterOrEqual(t, hedges, 14, "the 15 or so stalls after the first 20 requests are hedged (3 a minute before)")
+		assert.Less(t, slowest, 5*time.Second, "no stall waited out")
 	})
 }
 
@@ -411,5 +444,61 @@ func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
 		assert.InDelta(t, 2.8, time.Since(start).Seconds(), 0.3, "the failed hedge leaves the cut in place: not a 45s wait")
 		assert.Equal(t, 22, srv.Total(pro))
 		assert.Equal(t, 1, srv.Total(flash))
+	})
+}
+
+// TestHedgeThatStallsTooIsCutWithItsOriginal: pro answers 20 calls in 1s,
+// then stalls its next two requests 45s (the original and its hedge, sent
+// to pro, which answers sooner than flash's 3s); both are cut at the
+// hedge's learned deadline and flash answers: not a 45s wait.
+func TestHedgeThatStallsTooIsCutWithItsOriginal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i == 20 || i == 21 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+		for range 20 {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, 22, srv.Total(pro), "the original and its hedge")
+		assert.Equal(t, flash, rec.Model, "both cut, flash answers")
+		assert.Less(t, time.Since(start), 10*time.Second, "cut at the hedge's deadline, then flash's 3s")
+	})
+}
+
+// TestHedgeOfAStallingModelGoesToTheNext: pro stalls one request in four
+// after its first 20, more than the 5% a hedge quantile allows for; a
+// second request to it would stall as often, so once its stalls are known
+// its hedges go to flash, slower but sure.
+func TestHedgeOfAStallingModelGoesToTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 4, 45*time.Second), geminitest.Model{Name: flash, Latency: 3 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true, Budget: 1}))
+		for range 20 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		twice := 0 // calls that sent pro a second request
+		for range 40 {
+			before := srv.Total(pro)
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			if srv.Total(pro)-before > 1 {
+				twice++
+			}
+		}
+		assert.LessOrEqual(t, twice, 2, "only the first stalls, before they are known, are hedged to pro (%d)", twice)
 	})
 }
