@@ -31,7 +31,7 @@ import (
 const (
 	CutMin        = 2
 	CutMax        = 3
-	CutFloor      = time.Second // never cut (nor hedge) an attempt sooner
+	CutFloor      = 500 * time.Millisecond // never cut (nor hedge) an attempt sooner
 	HedgeQuantile = 0.95        // an attempt later than this share of the answers is hedged
 	HedgeSpread   = 2           // and later than this many times the median answer time
 	Warmup        = 10          // answers a class needs before it has deadlines

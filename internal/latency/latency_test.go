@@ -88,3 +88,17 @@ func TestHedgeDelay(t *testing.T) {
 	_, ok = l.Hedge(0)
 	assert.True(t, ok, "an abandoned attempt is counted, not a fault")
 }
+
+// TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
+// twice that, not waited on for a second (the brownout family: p99 ≤ 2×
+// the oracle's in 3 to 4 more cells of 200 than with a 1s floor).
+func TestFastModelIsCutWithinASecond(t *testing.T) {
+	l := New(1)
+	for range 100 {
+		l.Record(0, 250*time.Millisecond)
+	}
+	d, ok := l.Cut(0, false)
+	assert.True(t, ok)
+	assert.Less(t, d, 700*time.Millisecond, "about twice the median")
+	assert.GreaterOrEqual(t, d, CutFloor)
+}

@@ -496,7 +496,11 @@ func adaptiveAgainstFixed(t *testing.T, sc *Scenario, sums map[string]Summary) {
 	m := func(arm, name string) float64 { return sums[arm].Measure(sc, name) }
 	for _, arm := range []string{"bulkheads aimd ≤64", "bulkheads gradient ≤64"} {
 		assert.Less(t, m(arm, "interactive p95"), m("bulkheads fixed 64", "interactive p95"), "%s: %s keeps the interactive p95 below a fixed 64", sc.Name, arm)
-		assert.GreaterOrEqual(t, sums[arm].Success, sums["bulkheads fixed 64"].Success, "%s: %s answers at least what a fixed 64 does", sc.Name, arm)
+		// Within one call: the order in which a burst's simultaneous
+		// requests reach the fake moves an arm's figures by a call from
+		// run to run (1 run in 12 or so without the allowance).
+		oneCall := 1 / float64(sums[arm].Calls)
+		assert.GreaterOrEqual(t, sums[arm].Success, sums["bulkheads fixed 64"].Success-oneCall, "%s: %s answers at least what a fixed 64 does, within a call", sc.Name, arm)
 		assert.Less(t, m("geminiguard+bulkheads", "interactive p95"), m(arm, "interactive p95"), "%s: the fixed 8 keeps a lower interactive p95 than %s", sc.Name, arm)
 	}
 }
