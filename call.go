@@ -54,6 +54,7 @@ type call[R any] struct {
 
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
+	open   openSeen    // the open breakers that refused the call's models in the current run, for probeAllOpen
 	spent  spend       // tokens and cost of the call's responses
 }
 

@@ -63,6 +63,7 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	for _, m := range call.order() {
 		slots = append(slots, retrySlot{m: m})
 	}
+	call.open = openSeen{left: len(slots)}
 	for round := 1; ; round++ {
 		call.later = call.later[:0]
 		for i := range slots {

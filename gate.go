@@ -138,14 +138,17 @@ func (call *call[R]) checkCooling(sl *retrySlot) (step, error) {
 }
 
 // checkOpen refuses a model whose breaker is open (breaker.go), before any
-// token is taken for it.
+// token is taken for it, and keeps the breaker's refusal for probeAllOpen
+// (call.open).
 func (call *call[R]) checkOpen(sl *retrySlot) (step, error) {
 	m := sl.m
-	if m.breakers[call.endpoint].state(call.now) == StateOpen {
-		call.skip(m, m.openErr, sl.delay)
-		return stepNext, m.openErr
+	r := m.breakers[call.endpoint].refusing(call.now)
+	if r == nil {
+		return stepGo, nil
 	}
-	return stepGo, nil
+	call.open.saw(m, r)
+	call.skip(m, m.openErr, sl.delay)
+	return stepNext, m.openErr
 }
 
 // checkThrottle refuses, at random, a model failing most of its recent

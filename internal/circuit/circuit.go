@@ -339,6 +339,20 @@ func (b *Breaker) OpenSince() time.Time {
 	return time.Time{}
 }
 
+// Since returns when the breaker opened.
+func (r *Refusal) Since() time.Time { return r.since }
+
+// Refusing returns the refusal Allow would return at now when the breaker
+// is open at now (now before the end of its open period), nil when it is
+// not (State would not say Open), read without the lock: one load. Safe for
+// concurrent use.
+func (b *Breaker) Refusing(now time.Time) *Refusal {
+	if r := b.open.Load(); r != nil && now.Before(r.Until) {
+		return r
+	}
+	return nil
+}
+
 // State returns the state at now without changing anything: an open breaker
 // whose OpenFor has passed reads as half-open, which is what the next Allow
 // will make it (and report). Safe for concurrent use.
