@@ -52,6 +52,12 @@ type call[R any] struct {
 	finished      bool     // finish ran: the call is counted in the statistics
 	hit           CacheHit // the answer cache's entry that answered (CallRecord.Cache)
 
+	// adm is the admission of the call's latest request (retry's): it
+	// holds nothing until admit fills it, and is settled by try; retry
+	// clears it before the next. In the call's state rather than retry's
+	// frame, it is zeroed once a call, not once a model (680 bytes).
+	adm admission
+
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
 	open   openSeen    // the open breakers that refused the call's models in the current run, for probeAllOpen

@@ -153,17 +153,20 @@ type retrySlot struct {
 // the answer) or another step is due (with the error that asks for it).
 func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) {
 	var zero R
+	a := &call.adm
 	for {
 		sl.tries++
-		var a admission
-		if next, err := call.admit(ctx, sl, &a); next != stepGo {
+		if a.m != nil {
+			*a = admission{} // the previous request's, settled
+		}
+		if next, err := call.admit(ctx, sl, a); next != stepGo {
 			return zero, next, err
 		}
 		rec := call.c.cfg.recorder // nil without WithRecorder
 		if rec != nil {
 			rec.begin(call.now)
 		}
-		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
+		resp, v, elapsed, err := call.try(ctx, a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
 		if call.stream != nil && err == nil { // recorded when the stream ends
 			call.stream.opened = openedStream{model: a.m.name, began: call.now.Add(-elapsed), firstChunk: elapsed}
@@ -191,7 +194,8 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 
 // admit decides whether the call may send its next request to sl's model
 // now, by running the admission steps in order: the first that refuses
-// decides. It fills a (which must be zero) and returns stepGo; or, having
+// decides. It fills a (which must hold nothing: zero, or as an earlier
+// refusal left it) and returns stepGo; or, having
 // recorded why and given back what the steps before took, leaving a holding
 // nothing, stepNext when the model cannot take the request for this call,
 // stepLater when it may in the call's next round (the throttle skipped it),
