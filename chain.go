@@ -213,6 +213,9 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		var err error
 		switch s { // a switch rather than a table of method values: those of a generic type allocate on every call
 		case admitDeadline:
+			if call.now.Before(call.deadline) {
+				continue // the common case, decided here
+			}
 			next, err = call.checkDeadline(ctx, sl)
 		case admitConfig:
 			next, err = call.checkConfig(sl)

@@ -81,13 +81,11 @@ func (s admitStep) String() string {
 	return [...]string{"deadline", "config", "budget", "cooling", "open", "throttle", "limiter", "fleet", "permit"}[s]
 }
 
-// checkDeadline refuses when the call's deadline has passed: the caller's
-// error when it is the caller's deadline, else the call timeout's.
+// checkDeadline refuses the request of a call whose deadline has passed
+// (admit lets the others go without asking): with the caller's error when
+// it is the caller's deadline, else the call timeout's.
 func (call *call[R]) checkDeadline(ctx context.Context, sl *retrySlot) (step, error) {
 	m := sl.m
-	if call.now.Before(call.deadline) {
-		return stepGo, nil
-	}
 	if err := ctx.Err(); err != nil {
 		return stepStop, call.unsent(m, err, sl.delay)
 	}
