@@ -436,7 +436,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 func (c *Client) outage(now time.Time) bool {
 	f, at := &c.failing, now.Sub(c.answers.Origin)
 	latest := time.Duration(f.latest.Swap(int64(at)))
-	if !f.seen.Swap(true) || !c.spellGoesOn(now, at, latest) {
+	if !f.seen.Swap(true) || !c.spellGoesOn(at, latest) {
 		f.began.Store(int64(at))
 	}
 	return c.inOutage(now)
@@ -454,7 +454,7 @@ func (c *Client) refusedAsFailing(now time.Time) {
 		return
 	}
 	latest, at := f.latest.Load(), now.Sub(c.answers.Origin)
-	if int64(at) > latest && c.spellGoesOn(now, at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
+	if int64(at) > latest && c.spellGoesOn(at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
 		f.latest.CompareAndSwap(latest, int64(at)) // a concurrent failure or refusal moved it: it is as late
 	}
 }
@@ -471,15 +471,15 @@ func (c *Client) inOutage(now time.Time) bool {
 		return false
 	}
 	at := now.Sub(c.answers.Origin)
-	return c.spellGoesOn(now, at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
+	return c.spellGoesOn(at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
 }
 
 // spellGoesOn reports whether a spell whose latest failure or refusal came
-// at latest goes on at now, at since the Client's origin (as latest): no
-// answer since, and at most outageAfter ago.
-func (c *Client) spellGoesOn(now time.Time, at, latest time.Duration) bool {
+// at latest goes on at at, both since the Client's origin: no answer
+// since, and at most outageAfter ago.
+func (c *Client) spellGoesOn(at, latest time.Duration) bool {
 	since := at - latest
-	return since <= outageAfter && c.answers.SilentFor(now, since)
+	return since <= outageAfter && c.answers.SilentAt(at, since)
 }
 
 // failureSpell is the Client's latest spell of failing models (inOutage):

@@ -290,11 +290,17 @@ func (l *LastAnswer) Saw(now time.Time) {
 // SilentFor reports whether no answer came in the d before now (when none
 // ever came: whether d has passed since Origin).
 func (l *LastAnswer) SilentFor(now time.Time, d time.Duration) bool {
+	return l.SilentAt(now.Sub(l.Origin), d)
+}
+
+// SilentAt is SilentFor at the time at since Origin, for a caller that has
+// it already.
+func (l *LastAnswer) SilentAt(at, d time.Duration) bool {
 	var last time.Duration
 	if l.seen.Load() {
 		last = time.Duration(l.at.Load())
 	}
-	return now.Sub(l.Origin)-last >= d
+	return at-last >= d
 }
 
 // never reports whether no answer came since Origin.
