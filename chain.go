@@ -247,7 +247,9 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 // what the steps before took, continues the Client's spell of failures
 // when s refused the model for its failures, and logs the refusal.
 func (call *call[R]) refused(ctx context.Context, sl *retrySlot, a *admission, s admitStep, err error) {
-	a.unreserve(sl.m)
+	if a.holds() { // most refusals come before anything is taken
+		a.unreserve(sl.m)
+	}
 	if s == admitOpen || s == admitThrottle || s == admitPermit {
 		call.c.refusedAsFailing(call.now)
 	}

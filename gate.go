@@ -256,13 +256,15 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 	return stepGo, nil
 }
 
+// holds reports whether a holds anything unreserve gives back.
+func (a *admission) holds() bool {
+	return a.grant.l != nil || a.alone.l != nil || a.images.l != nil || a.leased || a.hold.s != nil
+}
+
 // unreserve gives back what admit took for m's request before the breaker
 // refused it or a panic ended the call before it left: the limiter's
 // grants, the leased request and the budget's hold.
 func (a *admission) unreserve(m *modelState) {
-	if a.grant.l == nil && a.alone.l == nil && a.images.l == nil && !a.leased && a.hold.s == nil {
-		return // most refusals come before anything is taken
-	}
 	for _, g := range [...]*grant{&a.grant, &a.alone, &a.images} {
 		if g.l != nil { // nothing to copy or clear for a grant not taken
 			g.cancel()
