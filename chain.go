@@ -245,12 +245,15 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 
 // refused ends an admission that step s refused with err: it gives back
 // what the steps before took, continues the Client's spell of failures
-// when s refused the model for its failures, and logs the refusal.
+// when s refused the model for its failures (once per clock reading of the
+// call: a second refusal at the same now would find the spell already
+// continued to it), and logs the refusal.
 func (call *call[R]) refused(ctx context.Context, sl *retrySlot, a *admission, s admitStep, err error) {
 	if a.holds() { // most refusals come before anything is taken
 		a.unreserve(sl.m)
 	}
-	if s == admitOpen || s == admitThrottle || s == admitPermit {
+	if (s == admitOpen || s == admitThrottle || s == admitPermit) && call.now != call.refusedAt {
+		call.refusedAt = call.now
 		call.c.refusedAsFailing(call.now)
 	}
 	if call.c.cfg.logger != nil {
