@@ -3,7 +3,8 @@ package geminiguard
 import (
 	"context"
 	"log/slog"
-	"time"
+
+	"github.com/geminiguard/geminiguard/internal/circuit"
 )
 
 // probeAllOpen makes the call an early probe when it has no model left to
@@ -23,20 +24,23 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 	if every < 0 || due != nil && now.Before(*due) {
 		return zero, nil, stepNext, nil
 	}
-	var pick *modelState
-	var pickSince time.Time
-	for _, m := range call.order() {
-		br := m.breakers[call.endpoint]
-		switch {
-		case br.state(now) == StateOpen:
-			if since := br.openSince(); pick == nil || since.Before(pickSince) {
-				pick, pickSince = m, since
+	pick, oldest := call.open.pick, call.open.oldest
+	if o := &call.open; o.left != 0 || !now.Before(o.soonest.Until) {
+		// Not every model was refused as open, or one of them no longer
+		// is: look at each.
+		pick, oldest = nil, nil
+		for _, m := range call.order() {
+			switch r := m.breakers[call.endpoint].refusing(now); {
+			case r != nil:
+				if oldest == nil || r.Since().Before(oldest.Since()) {
+					pick, oldest = m, r
+				}
+			case m.cooling(now) == nil && !call.tried(m):
+				return zero, nil, stepNext, nil // usable for all we know, or a probe in flight
 			}
-		case m.cooling(now) == nil && !call.tried(m):
-			return zero, nil, stepNext, nil // usable for all we know, or a probe in flight
 		}
 	}
-	if pick == nil || now.Before(pickSince.Add(every)) {
+	if pick == nil || now.Sub(oldest.Since()) < every {
 		return zero, nil, stepNext, nil
 	}
 	probeAt := now.Add(every) // a variable, not new(expr): the module builds with Go 1.25; made only when a probe is due
@@ -58,6 +62,31 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 		}
 	}
 	return resp, pick, next, err
+}
+
+// openSeen is what checkOpen saw of the call's models in the current run
+// (of chain.go's run, which sets left to the number of models): the
+// refusals of their open breakers, for probeAllOpen to read instead of the
+// breakers. Once every model was refused as open, and while the soonest
+// refusal lasts, every model is still open (nothing but a call's own
+// requests changes a breaker, or another call's: as concurrent as a read
+// of the breakers).
+type openSeen struct {
+	left    int              // the models not refused as open
+	soonest *circuit.Refusal // the refusal that ends first
+	oldest  *circuit.Refusal // the breaker open the longest: the first refused of those that opened first
+	pick    *modelState      // oldest's model
+}
+
+// saw records checkOpen's refusal r of m.
+func (o *openSeen) saw(m *modelState, r *circuit.Refusal) {
+	if o.soonest == nil || r.Until.Before(o.soonest.Until) {
+		o.soonest = r
+	}
+	if o.oldest == nil || r.Since().Before(o.oldest.Since()) {
+		o.oldest, o.pick = r, m
+	}
+	o.left--
 }
 
 // tried reports whether the call sent m a request.

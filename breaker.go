@@ -315,13 +315,14 @@ func (b *breaker) state(now time.Time) State { return State(b.sm.State(now)) }
 // (circuit.Breaker.OpenEarly).
 func (b *breaker) openEarly(now time.Time) *transition { return b.sm.OpenEarly(now) }
 
+// refusing returns the breaker's refusal when it is open at now, nil when it
+// is not (state would not say StateOpen), in one lock-free read
+// (circuit.Breaker.Refusing).
+func (b *breaker) refusing(now time.Time) *circuit.Refusal { return b.sm.Refusing(now) }
+
 // openUntil returns when an open breaker turns half-open; the zero time
 // unless it is open.
 func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
-
-// openSince returns when an open breaker opened; the zero time unless it is
-// open.
-func (b *breaker) openSince() time.Time { return b.sm.OpenSince() }
 
 // openTill opens the breaker at now until until, as another replica's did (a
 // FactOpen), or extends its open period to until (circuit.Breaker.OpenTill).

@@ -43,8 +43,12 @@ type call[R any] struct {
 	// after whatever takes time (upstream requests, waits, the token count,
 	// the store's round trips of a fleet lease or a shared budget, the
 	// Fallback), so that no deadline or learned latency counts that time.
-	now      time.Time
-	attempts []Attempt
+	now time.Time
+	// refusedAt is the reading of now (the very value: compared with ==)
+	// at which the call last continued the Client's spell of failures for
+	// a refusal (chain.go's refused).
+	refusedAt time.Time
+	attempts  []Attempt
 	// firstAttempts backs attempts for a call's first two (most calls
 	// make one or two): no allocation of their own.
 	firstAttempts [2]Attempt
@@ -52,8 +56,15 @@ type call[R any] struct {
 	finished      bool     // finish ran: the call is counted in the statistics
 	hit           CacheHit // the answer cache's entry that answered (CallRecord.Cache)
 
+	// adm is the admission of the call's latest request (retry's): it
+	// holds nothing until admit fills it, and is settled by try; retry
+	// clears it before the next. In the call's state rather than retry's
+	// frame, it is zeroed once a call, not once a model (680 bytes).
+	adm admission
+
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
+	open   openSeen    // the open breakers that refused the call's models in the current run, for probeAllOpen
 	spent  spend       // tokens and cost of the call's responses
 }
 

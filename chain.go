@@ -63,6 +63,7 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	for _, m := range call.order() {
 		slots = append(slots, retrySlot{m: m})
 	}
+	call.open = openSeen{left: len(slots)}
 	for round := 1; ; round++ {
 		call.later = call.later[:0]
 		for i := range slots {
@@ -152,17 +153,20 @@ type retrySlot struct {
 // the answer) or another step is due (with the error that asks for it).
 func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) {
 	var zero R
+	a := &call.adm
 	for {
 		sl.tries++
-		var a admission
-		if next, err := call.admit(ctx, sl, &a); next != stepGo {
+		if a.m != nil {
+			*a = admission{} // the previous request's, settled
+		}
+		if next, err := call.admit(ctx, sl, a); next != stepGo {
 			return zero, next, err
 		}
 		rec := call.c.cfg.recorder // nil without WithRecorder
 		if rec != nil {
 			rec.begin(call.now)
 		}
-		resp, v, elapsed, err := call.try(ctx, &a, sl.tries)
+		resp, v, elapsed, err := call.try(ctx, a, sl.tries)
 		call.c.tel.attempt(ctx, a.m, a.br, sl.tries, sl.delay, elapsed, v, call.now)
 		if call.stream != nil && err == nil { // recorded when the stream ends
 			call.stream.opened = openedStream{model: a.m.name, began: call.now.Add(-elapsed), firstChunk: elapsed}
@@ -190,7 +194,8 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 
 // admit decides whether the call may send its next request to sl's model
 // now, by running the admission steps in order: the first that refuses
-// decides. It fills a (which must be zero) and returns stepGo; or, having
+// decides. It fills a (which must hold nothing: zero, or as an earlier
+// refusal left it) and returns stepGo; or, having
 // recorded why and given back what the steps before took, leaving a holding
 // nothing, stepNext when the model cannot take the request for this call,
 // stepLater when it may in the call's next round (the throttle skipped it),
@@ -208,6 +213,9 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 		var err error
 		switch s { // a switch rather than a table of method values: those of a generic type allocate on every call
 		case admitDeadline:
+			if call.now.Before(call.deadline) {
+				continue // the common case, decided here
+			}
 			next, err = call.checkDeadline(ctx, sl)
 		case admitConfig:
 			next, err = call.checkConfig(sl)
@@ -237,10 +245,15 @@ func (call *call[R]) admit(ctx context.Context, sl *retrySlot, a *admission) (st
 
 // refused ends an admission that step s refused with err: it gives back
 // what the steps before took, continues the Client's spell of failures
-// when s refused the model for its failures, and logs the refusal.
+// when s refused the model for its failures (once per clock reading of the
+// call: a second refusal at the same now would find the spell already
+// continued to it), and logs the refusal.
 func (call *call[R]) refused(ctx context.Context, sl *retrySlot, a *admission, s admitStep, err error) {
-	a.unreserve(sl.m)
-	if s == admitOpen || s == admitThrottle || s == admitPermit {
+	if a.holds() { // most refusals come before anything is taken
+		a.unreserve(sl.m)
+	}
+	if (s == admitOpen || s == admitThrottle || s == admitPermit) && call.now != call.refusedAt {
+		call.refusedAt = call.now
 		call.c.refusedAsFailing(call.now)
 	}
 	if call.c.cfg.logger != nil {
@@ -431,7 +444,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 func (c *Client) outage(now time.Time) bool {
 	f, at := &c.failing, now.Sub(c.answers.Origin)
 	latest := time.Duration(f.latest.Swap(int64(at)))
-	if !f.seen.Swap(true) || !c.spellGoesOn(now, at, latest) {
+	if !f.seen.Swap(true) || !c.spellGoesOn(at, latest) {
 		f.began.Store(int64(at))
 	}
 	return c.inOutage(now)
@@ -449,7 +462,7 @@ func (c *Client) refusedAsFailing(now time.Time) {
 		return
 	}
 	latest, at := f.latest.Load(), now.Sub(c.answers.Origin)
-	if int64(at) > latest && c.spellGoesOn(now, at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
+	if int64(at) > latest && c.spellGoesOn(at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
 		f.latest.CompareAndSwap(latest, int64(at)) // a concurrent failure or refusal moved it: it is as late
 	}
 }
@@ -466,15 +479,15 @@ func (c *Client) inOutage(now time.Time) bool {
 		return false
 	}
 	at := now.Sub(c.answers.Origin)
-	return c.spellGoesOn(now, at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
+	return c.spellGoesOn(at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
 }
 
 // spellGoesOn reports whether a spell whose latest failure or refusal came
-// at latest goes on at now, at since the Client's origin (as latest): no
-// answer since, and at most outageAfter ago.
-func (c *Client) spellGoesOn(now time.Time, at, latest time.Duration) bool {
+// at latest goes on at at, both since the Client's origin: no answer
+// since, and at most outageAfter ago.
+func (c *Client) spellGoesOn(at, latest time.Duration) bool {
 	since := at - latest
-	return since <= outageAfter && c.answers.SilentFor(now, since)
+	return since <= outageAfter && c.answers.SilentAt(at, since)
 }
 
 // failureSpell is the Client's latest spell of failing models (inOutage):

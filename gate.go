@@ -81,13 +81,11 @@ func (s admitStep) String() string {
 	return [...]string{"deadline", "config", "budget", "cooling", "open", "throttle", "limiter", "fleet", "permit"}[s]
 }
 
-// checkDeadline refuses when the call's deadline has passed: the caller's
-// error when it is the caller's deadline, else the call timeout's.
+// checkDeadline refuses the request of a call whose deadline has passed
+// (admit lets the others go without asking): with the caller's error when
+// it is the caller's deadline, else the call timeout's.
 func (call *call[R]) checkDeadline(ctx context.Context, sl *retrySlot) (step, error) {
 	m := sl.m
-	if call.now.Before(call.deadline) {
-		return stepGo, nil
-	}
 	if err := ctx.Err(); err != nil {
 		return stepStop, call.unsent(m, err, sl.delay)
 	}
@@ -138,14 +136,17 @@ func (call *call[R]) checkCooling(sl *retrySlot) (step, error) {
 }
 
 // checkOpen refuses a model whose breaker is open (breaker.go), before any
-// token is taken for it.
+// token is taken for it, and keeps the breaker's refusal for probeAllOpen
+// (call.open).
 func (call *call[R]) checkOpen(sl *retrySlot) (step, error) {
 	m := sl.m
-	if m.breakers[call.endpoint].state(call.now) == StateOpen {
-		call.skip(m, m.openErr, sl.delay)
-		return stepNext, m.openErr
+	r := m.breakers[call.endpoint].refusing(call.now)
+	if r == nil {
+		return stepGo, nil
 	}
-	return stepGo, nil
+	call.open.saw(m, r)
+	call.skip(m, m.openErr, sl.delay)
+	return stepNext, m.openErr
 }
 
 // checkThrottle refuses, at random, a model failing most of its recent
@@ -255,13 +256,15 @@ func (call *call[R]) reserve(ctx context.Context, sl *retrySlot, m *modelState, 
 	return stepGo, nil
 }
 
+// holds reports whether a holds anything unreserve gives back.
+func (a *admission) holds() bool {
+	return a.grant.l != nil || a.alone.l != nil || a.images.l != nil || a.leased || a.hold.s != nil
+}
+
 // unreserve gives back what admit took for m's request before the breaker
 // refused it or a panic ended the call before it left: the limiter's
 // grants, the leased request and the budget's hold.
 func (a *admission) unreserve(m *modelState) {
-	if a.grant.l == nil && a.alone.l == nil && a.images.l == nil && !a.leased && a.hold.s == nil {
-		return // most refusals come before anything is taken
-	}
 	for _, g := range [...]*grant{&a.grant, &a.alone, &a.images} {
 		if g.l != nil { // nothing to copy or clear for a grant not taken
 			g.cancel()

@@ -290,11 +290,17 @@ func (l *LastAnswer) Saw(now time.Time) {
 // SilentFor reports whether no answer came in the d before now (when none
 // ever came: whether d has passed since Origin).
 func (l *LastAnswer) SilentFor(now time.Time, d time.Duration) bool {
+	return l.SilentAt(now.Sub(l.Origin), d)
+}
+
+// SilentAt is SilentFor at the time at since Origin, for a caller that has
+// it already.
+func (l *LastAnswer) SilentAt(at, d time.Duration) bool {
 	var last time.Duration
 	if l.seen.Load() {
 		last = time.Duration(l.at.Load())
 	}
-	return now.Sub(l.Origin)-last >= d
+	return at-last >= d
 }
 
 // never reports whether no answer came since Origin.
@@ -337,6 +343,20 @@ func (b *Breaker) OpenSince() time.Time {
 		return r.since
 	}
 	return time.Time{}
+}
+
+// Since returns when the breaker opened.
+func (r *Refusal) Since() time.Time { return r.since }
+
+// Refusing returns the refusal Allow would return at now when the breaker
+// is open at now (now before the end of its open period), nil when it is
+// not (State would not say Open), read without the lock: one load. Safe for
+// concurrent use.
+func (b *Breaker) Refusing(now time.Time) *Refusal {
+	if r := b.open.Load(); r != nil && now.Before(r.Until) {
+		return r
+	}
+	return nil
 }
 
 // State returns the state at now without changing anything: an open breaker
