@@ -32,11 +32,11 @@ const (
 	CutMin        = 2
 	CutMax        = 3
 	CutFloor      = 500 * time.Millisecond // never cut (nor hedge) an attempt sooner
-	HedgeQuantile = 0.95        // an attempt later than this share of the answers is hedged
-	HedgeSpread   = 2           // and later than this many times the median answer time
-	Warmup        = 10          // answers a class needs before it has deadlines
-	refreshEvery  = 32          // answers between two refreshes of a class, once warm
-	maxSamples    = 512         // past it, a class's counts are halved: recent answers weigh more
+	HedgeQuantile = 0.95                   // an attempt later than this share of the answers is hedged
+	HedgeSpread   = 2                      // and later than this many times the median answer time
+	Warmup        = 10                     // answers a class needs before it has deadlines
+	refreshEvery  = 32                     // answers between two refreshes of a class, once warm
+	maxSamples    = 512                    // past it, a class's counts are halved: recent answers weigh more
 )
 
 // Buckets: four per doubling, from about 1ms to about 4.9h.
