@@ -215,13 +215,7 @@ func TestFailedHedgeStillCutsItsStalledOriginal(t *testing.T) {
 				}
 				return geminitest.Step{}
 			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
-			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-		for range 20 { // pro's answer times are learned: 1s
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
+		c := warmHedgingClient(t, srv)
 
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "")
@@ -447,6 +441,20 @@ func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
 	})
 }
 
+// warmHedgingClient returns a hedging Client of srv's pro and flash whose
+// 20 first calls pro answered: its answer times are learned.
+func warmHedgingClient(t *testing.T, srv *geminitest.Server) *geminiguard.Client {
+	t.Helper()
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+		geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+	for range 20 {
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		require.Equal(t, pro, rec.Model)
+	}
+	return c
+}
+
 // TestHedgeThatStallsTooIsCutWithItsOriginal: pro answers 20 calls in 1s,
 // then stalls its next two requests 45s (the original and its hedge, sent
 // to pro, which answers sooner than flash's 3s); both are cut at the
@@ -459,13 +467,7 @@ func TestHedgeThatStallsTooIsCutWithItsOriginal(t *testing.T) {
 			}
 			return geminitest.Step{}
 		}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
-			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-		for range 20 {
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
+		c := warmHedgingClient(t, srv)
 
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "")
