@@ -59,7 +59,7 @@ type callState[R any] struct {
 	now time.Time
 	// refusedAt is the reading of now (the very value: compared with ==)
 	// at which the call last continued the Client's spell of failures for
-	// a refusal (chain.go's refused).
+	// a refusal (chain.go's admit).
 	refusedAt time.Time
 	attempts  []Attempt
 	// firstAttempts backs attempts for a call's first two (most calls
