@@ -20,6 +20,19 @@ type generateCall = call[*genai.GenerateContentResponse]
 // call is the state of one Client call across its attempts and models. R is
 // the SDK's response type of the endpoint called.
 type call[R any] struct {
+	callState[R]
+
+	// adm is the admission of the call's latest request (retry's): it
+	// holds nothing until admit fills it, and is settled by try; retry
+	// clears it before the next. Outside callState, it is zeroed when a
+	// request was admitted, not once a call (680 bytes, mostly grants a
+	// refused call never takes): admit takes it as a refusal left it.
+	adm admission
+}
+
+// callState is a call's state but its admission: what releaseGenerateCall
+// zeroes whole.
+type callState[R any] struct {
 	c        *Client
 	first    string
 	endpoint endpoint
@@ -46,7 +59,7 @@ type call[R any] struct {
 	now time.Time
 	// refusedAt is the reading of now (the very value: compared with ==)
 	// at which the call last continued the Client's spell of failures for
-	// a refusal (chain.go's refused).
+	// a refusal (chain.go's admit).
 	refusedAt time.Time
 	attempts  []Attempt
 	// firstAttempts backs attempts for a call's first two (most calls
@@ -55,12 +68,6 @@ type call[R any] struct {
 	rec           *CallRecord
 	finished      bool     // finish ran: the call is counted in the statistics
 	hit           CacheHit // the answer cache's entry that answered (CallRecord.Cache)
-
-	// adm is the admission of the call's latest request (retry's): it
-	// holds nothing until admit fills it, and is settled by try; retry
-	// clears it before the next. In the call's state rather than retry's
-	// frame, it is zeroed once a call, not once a model (680 bytes).
-	adm admission
 
 	stream *streamCall // nil unless the call opens a stream
 	later  []retrySlot // models of the current round to try again in the next; allocated on the first such failure
@@ -121,9 +128,16 @@ var generateCalls = sync.Pool{New: func() any { return new(generateCall) }}
 // that points into it: what it hands out (the *CascadeError, the
 // CallRecord, a shared call's waiters) holds copies of its attempts, and
 // every request it raced is joined before it returns (hedged). A stream's
-// state is never released: the open stream keeps it.
+// state is never released: the open stream keeps it. The admission is
+// zeroed when a request was admitted or it holds what a panic in admit
+// left; a refusal's, which holds nothing and points nowhere, is left for
+// the next call's admit.
 func releaseGenerateCall(call *generateCall) {
-	*call = generateCall{}
+	if call.adm.m != nil || call.adm.holds() {
+		*call = generateCall{}
+	} else {
+		call.callState = callState[*genai.GenerateContentResponse]{}
+	}
 	generateCalls.Put(call)
 }
 
