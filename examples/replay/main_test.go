@@ -65,8 +65,11 @@ func TestSweepOfTheShippedRecordingNamesABetterConfiguration(t *testing.T) {
 	assert.Positive(t, i, "a configuration of the grid does better than the default on storm503")
 	assert.Equal(t, 1000, def.calls)
 	assert.Equal(t, 1000, def.ok, "the default answers every call, as in the scenario")
-	assert.InDelta(t, 1.35, def.perCall, 0.005, "as the scenario's run that was recorded")
-	assert.InDelta(t, 0.581, def.primary, 0.0015)
+	// 1.35 requests a call and 58.1% from the primary when the recording
+	// was made; the default's learned cut (issue 19) gives 1.356 and 57.6%
+	// on it now, as on the scenario.
+	assert.InDelta(t, 1.356, def.perCall, 0.005, "as the scenario's run now")
+	assert.InDelta(t, 0.576, def.primary, 0.0015)
 	for _, r := range rows {
 		assert.Positive(t, r.cost, "%s: the cost of its answers", r.name)
 	}
