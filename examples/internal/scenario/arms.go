@@ -130,31 +130,37 @@ func collect(stream iter.Seq2[*genai.GenerateContentResponse, error], out *Outco
 	return nil
 }
 
-// GeminiguardArm is this module's Client named name, at its defaults plus:
-// the scenario's cascade, each model's quota as WithLimits, the startup
-// check on, and opts.
+// GeminiguardArm is this module's Client named name, at its defaults plus
+// guardOptions and opts.
 func GeminiguardArm(name string, opts ...geminiguard.Option) Arm {
 	return Arm{Name: name, New: func(ctx context.Context, env Env) (Caller, error) {
-		all := []geminiguard.Option{
-			geminiguard.WithAPIKey(geminitest.Key),
-			geminiguard.WithBaseURL(env.BaseURL),
-			geminiguard.WithHTTPClient(env.HTTPClient),
-			geminiguard.WithCascade(env.Scenario.names()...),
-			geminiguard.WithStartupCheck(true),
-			// Seeded, so that the arm's figures repeat from run to run.
-			geminiguard.WithJitterSource(rand.NewPCG(1, 2)),
-		}
-		for _, m := range env.Scenario.Models {
-			if q := m.Quota; q.RPM > 0 || q.TPM > 0 || q.RPD > 0 {
-				all = append(all, geminiguard.WithLimits(m.Name, geminiguard.Limits{RPM: q.RPM, TPM: q.TPM, RPD: q.RPD}))
-			}
-		}
-		c, err := geminiguard.New(ctx, append(all, opts...)...)
+		c, err := geminiguard.New(ctx, append(guardOptions(env), opts...)...)
 		if err != nil {
 			return nil, err
 		}
 		return &guardCaller{c: c}, nil
 	}}
+}
+
+// guardOptions are the options every geminiguard arm of env's scenario
+// starts from: the fake's address, the scenario's cascade, each model's
+// quota as WithLimits, the startup check on, and a seeded jitter source.
+func guardOptions(env Env) []geminiguard.Option {
+	all := []geminiguard.Option{
+		geminiguard.WithAPIKey(geminitest.Key),
+		geminiguard.WithBaseURL(env.BaseURL),
+		geminiguard.WithHTTPClient(env.HTTPClient),
+		geminiguard.WithCascade(env.Scenario.names()...),
+		geminiguard.WithStartupCheck(true),
+		// Seeded, so that the arm's figures repeat from run to run.
+		geminiguard.WithJitterSource(rand.NewPCG(1, 2)),
+	}
+	for _, m := range env.Scenario.Models {
+		if q := m.Quota; q.RPM > 0 || q.TPM > 0 || q.RPD > 0 {
+			all = append(all, geminiguard.WithLimits(m.Name, geminiguard.Limits{RPM: q.RPM, TPM: q.TPM, RPD: q.RPD}))
+		}
+	}
+	return all
 }
 
 // guardCaller calls through a geminiguard Client.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"sort"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/geminiguard/geminiguard"
-	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
@@ -106,13 +104,8 @@ func diagArm(out **diagCaller) Arm {
 	return Arm{Name: "geminiguard", New: func(ctx context.Context, env Env) (Caller, error) {
 		d := &diagCaller{recs: map[int]*geminiguard.CallRecord{}, start: env.Start}
 		primary := env.Scenario.Models[0].Name
-		c, err := geminiguard.New(ctx,
-			geminiguard.WithAPIKey(geminitest.Key),
-			geminiguard.WithBaseURL(env.BaseURL),
-			geminiguard.WithHTTPClient(env.HTTPClient),
-			geminiguard.WithCascade(env.Scenario.names()...),
-			geminiguard.WithStartupCheck(true),
-			geminiguard.WithJitterSource(rand.NewPCG(1, 2)),
+		// The family's geminiguard arm, with a hook.
+		c, err := geminiguard.New(ctx, append(guardOptions(env),
 			geminiguard.WithHooks(geminiguard.Hooks{OnStateChange: func(_ context.Context, e geminiguard.StateChangeEvent) {
 				if e.Model != primary {
 					return
@@ -129,7 +122,7 @@ func diagArm(out **diagCaller) Arm {
 					d.startupOpens++
 				}
 				d.mu.Unlock()
-			}}))
+			}}))...)
 		if err != nil {
 			return nil, err
 		}
