@@ -321,17 +321,27 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	} else {
 		cut = 0
 	}
+	learning := call.learns && !m.lat.Learned(call.class) && end.Sub(start) > latency.CutFloor
 	actx := ctx
-	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
-		// The caller's deadline does not bound the attempt already. (When it
-		// does, the context and timer are saved: half the chain's own cost.)
+	var late *lateCut
+	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) || learning {
+		// The caller's deadline does not bound the attempt already, or a cut
+		// learned while it waits may. (Otherwise the context and timer are
+		// saved: half the chain's own cost.)
 		var cancel context.CancelFunc
 		actx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
+		if learning {
+			late = call.cutOnceLearned(m, start, end.Sub(start), cancel)
+			defer late.end() // joined on a panic of the SDK too
+		}
 	}
 	m.counters.requests.Add(1)
 	a.sent = true
 	resp, err := call.send(actx, call, m)
+	if late != nil {
+		cut = late.end()
+	}
 	call.now = time.Now()
 	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
 }

@@ -1,6 +1,7 @@
 package geminiguard
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -76,3 +77,70 @@ func (e *cutError) Error() string {
 }
 
 func (e *cutError) Unwrap() error { return e.err }
+
+// lateCut watches an attempt sent before its model had learned the answer
+// times of the call's class (cutOnceLearned). Not safe for concurrent use:
+// the attempt's goroutine starts and ends it.
+type lateCut struct {
+	stop, done chan struct{}
+	cut        time.Duration // the cut that ended the attempt; written before done closes
+}
+
+// cutOnceLearned bounds an attempt to m sent at start, with room before its
+// own deadline, that was sent before m had learned the answer times of the
+// call's class: once the answers of other calls teach them, the attempt is
+// cut at the later of its learned cuts, three times the median, from start
+// (at once when that has passed; the cut as it is then): the first answers
+// are the fastest of those sent with it, and a model slow on every request
+// (long thinking) answers its first requests within three times their
+// median. Within the cut budget, by cancel. So a stall sent in a Client's first moments
+// (a burst of callers at start-up) is cut like any later one rather than
+// waited out. It starts a goroutine, which end joins.
+func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, cancel context.CancelFunc) *lateCut {
+	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{})}
+	learned, class, cuts := m.lat.WhenLearned(call.class), call.class, call.c.cuts
+	go func() {
+		defer close(lc.done)
+		select {
+		case <-lc.stop:
+			return
+		case <-learned:
+		}
+		// The first answers are the fastest of those sent with this one: the
+		// later cut (three times the median) is taken, read again when it
+		// falls due and followed while it grows.
+		for {
+			d, ok := m.lat.Cut(class, true)
+			if !ok || d >= room {
+				return
+			}
+			if wait := time.Until(start.Add(d)); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-lc.stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				continue
+			}
+			if cuts.allows(time.Now()) {
+				lc.cut = d
+				cancel()
+			}
+			return
+		}
+	}()
+	return lc
+}
+
+// end stops the watch, once it has, and returns the cut that ended the
+// attempt: 0 when none did.
+func (lc *lateCut) end() time.Duration {
+	if lc.stop != nil {
+		close(lc.stop)
+		<-lc.done
+		lc.stop = nil
+	}
+	return lc.cut
+}

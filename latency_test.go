@@ -160,3 +160,43 @@ func TestCutBudgetGrowsWithTheCalls(t *testing.T) {
 		assert.Less(t, slowest, 10*time.Second, "every stall is cut at the learned deadline, none waited out")
 	})
 }
+
+func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 20 users start at once, before anything is learned; pro's first
+		// three requests stall 45s, its other answers take 1s.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i < 3 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var mu sync.Mutex
+		took := map[string][]time.Duration{}
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				start := time.Now()
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				mu.Lock()
+				took[rec.Model] = append(took[rec.Model], time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+
+		assert.Len(t, took[pro], 17, "pro answers every call it did not stall")
+		require.Len(t, took[flash], 3, "the three stalled calls go on to flash")
+		for _, d := range took[flash] {
+			// Pro's 17 answers at 1s teach it its cuts; the stalls, sent
+			// before, are cut at the later one (three times its median),
+			// and flash answers 0.8s on.
+			assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), d.Seconds(), 0.3,
+				"cut once the cut is learned, not waited out to the 45s stall")
+		}
+		assert.Equal(t, 3, srv.Total(flash), "one request each")
+	})
+}

@@ -59,16 +59,21 @@ type Learner struct {
 
 // New returns a Learner of n classes.
 func New(n int) *Learner {
-	return &Learner{classes: make([]histogram, n)}
+	l := &Learner{classes: make([]histogram, n)}
+	for i := range l.classes {
+		l.classes[i].learned = make(chan struct{})
+	}
+	return l
 }
 
 type histogram struct {
 	counts  [Buckets]atomic.Int64
-	records atomic.Int64 // answers recorded, for the refresh cadence
-	cut     atomic.Int64 // the learned cut, in nanoseconds; 0 while warming up
-	last    atomic.Int64 // the learned cut of an attempt with nowhere else to go
-	hedge   atomic.Int64 // the learned hedge delay, in nanoseconds; 0 while warming up
-	mu      sync.Mutex   // serialises refreshes
+	records atomic.Int64  // answers recorded, for the refresh cadence
+	cut     atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
+	last    atomic.Int64  // the learned cut of an attempt with nowhere else to go
+	hedge   atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
+	learned chan struct{} // closed by the refresh that first stores the deadlines
+	mu      sync.Mutex    // serialises refreshes
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
@@ -97,6 +102,19 @@ func (l *Learner) Cut(class int, last bool) (time.Duration, bool) {
 		c = h.last.Load()
 	}
 	return time.Duration(c), c > 0
+}
+
+// Learned reports whether class has warmed up: Cut and Hedge report its
+// deadlines.
+func (l *Learner) Learned(class int) bool {
+	return l.classes[class].cut.Load() > 0
+}
+
+// WhenLearned returns a channel closed once class has warmed up. An
+// attempt sent before that can wait on it, to be bounded by what the
+// answers of others taught meanwhile.
+func (l *Learner) WhenLearned(class int) <-chan struct{} {
+	return l.classes[class].learned
 }
 
 // refresh recomputes the deadlines from the counts, and halves them when
@@ -136,9 +154,13 @@ func (h *histogram) refresh() {
 	}
 	mid := Mid(median)
 	cut := max(CutFloor, min(CutMax*mid, max(CutMin*mid, End(answered))))
+	first := h.cut.Load() == 0
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, CutMax*mid)))
 	h.hedge.Store(int64(min(cut, max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid))))))
+	if first {
+		close(h.learned) // under mu, after the deadlines: once, and they are there to read
+	}
 	if total > maxSamples {
 		for i := range h.counts {
 			h.counts[i].Add(-counts[i] / 2)

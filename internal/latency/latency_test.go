@@ -27,9 +27,21 @@ func TestCutAfterWarmup(t *testing.T) {
 	}
 	_, ok := l.Cut(0, false)
 	assert.False(t, ok, "not before Warmup answers")
+	assert.False(t, l.Learned(0))
+	select {
+	case <-l.WhenLearned(0):
+		t.Fatal("WhenLearned closed before Warmup answers")
+	default:
+	}
 	l.Record(0, 800*time.Millisecond)
 	d, ok := l.Cut(0, false)
 	assert.True(t, ok)
+	assert.True(t, l.Learned(0))
+	select {
+	case <-l.WhenLearned(0):
+	default:
+		t.Fatal("WhenLearned still open once the cut is learned")
+	}
 	assert.InDelta(t, 1.6, d.Seconds(), 0.15, "twice the median: the answers hardly vary")
 	d, _ = l.Cut(0, true)
 	assert.InDelta(t, 2.4, d.Seconds(), 0.2, "with nowhere else to go, three times the median")
