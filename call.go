@@ -56,12 +56,8 @@ type callState[R any] struct {
 	// after whatever takes time (upstream requests, waits, the token count,
 	// the store's round trips of a fleet lease or a shared budget, the
 	// Fallback), so that no deadline or learned latency counts that time.
-	now time.Time
-	// refusedAt is the reading of now (the very value: compared with ==)
-	// at which the call last continued the Client's spell of failures for
-	// a refusal (chain.go's admit).
-	refusedAt time.Time
-	attempts  []Attempt
+	now      time.Time
+	attempts []Attempt
 	// firstAttempts backs attempts for a call's first two (most calls
 	// make one or two): no allocation of their own.
 	firstAttempts [2]Attempt

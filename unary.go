@@ -117,12 +117,14 @@ func (c *Client) generateInBulkhead(ctx context.Context, r *generateRequest) (re
 }
 
 // generateByChain sends the request through the chain and keeps a good
-// answer in the answer cache (WithAnswerCache).
+// answer in the answer cache (WithAnswerCache). The call's state goes back
+// to generateCalls once it returned; a call a panic ended leaves it to the
+// collector (no defer on the path of every call).
 func (c *Client) generateByChain(ctx context.Context, r *generateRequest) (*genai.GenerateContentResponse, error) {
 	call := c.newGenerateCall(ctx, r.model, r.contents, r.config)
-	defer releaseGenerateCall(call)
 	call.complete, call.learns = completeAnswer, true
 	resp, err := call.observed(ctx)
+	releaseGenerateCall(call)
 	if err == nil && c.cfg.answers != nil {
 		c.cacheAnswer(ctx, r.model, r.contents, r.config, resp)
 	}
