@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/genai"
+
+	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
 // Learned attempt deadlines: the latency defence. Per model and size class
@@ -89,46 +91,50 @@ type lateCut struct {
 // cutOnceLearned bounds an attempt to m sent at start, with room before its
 // own deadline, that was sent before m had learned the answer times of the
 // call's class: once the answers of other calls teach them, the attempt is
-// cut at the later of its learned cuts, three times the median, from start
-// (at once when that has passed; the cut as it is then): the first answers
-// are the fastest of those sent with it, and a model slow on every request
-// (long thinking) answers its first requests within three times their
-// median. Within the cut budget, by cancel. So a stall sent in a Client's first moments
-// (a burst of callers at start-up) is cut like any later one rather than
-// waited out. It starts a goroutine, which end joins.
+// cut at its cohort's cut from start (latency.Learner.CohortCut: three
+// times the median of the answers and of the attempts still in flight
+// sent before them), at once when that has passed, within the cut budget,
+// by cancel. So a stall sent in a Client's first moments (a burst of
+// callers at start-up) is cut like any later one rather than waited out,
+// while a burst that slowed every request (a flood), or a model slow on
+// every request (long thinking), is waited for. It starts a goroutine,
+// which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{})}
 	learned, class, cuts := m.lat.WhenLearned(call.class), call.class, call.c.cuts
+	m.lat.Sent(class)
 	go func() {
 		defer close(lc.done)
+		defer m.lat.Ended(class)
 		select {
 		case <-lc.stop:
 			return
 		case <-learned:
 		}
-		// The first answers are the fastest of those sent with this one: the
-		// later cut (three times the median) is taken, read again when it
-		// falls due and followed while it grows.
 		for {
-			d, ok := m.lat.Cut(class, true)
-			if !ok || d >= room {
-				return
-			}
-			if wait := time.Until(start.Add(d)); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-lc.stop:
-					t.Stop()
+			// The cut as it is now: it grows as the cohort answers. While
+			// its median is in flight, look again after about a median.
+			wait, _ := m.lat.Cut(class, true)
+			wait /= latency.CutMax
+			if d, ok := m.lat.CohortCut(class); ok {
+				if d >= room {
 					return
-				case <-t.C:
 				}
-				continue
+				if wait = time.Until(start.Add(d)); wait <= 0 {
+					if cuts.allows(time.Now()) {
+						lc.cut = d
+						cancel()
+					}
+					return
+				}
 			}
-			if cuts.allows(time.Now()) {
-				lc.cut = d
-				cancel()
+			t := time.NewTimer(wait)
+			select {
+			case <-lc.stop:
+				t.Stop()
+				return
+			case <-t.C:
 			}
-			return
 		}
 	}()
 	return lc

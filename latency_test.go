@@ -200,3 +200,29 @@ func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 		assert.Equal(t, 3, srv.Total(flash), "one request each")
 	})
 }
+
+func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 60 users start at once, before anything is learned, and pro
+		// slows under them: its first 15 requests answer in 1s, the
+		// others in 6s to 7.8s. Its first answers are its fastest.
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i < 15 {
+				return geminitest.Step{Latency: time.Second}
+			}
+			return geminitest.Step{Latency: 6*time.Second + time.Duration(i-15)*40*time.Millisecond}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var wg sync.WaitGroup
+		for range 60 {
+			wg.Go(func() {
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "waited for: most of the burst was still in flight")
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, srv.Total(flash), "no request cut at three times the first answers' 1s")
+	})
+}

@@ -73,6 +73,7 @@ type histogram struct {
 	last    atomic.Int64  // the learned cut of an attempt with nowhere else to go
 	hedge   atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
 	learned chan struct{} // closed by the refresh that first stores the deadlines
+	pending atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	mu      sync.Mutex    // serialises refreshes
 }
 
@@ -115,6 +116,44 @@ func (l *Learner) Learned(class int) bool {
 // answers of others taught meanwhile.
 func (l *Learner) WhenLearned(class int) <-chan struct{} {
 	return l.classes[class].learned
+}
+
+// Sent counts an attempt of class sent before the class warmed up, in
+// flight until Ended: CohortCut counts it as at least as long as it has
+// taken so far.
+func (l *Learner) Sent(class int) { l.classes[class].pending.Add(1) }
+
+// Ended counts the end of an attempt counted by Sent.
+func (l *Learner) Ended(class int) { l.classes[class].pending.Add(-1) }
+
+// CohortCut returns the cut of an attempt of class sent before the class
+// warmed up: CutMax times the median of the answers and of the attempts
+// still in flight that were sent before (Sent), those counted as slower
+// than every answer; false until the class has warmed up, or while half
+// of them or more are in flight (their median is then not known yet).
+// The first answers of a burst of requests are its fastest, and a model
+// whose every request slowed (a flood of them) answers them later: the
+// attempts still waiting hold the median back until most have answered.
+func (l *Learner) CohortCut(class int) (time.Duration, bool) {
+	h := &l.classes[class]
+	if h.cut.Load() == 0 {
+		return 0, false
+	}
+	var answered int64
+	for i := range h.counts[:Buckets-1] {
+		answered += h.counts[i].Load()
+	}
+	pending := h.pending.Load()
+	if 2*pending >= answered+pending {
+		return 0, false
+	}
+	var seen int64
+	for i := range h.counts[:Buckets-1] {
+		if seen += h.counts[i].Load(); 2*seen >= answered+pending {
+			return max(CutFloor, CutMax*Mid(i)), true
+		}
+	}
+	return 0, false // answers counted while this ran: look again later
 }
 
 // refresh recomputes the deadlines from the counts, and halves them when
