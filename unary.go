@@ -70,7 +70,11 @@ func (r *generateRequest) init(ctx context.Context, c *Client, model string, con
 	}
 }
 
-// unary runs the call of r through the wrappers from the given one on.
+// unary runs the call of r through the wrappers from the given one on,
+// passing over those with nothing to do for it: what ctx asked of the call
+// (r) and the Client's options say which. The common call (no Deferrable,
+// no idempotency key, no WithDedup, no bulkhead) goes straight to the
+// chain.
 func (c *Client) unary(ctx context.Context, r *generateRequest, from wrapper) (*genai.GenerateContentResponse, error) {
 	for w := from; ; w++ {
 		switch w {
@@ -87,7 +91,9 @@ func (c *Client) unary(ctx context.Context, r *generateRequest, from wrapper) (*
 				return c.generateDeduplicated(ctx, r)
 			}
 		case wrapBulkhead:
-			return c.generateInBulkhead(ctx, r)
+			if r.named || len(c.bulkheads) != 0 {
+				return c.generateInBulkhead(ctx, r)
+			}
 		default: // wrapChain
 			return c.generateByChain(ctx, r)
 		}
