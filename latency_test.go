@@ -226,3 +226,38 @@ func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 		assert.Zero(t, srv.Total(flash), "no request cut at three times the first answers' 1s")
 	})
 }
+
+func TestCutBudgetCoversTheStallsTheThrottleKeeps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 30 users back to back, about 30 calls a second. Once its answer
+		// times are learned (from its 60th request), one request in five
+		// to the primary stalls 45s: the latency throttle keeps all of its
+		// traffic (its stalls cost 0.2 extra requests a request), so about
+		// 6 stalls a second must be cut.
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i >= 60 && i%5 == 0 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var mu sync.Mutex
+		var slowest time.Duration
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() {
+				for range 20 {
+					start := time.Now()
+					_, _, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					mu.Lock()
+					slowest = max(slowest, time.Since(start))
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		assert.Less(t, slowest, 10*time.Second, "every stall the throttle keeps is cut, none waited out")
+	})
+}
