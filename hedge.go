@@ -3,6 +3,7 @@ package geminiguard
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/geminiguard/geminiguard/internal/latency"
@@ -64,9 +65,9 @@ const (
 type HedgePolicy struct {
 	// On turns hedging on. Off, a late attempt is only cut at its model's
 	// learned deadline (latency.go), and the call goes on to the next
-	// model: on the brownout family the two score alike (BENCHMARKS.md),
-	// and a hedged attempt allocates about 8 times more (a goroutine, a
-	// channel, a timer), so the cut alone is the default.
+	// model. On, an attempt answered before its hedge delay (nearly all)
+	// costs one timer more than without hedging; one hedged adds the
+	// hedge's goroutine, context and request.
 	On bool
 	// Budget is the most hedges per first attempt, over any minute, on
 	// top of three a minute always allowed; in (0, 1].
@@ -108,9 +109,8 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 // is neither cooling down, open nor throttled, or m itself when m is not
 // throttled, at most 1 − latency.HedgeQuantile of its recent requests were
 // slow, and its learned cut is no longer than that model's (or there is no
-// such model).
-func (call *call[R]) hedgeTarget(m *modelState) *modelState {
-	now := call.now
+// such model), at now.
+func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	ready := func(x *modelState) bool {
 		p, _, _ := x.routes[call.endpoint].rejectProbability(now)
 		return p == 0 && x.cooling(now) == nil && x.breakers[call.endpoint].state(now) == StateClosed
@@ -141,16 +141,27 @@ func (call *call[R]) hedgeTarget(m *modelState) *modelState {
 	return next
 }
 
-// admitHedge takes what a hedge to m needs, without waiting: the limiter's
-// grant, when it is free now, and a closed breaker's permit. It fills h
-// (zero) and reports true, or reports false leaving h holding nothing.
-func (call *call[R]) admitHedge(ctx context.Context, m *modelState, h *admission) bool {
+// admitHedge takes what a hedge to m needs at now, without waiting: the
+// limiter's grant, when it is free now, and a closed breaker's permit. It
+// fills h (zero) and reports true, or reports false leaving h holding
+// nothing. It runs off the call's goroutine (hedgeRun) and writes none of
+// the call's fields: the input tokens, when the call has not estimated them
+// yet, are estimated (never counted, WithExactTokenCount or not) into
+// *estimate; the project budget's steering is asked as of the attempt's
+// start (call.now).
+func (call *call[R]) admitHedge(ctx context.Context, m *modelState, h *admission, now time.Time, estimate *int) bool {
 	if next, _ := call.overBudget(ctx, m); next != stepGo {
 		return false
 	}
 	if call.endpoint.metered() && m.lim.enforces() {
-		tokens := call.inputTokens(ctx, m)
-		g, wait, err := m.lim.reserve(call.now, tokens, call.deadline)
+		tokens := 0
+		if m.lim.limitsTokens() {
+			if tokens = call.tokens; tokens < 0 {
+				tokens = estimateTokens(call.contents, call.user)
+				*estimate = tokens
+			}
+		}
+		g, wait, err := m.lim.reserve(now, tokens, call.deadline)
 		if err != nil {
 			return false
 		}
@@ -161,10 +172,10 @@ func (call *call[R]) admitHedge(ctx context.Context, m *modelState, h *admission
 		h.grant = g
 	}
 	br := m.breakers[call.endpoint]
-	p, tr, err := br.allow(call.now)
+	p, tr, err := br.allow(now)
 	if err != nil || p.Probe() { // a probe's slot is for a call of its own
 		if err == nil {
-			br.done(p, call.now, outcomeIgnore)
+			br.done(p, now, outcomeIgnore)
 		}
 		h.unreserve(m)
 		return false
@@ -196,161 +207,290 @@ func (r *raced[R]) release() {
 	}
 }
 
-// race sends one request of a hedged attempt to m under ctx and reports its
-// outcome on out, a panic included, for the call's goroutine to raise. A
-// stream's request leaves the stream it opened in its outcome.
-func (call *call[R]) race(ctx context.Context, m *modelState, hedge bool, out chan<- raced[R]) {
-	r := raced[R]{hedge: hedge, panics: true}
+// hedgeRun is what a hedged attempt shares with its timer. The original
+// request is sent on the call's goroutine; the timer's runs (fire), each on
+// a goroutine of its own, do the rest once the hedge delay passed: decide,
+// admit and send the hedge (the first run, which is the hedge's
+// goroutine), cut the original at its learned cut when no hedge could be
+// sent or the hedge failed, cut both at the hedge's learned cut. A run
+// touches none of the call's fields but those fixed for the attempt (read
+// only: the call's goroutine writes none while its original is out) and
+// the hedge's own, here; the Client's breakers, limiters and budgets are
+// safe for concurrent use. The call's goroutine joins every run before it
+// reads what they wrote. A hedgeRun goes back to hedgeRuns once joined: an
+// attempt answered before its hedge delay allocates its timer alone.
+type hedgeRun struct {
+	mu   sync.Mutex
+	cond sync.Cond // on mu: a run ended
+	fire func()    // run, made once
+	hedgeState
+}
+
+// hedgeState is a hedgeRun's state of one attempt, zeroed for the next.
+type hedgeState struct {
+	// Set before the timer is armed, read only after.
+	job     hedgeJob // the call
+	c       *Client
+	ctx     context.Context // the call's
+	m       *modelState     // the original's
+	start   time.Time       // the original's
+	learned time.Duration   // the original's learned cut, 0 when none
+	ocancel context.CancelFunc
+
+	// Under mu.
+	timer    *time.Timer // runs fire
+	runs     int         // runs of fire scheduled or under way
+	origDone bool        // the original returned: no run does anything more
+	decided  bool        // the hedge delay passed: the hedge was sent or refused
+	cutAt    time.Time   // when set, the original is cut then
+	pairAt   time.Time   // when set, both requests are cut then unless one returned
+	cut      time.Duration
+	cutting  bool               // the cut bounds the original
+	hcancel  context.CancelFunc // the hedge's, once sent
+	done     bool               // the hedge returned
+
+	// The hedge's, written by its run, read by the call's goroutine once
+	// it joined the runs.
+	h      admission
+	hstart time.Time
+	tokens int // the input token estimate the hedge took, -1 when none
+	hedge  raced[any]
+}
+
+// hedgeJob sends the hedge of a hedgeRun: implemented by *call[R].
+type hedgeJob interface {
+	sendHedge(hr *hedgeRun, now time.Time)
+}
+
+// hedgeRuns holds the hedgeRuns of attempts that returned. They hold no
+// timer or channel between attempts (a testing/synctest bubble may not use
+// another's).
+var hedgeRuns = sync.Pool{New: func() any {
+	hr := new(hedgeRun)
+	hr.cond.L = &hr.mu
+	hr.fire = hr.run
+	return hr
+}}
+
+// run is one run of hr's timer.
+func (hr *hedgeRun) run() {
 	defer func() {
-		if r.panics {
-			r.panicV = recover()
-		}
-		r.end = time.Now()
-		r.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-		out <- r
+		hr.mu.Lock()
+		hr.runs--
+		hr.cond.Broadcast()
+		hr.mu.Unlock()
 	}()
-	sctx := ctx
-	if call.stream != nil {
-		sctx = withSessionSlot(ctx, &r.session)
+	now := time.Now()
+	hr.mu.Lock()
+	hedge := !hr.origDone && !hr.decided
+	hr.decided = true
+	switch {
+	case hedge || hr.origDone:
+	case !hr.cutAt.IsZero() && !now.Before(hr.cutAt): // no hedge, or a failed one: the original's learned cut
+		hr.cutAt = time.Time{}
+		hr.ocancel()
+	case !hr.pairAt.IsZero() && !hr.done && !now.Before(hr.pairAt): // a hedge that stalls too is cut with its original
+		hr.pairAt = time.Time{}
+		if hr.c.cuts.allows(now) {
+			hr.cut, hr.cutting = now.Sub(hr.start), true
+			hr.ocancel()
+			hr.hcancel()
+		}
 	}
-	r.resp, r.err = call.send(sctx, call, m)
-	r.panics = false
+	hr.mu.Unlock()
+	if hedge {
+		hr.job.sendHedge(hr, now)
+	}
+}
+
+// arm schedules a run of hr's timer after d, in place of one scheduled.
+// hr.mu is held.
+func (hr *hedgeRun) arm(d time.Duration) {
+	if !hr.timer.Reset(d) {
+		hr.runs++
+	}
+}
+
+// cutFrom bounds the original by its learned cut from now on, as without
+// hedging, when the cut budget allows: at once when its time has come.
+// hr.mu is held.
+func (hr *hedgeRun) cutFrom(now time.Time) {
+	switch d := hr.start.Add(hr.learned).Sub(now); {
+	case hr.learned == 0 || !hr.c.cuts.allows(now):
+		hr.cut = 0
+	case d > 0:
+		hr.cut, hr.cutting, hr.cutAt = hr.learned, true, now.Add(d)
+		hr.arm(d)
+	default:
+		hr.cut, hr.cutting = hr.learned, true
+		hr.ocancel()
+	}
+}
+
+// join ends hr's runs once the original returned: none scheduled is run,
+// the hedge is cancelled when cancel says so (the original answered, or
+// panicked), and every run under way is waited for.
+func (hr *hedgeRun) join(cancel bool) {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	hr.origDone = true
+	if hr.timer.Stop() {
+		hr.runs--
+	}
+	if cancel && hr.hcancel != nil {
+		hr.hcancel()
+	}
+	for hr.runs > 0 {
+		hr.cond.Wait()
+	}
+}
+
+// sendHedge is the first run of hr's timer, once the hedge delay passed at
+// now: it sends the hedge when hedgeFor admits one, records its outcome in
+// hr, a panic included (for the call's goroutine to raise), and cancels
+// the original when the hedge answered, or cuts it at its learned cut when
+// the hedge failed while it was still out.
+func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
+	r := &hr.hedge
+	r.hedge, r.panics = true, true
+	defer func() {
+		if !r.panics {
+			return
+		}
+		v := recover()
+		hr.mu.Lock()
+		r.panicV, r.end, hr.done = v, time.Now(), true
+		hr.ocancel()
+		hr.mu.Unlock()
+	}()
+	hm, hctx := call.hedgeFor(hr, now)
+	if hm == nil {
+		r.panics = false
+		return
+	}
+	defer hr.hcancel()
+	call.c.stateChanged(hr.ctx, hm.name, call.endpoint, hr.h.opened)
+	sctx := hctx
+	if call.stream != nil {
+		sctx = withSessionSlot(hctx, &r.session)
+	}
+	resp, err := call.send(sctx, call, hm)
+	end := time.Now()
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	r.resp, r.err, r.end, r.panics, hr.done = resp, err, end, false, true
+	r.timedOut = errors.Is(hctx.Err(), context.DeadlineExceeded)
+	switch {
+	case err == nil: // the first answer wins
+		hr.ocancel()
+	case !hr.origDone: // the original still stalls: cut it as if no hedge had been sent
+		hr.cutFrom(end)
+	}
+}
+
+// hedgeFor admits the hedge of hr's original at now and returns its model
+// and context, nil when there is no hedge: the original returned, no model
+// can take the hedge (hedgeTarget), or the hedge budget or the admission
+// refused it; the original is then cut at its learned cut (cutFrom). An
+// admitted hedge is withdrawn from the budget, counted as its model's
+// request and, when its model learned its cut, armed to be cut with its
+// original then (pairAt).
+func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context.Context) {
+	c := call.c
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	if hr.origDone {
+		return nil, nil
+	}
+	hm := call.hedgeTarget(hr.m, now)
+	if hm == nil || !c.hedges.allows(now) || !call.admitHedge(hr.ctx, hm, &hr.h, now, &hr.tokens) {
+		hr.cutFrom(now) // no hedge: cut as without hedging (at once when the hedge delay was the cut)
+		return nil, nil
+	}
+	c.hedges.withdraw(now)
+	hr.h.sent, hr.hstart, hr.cut = true, now, 0
+	hend := now.Add(hm.timeout)
+	if call.deadline.Before(hend) {
+		hend = call.deadline
+	}
+	hctx, hcancel := context.WithDeadline(hr.ctx, hend)
+	hr.hcancel = hcancel
+	if d, ok := hm.lat.Cut(call.class, false); ok && now.Add(d).Before(hend) {
+		hr.pairAt = now.Add(d)
+		hr.arm(d)
+	}
+	hm.counters.requests.Add(1)
+	return hm, hctx
 }
 
 // hedged runs the admitted attempt a, which starts at call.now and ends by
 // end, and races it with a hedge sent after the delay after; cut, above 0,
 // is the learned cut, which bounds the attempt when no hedge could be sent.
-// It returns as attempt does. The first answer wins and cancels the other
-// request. When the hedge's answer wins, *a becomes the hedge's admission
-// (for try to settle with the answer) and the original is settled and
-// recorded here; a hedge that lost or failed is settled and recorded here
-// too. For a stream, the winner's open stream becomes the call's and the
-// loser's is closed. Both requests are joined before hedged returns, on
-// every path: a panic in either (raised here, once both are joined) or in
-// the call's goroutine cancels them, waits for them and closes what
-// streams they opened.
+// It returns as attempt does. The original request is sent on the call's
+// goroutine and, until the delay passes, nothing else runs but a timer
+// (hedgeRun). The first answer wins and cancels the other request. When
+// the hedge's answer wins, *a becomes the hedge's admission (for try to
+// settle with the answer) and the original is settled and recorded here; a
+// hedge that lost or failed is settled and recorded here too. For a
+// stream, the original's stream is left where an unhedged attempt leaves
+// it, the hedge's replaces it when the hedge wins, and the loser's is
+// closed. The hedge is joined before hedged returns, on every path: a
+// panic in either request (the hedge's raised here, once joined) cancels
+// the other, waits for it and closes what streams they opened.
 func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
-	c, m, start := call.c, a.m, call.now
-	out := make(chan raced[R], 2)
+	m, start := a.m, call.now
 	octx, ocancel := context.WithDeadline(ctx, end)
-	hbase, hcancel := context.WithCancel(ctx) // the hedge's, once sent
-	inflight := 0
-	var h admission // the hedge's
-	var orig, hedge *raced[R]
+	hr := hedgeRuns.Get().(*hedgeRun)
+	hr.hedgeState = hedgeState{job: call, c: call.c, ctx: ctx, m: m, start: start, learned: cut, ocancel: ocancel, tokens: -1}
+	hr.mu.Lock()
+	hr.runs, hr.timer = 1, time.AfterFunc(after, hr.fire)
+	hr.mu.Unlock()
 	defer func() {
+		hr.join(true) // a panic of the original's request: the hedge is cancelled and waited for
 		ocancel()
-		hcancel()
-		for ; inflight > 0; inflight-- {
-			r := <-out // joined: no request outlives the call
-			r.release()
-		}
-		orig.release() // streams not handed to the call
-		hedge.release()
-		h.abandon() // a panic came before the hedge was settled
+		hr.hedge.release() // a stream not handed to the call
+		hr.h.abandon()     // a panic came before the hedge was settled
+		hr.hedgeState = hedgeState{}
+		hedgeRuns.Put(hr)
 	}()
-	send := func(ctx context.Context, x *modelState, hedge bool) {
-		x.counters.requests.Add(1)
-		inflight++
-		go call.race(ctx, x, hedge, out)
-	}
+	m.counters.requests.Add(1)
 	a.sent = true
-	send(octx, m, false)
-	timer := time.NewTimer(after)
-	defer timer.Stop()
-	var cutC <-chan time.Time  // armed when no hedge could be sent, or the hedge failed
-	var pairC <-chan time.Time // armed when the hedge is sent: its own learned cut
-	cutting := false           // the cut bounds the original
-	learned := cut
-	// cutAt bounds the original by the learned cut from now on, as without
-	// hedging, when the cut budget allows: at once when its time has come.
-	cutAt := func(now time.Time) {
-		switch d := start.Add(learned).Sub(now); {
-		case learned == 0 || !c.cuts.allows(now):
-			cut = 0
-		case d > 0:
-			cut, cutC, cutting = learned, time.After(d), true
-		default:
-			cut, cutting = learned, true
-			ocancel()
-		}
-	}
-	var hstart time.Time
-	var panicked *raced[R]
-	for inflight > 0 {
-		select {
-		case r := <-out:
-			inflight--
-			switch {
-			case r.panics:
-				panicked = &r
-				ocancel()
-				hcancel()
-			case r.hedge:
-				hedge = &r
-				if r.err != nil && orig == nil { // the original still stalls: cut it as if no hedge had been sent
-					call.now = time.Now()
-					cutAt(call.now)
-				}
-			default:
-				orig = &r
-			}
-			if r.err == nil && !r.panics { // the first answer wins
-				ocancel()
-				hcancel()
-			}
-		case <-timer.C:
-			call.now = time.Now()
-			if orig != nil || panicked != nil {
-				continue
-			}
-			hm := call.hedgeTarget(m)
-			if hm == nil || !c.hedges.allows(call.now) || !call.admitHedge(ctx, hm, &h) {
-				cutAt(call.now) // no hedge: cut as without hedging (at once when the hedge delay was the cut)
-				continue
-			}
-			c.hedges.withdraw(call.now)
-			c.stateChanged(ctx, hm.name, call.endpoint, h.opened)
-			h.sent, hstart, cut = true, call.now, 0
-			hend := hstart.Add(hm.timeout)
-			if call.deadline.Before(hend) {
-				hend = call.deadline
-			}
-			hctx, hstop := context.WithDeadline(hbase, hend)
-			defer hstop()
-			send(hctx, hm, true)
-			if d, ok := hm.lat.Cut(call.class, false); ok && hstart.Add(d).Before(hend) {
-				pairC = time.After(d) // a hedge that stalls too is cut with its original
-			}
-		case <-cutC:
-			ocancel()
-		case <-pairC:
-			if call.now = time.Now(); orig == nil && hedge == nil && c.cuts.allows(call.now) {
-				cut, cutting = call.now.Sub(start), true
-				ocancel()
-				hcancel()
-			}
-		}
-	}
-	if panicked != nil {
-		panic(panicked.panicV)
-	}
-	if !cutting {
-		cut = 0
-	}
+	resp, err := call.send(octx, call, m)
+	orig := raced[R]{resp: resp, err: err, end: time.Now(), timedOut: errors.Is(octx.Err(), context.DeadlineExceeded)}
+	hr.join(err == nil) // the first answer wins: the hedge, if any, is cancelled
 	call.now = time.Now()
-	switch {
-	case hedge == nil:
-	case orig.err != nil && hedge.err == nil: // the hedge's answer wins
-		call.loser(ctx, a, orig, start)
-		*a, h = h, admission{}
-		call.opened(hedge)
+	if call.tokens < 0 && hr.tokens >= 0 {
+		call.tokens = hr.tokens // for try to reconcile the hedge's grant
+	}
+	if hr.hedge.panics {
+		if call.stream != nil && call.stream.session != nil { // the original's, which answered
+			call.stream.session.close()
+			call.stream.session = nil
+		}
+		panic(hr.hedge.panicV)
+	}
+	cut = 0
+	if hr.cutting {
+		cut = hr.cut
+	}
+	timedOut := orig.timedOut && ctx.Err() == nil
+	if !hr.h.sent {
+		return call.ended(ctx, m, start, orig.end, cut, timedOut, resp, err)
+	}
+	hresp, _ := hr.hedge.resp.(R)
+	hedge := raced[R]{resp: hresp, err: hr.hedge.err, end: hr.hedge.end, timedOut: hr.hedge.timedOut, hedge: true, session: hr.hedge.session}
+	hr.hedge.session = nil
+	defer hedge.release()
+	hstart := hr.hstart
+	if err != nil && hedge.err == nil { // the hedge's answer wins
+		call.loser(ctx, a, &orig, start)
+		*a, hr.h = hr.h, admission{}
+		call.opened(&hedge)
 		resp, v, _, err := call.ended(ctx, a.m, hstart, hedge.end, 0, false, hedge.resp, nil)
 		return resp, v, hedge.end.Sub(hstart), err
-	default:
-		call.loser(ctx, &h, hedge, hstart)
 	}
-	call.opened(orig)
-	return call.ended(ctx, m, start, orig.end, cut, orig.timedOut && ctx.Err() == nil, orig.resp, orig.err)
+	call.loser(ctx, &hr.h, &hedge, hstart)
+	return call.ended(ctx, m, start, orig.end, cut, timedOut, resp, err)
 }
 
 // opened hands the stream the winning request r opened, if any, to the

@@ -2,8 +2,10 @@ package geminiguard_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -503,4 +505,67 @@ func TestHedgeOfAStallingModelGoesToTheNext(t *testing.T) {
 		}
 		assert.LessOrEqual(t, twice, 2, "only the first stalls, before they are known, are hedged to pro (%d)", twice)
 	})
+}
+
+// panicOnPost is a transport whose POST number n (from 1) panics after
+// wait, as a broken SDK or middleware would.
+type panicOnPost struct {
+	base http.RoundTripper
+	n    int64
+	wait time.Duration
+	seen atomic.Int64
+}
+
+func (p *panicOnPost) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && p.seen.Add(1) == p.n {
+		time.Sleep(p.wait)
+		panic("the transport")
+	}
+	return p.base.RoundTrip(req)
+}
+
+// TestHedgedRequestPanicReachesTheCallerOnceBothAreJoined: pro answers 20
+// calls in 1s; on the 21st call, one of the two requests panics while the
+// other is out: the hedge as it is sent (the original stalls 45s), or the
+// original after 2.5s (the hedge, sent at 2s, is then out until 3s). The
+// panic reaches the caller once the other request is cancelled and joined
+// (goleak: no goroutine outlives the call), and the Client goes on
+// answering and hedging: nothing of the two admissions is left held.
+func TestHedgedRequestPanicReachesTheCallerOnceBothAreJoined(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		post  int64
+		wait  time.Duration
+		after float64
+	}{
+		{"the hedge", 22, 0, 2},
+		{"the original", 21, 2500 * time.Millisecond, 2.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+				tr := &panicOnPost{base: srv.Transport(), n: tc.post, wait: tc.wait}
+				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+					geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}), geminiguard.WithHTTPClient(&http.Client{Transport: tr}))
+				for range 20 {
+					_, rec, err := ask(t.Context(), c, "")
+					require.NoError(t, err)
+					require.Equal(t, pro, rec.Model)
+				}
+
+				start := time.Now()
+				p := recovered(func() { _, _, _ = ask(t.Context(), c, "") })
+
+				assert.Equal(t, "the transport", p, "the panic reaches the caller")
+				assert.InDelta(t, tc.after, time.Since(start).Seconds(), 0.1, "raised once the other request is cancelled and joined, not waited out")
+				for range 20 {
+					_, rec, err := ask(t.Context(), c, "")
+					require.NoError(t, err)
+					assert.Equal(t, pro, rec.Model)
+				}
+				st := c.Stats().Models[0]
+				assert.Equal(t, geminiguard.StateClosed, st.State)
+			})
+		})
+	}
 }
