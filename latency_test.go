@@ -233,12 +233,3 @@ func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 		assert.Zero(t, srv.Total(flash), "no request cut at three times the first answers' 1s")
 	})
 }
-
-func TestCutBudgetCoversTheStallsTheThrottleKeeps(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		// One request in five to the primary stalls: the latency throttle
-		// keeps all of its traffic (its stalls cost 0.2 extra requests a
-		// request), so about 6 stalls a second must be cut.
-		assert.Less(t, slowestOfBackToBackCalls(t, 5), 10*time.Second, "every stall the throttle keeps is cut, none waited out")
-	})
-}
