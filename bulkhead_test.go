@@ -273,7 +273,9 @@ func TestIsFallback(t *testing.T) {
 func TestBulkheadAdaptiveLimitFollowsLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(30*time.Second, time.Minute),
+		// Hedging off: the shift's first slow answers would be hedged, within
+		// the hedge budget (TestHedgesOfALatencyShiftStayWithinTheBudget).
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(30*time.Second, time.Minute), hedgingOff,
 			geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 16, MaxQueue: 16, QueueTimeout: 5 * time.Minute, Limit: geminiguard.LimitAIMD}))
 		limit := func() int { return c.Stats().Bulkheads[0].Limit }
 		require.Equal(t, 4, limit(), "an adaptive limit starts at 4")

@@ -63,11 +63,12 @@ const (
 // once a chunk was yielded there is never a hedge. A model that is slow on
 // every request is never hedged. It is a plain value.
 type HedgePolicy struct {
-	// On turns hedging on. Off, a late attempt is only cut at its model's
-	// learned deadline (latency.go), and the call goes on to the next
-	// model. On, an attempt answered before its hedge delay (nearly all)
-	// costs one timer more than without hedging; one hedged adds the
-	// hedge's goroutine, context and request.
+	// On turns hedging on; it is on by default (WithHedging). Off, a late
+	// attempt is only cut at its model's learned deadline (latency.go),
+	// and the call goes on to the next model. On, an attempt answered
+	// before its hedge delay (nearly all) costs one timer more than
+	// without hedging; one hedged adds the hedge's goroutine, context and
+	// request.
 	On bool
 	// Budget is the most hedges per first attempt, over any minute, on
 	// top of three a minute always allowed; in (0, 1].

@@ -96,6 +96,43 @@ func assertHedgeBudgetHolds(t *testing.T, stall geminitest.Step, call func(conte
 	})
 }
 
+// TestHedgesOfALatencyShiftStayWithinTheBudget: hedging is on by default.
+// A model that slows from 1s to 2.5s on every request is late on its
+// first slow answers, until it learned them: they are hedged (to itself:
+// the cascade has no other model), within the budget of 5% more requests
+// plus 3 a minute, and every call is answered.
+func TestHedgesOfALatencyShiftStayWithinTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: flash, Latency: time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(30*time.Second, time.Minute))
+
+		start := time.Now()
+		phase := func(d time.Duration) {
+			var wg sync.WaitGroup
+			end := time.Now().Add(d)
+			for range 16 {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						_, _, err := ask(t.Context(), c, "")
+						assert.NoError(t, err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		phase(30 * time.Second)
+		srv.SetModel(geminitest.Model{Name: flash, Latency: 2500 * time.Millisecond})
+		phase(60 * time.Second)
+
+		calls := int(c.Stats().Calls)
+		hedges := srv.Hits(flash, geminitest.VerbGenerate) - calls
+		minutes := time.Since(start).Minutes()
+		assert.Positive(t, hedges, "the shift's first slow answers are hedged")
+		assert.LessOrEqual(t, float64(hedges), 0.05*float64(calls)+3*(minutes+1),
+			"at most 5%% more requests, plus 3 a minute (%d hedges over %d calls in %.1f minutes)", hedges, calls, minutes)
+	})
+}
+
 // TestHedgeBudgetGrowsWithTheCalls: the hedge budget is funded by the
 // first attempts (5% of them), not only its floor of three a minute. pro
 // stalls one request in 25 (4%) after its first 20; four calls a second

@@ -20,6 +20,11 @@ import (
 // the median) is abandoned for the next model; a model slow on every
 // request is not.
 
+// hedgingOff is the option of the tests that pin the cut alone: with
+// hedging on (the default), a late attempt is raced before it is cut
+// (hedge_test.go).
+var hedgingOff = geminiguard.WithHedging(geminiguard.HedgePolicy{})
+
 // stallEvery returns a model answering in latency, but every nth request
 // (from the 0th) after stall.
 func stallEvery(name string, latency time.Duration, n int, stall time.Duration) geminitest.Model {
@@ -36,7 +41,7 @@ func TestStalledRequestIsAbandonedAtTheLearnedDeadline(t *testing.T) {
 		srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
-			geminiguard.WithJitterSource(seeded()))
+			geminiguard.WithJitterSource(seeded()), hedgingOff)
 		for range 20 { // the model's answer times are learned: 1s
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
@@ -109,7 +114,7 @@ func TestLongerRequestsAreLearnedApart(t *testing.T) {
 func TestStalledStreamIsAbandonedAtTheLearnedFirstChunkDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(stallEvery(pro, time.Second, 10, 25*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash))
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), hedgingOff)
 		for range 20 { // pro's first chunks are learned: 1s
 			_, _, err := streamed(t.Context(), c, "")
 			require.NoError(t, err)

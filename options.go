@@ -138,7 +138,7 @@ func defaultConfig() config {
 		startupCheck:    true,
 		projectCoolDown: defaultProjectCoolDown,
 		idempotencyTTL:  defaultIdempotencyTTL,
-		hedge:           HedgePolicy{Budget: hedgeRatio},
+		hedge:           HedgePolicy{On: true, Budget: hedgeRatio},
 	}
 }
 
@@ -931,8 +931,9 @@ func WithRecorder(w io.Writer) Option {
 	})
 }
 
-// WithHedging configures hedged requests. New rejects a Budget outside
-// [0, 1]. Default: off (HedgePolicy{Budget: 0.05} once On).
+// WithHedging configures hedged requests; WithHedging(HedgePolicy{})
+// turns them off. New rejects a Budget outside [0, 1].
+// Default: on, HedgePolicy{On: true, Budget: 0.05}.
 func WithHedging(p HedgePolicy) Option {
 	return optionFunc(func(cfg *config) {
 		if math.IsNaN(p.Budget) || p.Budget < 0 || p.Budget > 1 {

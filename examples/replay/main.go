@@ -137,7 +137,7 @@ func grid() []setting {
 	}
 	return append(out,
 		setting{name: "attempt 2s", opts: []geminiguard.Option{geminiguard.WithTimeouts(2*time.Second, 180*time.Second)}},
-		setting{name: "routing: hedged attempts", opts: []geminiguard.Option{geminiguard.WithHedging(geminiguard.HedgePolicy{On: true})}},
+		setting{name: "routing: hedging off", opts: []geminiguard.Option{geminiguard.WithHedging(geminiguard.HedgePolicy{})}},
 		setting{name: "routing: cascade reversed", reversed: true},
 	)
 }
