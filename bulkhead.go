@@ -163,6 +163,22 @@ func bulkheadFrom(ctx context.Context) (name string, named bool) {
 	return name, named
 }
 
+// bulkheadQueues reports whether the bulkhead the call names in ctx (or
+// the "default" one) has calls queued: its feature runs as many calls as
+// it allows and more wait, so a hedge, a request beyond them, is not sent
+// (a model whose latency grows with its load would slow every call).
+func (c *Client) bulkheadQueues(ctx context.Context) bool {
+	if len(c.bulkheads) == 0 {
+		return false
+	}
+	name, named := bulkheadFrom(ctx)
+	if !named {
+		name = defaultBulkhead
+	}
+	b := c.bulkheads[name]
+	return b != nil && b.queued.Load() > 0
+}
+
 // enterBulkhead takes a slot of the bulkhead the call names in ctx (or of
 // the "default" one) and returns it, to be left when the call ends; the
 // zero slot when the call goes through no bulkhead. It fails with an error matching

@@ -36,7 +36,9 @@ import (
 // hedgeRatio hedges per first attempt, over any hedgeTTL, plus
 // hedgeMinPerSec: a storm of slow requests cannot exceed it. When the
 // budget (or the lack of a model to take the hedge) refuses, the attempt
-// is cut at the learned cut as before. A model slow on every request
+// is cut at the learned cut as before; so is the attempt of a call whose
+// bulkhead has calls queued, which runs as many calls as its feature
+// allows (a hedge would be a request beyond them). A model slow on every request
 // (long thinking) has a slow median and a narrow spread: its requests end
 // before their hedge delay, and are neither hedged nor cut. A stream hedges
 // before its first chunk only: the first of the two streams to send one is
@@ -391,8 +393,8 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 
 // hedgeFor admits the hedge of hr's original at now and returns its model
 // and context, nil when there is no hedge: the original returned, no model
-// can take the hedge (hedgeTarget), or the hedge budget or the admission
-// refused it; the original is then cut at its learned cut (cutFrom). An
+// can take the hedge (hedgeTarget), the call's bulkhead has calls queued
+// (bulkheadQueues), or the hedge budget or the admission refused it; the original is then cut at its learned cut (cutFrom). An
 // admitted hedge is withdrawn from the budget, counted as its model's
 // request and, when its model learned its cut, armed to be cut with its
 // original then (pairAt).
@@ -404,7 +406,7 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 		return nil, nil
 	}
 	hm := call.hedgeTarget(hr.m, now)
-	if hm == nil || !c.hedges.allows(now) || !call.admitHedge(hr.ctx, hm, &hr.h, now, &hr.tokens) {
+	if hm == nil || c.bulkheadQueues(hr.ctx) || !c.hedges.allows(now) || !call.admitHedge(hr.ctx, hm, &hr.h, now, &hr.tokens) {
 		hr.cutFrom(now) // no hedge: cut as without hedging (at once when the hedge delay was the cut)
 		return nil, nil
 	}

@@ -133,6 +133,47 @@ func TestHedgesOfALatencyShiftStayWithinTheBudget(t *testing.T) {
 	})
 }
 
+// TestCallsQueuedInTheirBulkheadAreNotHedged: a bulkhead with calls queued
+// runs as many as its feature allows, and a hedge would be one request
+// more: pro's stalls (its 21st and 31st requests) are cut, not hedged,
+// while 20 calls share two slots; once nothing is queued, the next stall
+// (its 41st) is hedged.
+func TestCallsQueuedInTheirBulkheadAreNotHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 10, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithBulkhead("batch", geminiguard.Bulkhead{MaxConcurrent: 2, MaxQueue: 64, QueueTimeout: 5 * time.Minute}))
+		ctx := geminiguard.InBulkhead(t.Context(), "batch")
+		for range 20 {
+			_, _, err := ask(ctx, c, "")
+			require.NoError(t, err)
+		}
+
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		queuedHedges := 0
+		for range 20 {
+			wg.Go(func() {
+				_, rec, err := ask(ctx, c, "")
+				assert.NoError(t, err)
+				mu.Lock()
+				queuedHedges += hedgesIn(rec)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, queuedHedges, "calls queued behind the stalls: no hedge")
+
+		hedges := 0
+		for range 10 {
+			_, rec, err := ask(ctx, c, "")
+			require.NoError(t, err)
+			hedges += hedgesIn(rec)
+		}
+		assert.Equal(t, 1, hedges, "one call at a time: the stall is hedged")
+	})
+}
+
 // TestHedgeBudgetGrowsWithTheCalls: the hedge budget is funded by the
 // first attempts (5% of them), not only its floor of three a minute. pro
 // stalls one request in 25 (4%) after its first 20; four calls a second
