@@ -38,15 +38,15 @@ import (
 // budget (or the lack of a model to take the hedge) refuses, the attempt
 // is cut at the learned cut as before; so is the attempt of a call whose
 // bulkhead has calls queued, which runs as many calls as its feature
-// allows (a hedge would be a request beyond them). A model slow on every request
-// (long thinking) has a slow median and a narrow spread: its requests end
-// before their hedge delay, and are neither hedged nor cut. A stream hedges
-// before its first chunk only: the first of the two streams to send one is
-// the one the caller reads, the other is cancelled and settled as a unary
-// loser is, but with an ignored outcome even when its first chunk came (a
-// first chunk says nothing yet of the stream's outcome); once a chunk was
-// yielded (a resume, a continuation hop) no request is hedged. An attempt
-// of the Client's fleet mode (WithSharedState) is not hedged: its admission
+// allows (a hedge would be a request beyond them). A model slow on every
+// request (long thinking) has a slow median and a narrow spread: its
+// requests end before their hedge delay, and are neither hedged nor cut.
+// A stream hedges before its first chunk only: the first of the two
+// streams to send one is the one the caller reads, the other is cancelled
+// and settled as a unary loser is, but with an ignored outcome even when
+// its first chunk came (a first chunk says nothing yet of the stream's
+// outcome); once a chunk was yielded (a resume, a continuation hop) no
+// request is hedged. An attempt of the Client's fleet mode (WithSharedState) is not hedged: its admission
 // goes through the shared state.
 
 const (
@@ -394,10 +394,10 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 // hedgeFor admits the hedge of hr's original at now and returns its model
 // and context, nil when there is no hedge: the original returned, no model
 // can take the hedge (hedgeTarget), the call's bulkhead has calls queued
-// (bulkheadQueues), or the hedge budget or the admission refused it; the original is then cut at its learned cut (cutFrom). An
-// admitted hedge is withdrawn from the budget, counted as its model's
-// request and, when its model learned its cut, armed to be cut with its
-// original then (pairAt).
+// (bulkheadQueues), or the hedge budget or the admission refused it; the
+// original is then cut at its learned cut (cutFrom). An admitted hedge is
+// withdrawn from the budget, counted as its model's request and, when its
+// model learned its cut, armed to be cut with its original then (pairAt).
 func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context.Context) {
 	c := call.c
 	hr.mu.Lock()
