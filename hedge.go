@@ -46,8 +46,9 @@ import (
 // and settled as a unary loser is, but with an ignored outcome even when
 // its first chunk came (a first chunk says nothing yet of the stream's
 // outcome); once a chunk was yielded (a resume, a continuation hop) no
-// request is hedged. An attempt of the Client's fleet mode (WithSharedState) is not hedged: its admission
-// goes through the shared state.
+// request is hedged. An attempt of the Client's fleet mode
+// (WithSharedState) is not hedged: its admission goes through the shared
+// state.
 
 const (
 	hedgeRatio     = 0.05 // hedges per first attempt, over hedgeTTL
