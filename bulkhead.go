@@ -171,12 +171,17 @@ func (c *Client) bulkheadQueues(ctx context.Context) bool {
 	if len(c.bulkheads) == 0 {
 		return false
 	}
-	name, named := bulkheadFrom(ctx)
+	b := c.bulkheadNamed(bulkheadFrom(ctx))
+	return b != nil && b.queued.Load() > 0
+}
+
+// bulkheadNamed returns the bulkhead of a name of bulkheadFrom (the
+// "default" one when there is none), nil when it is not configured.
+func (c *Client) bulkheadNamed(name string, named bool) *bulkhead {
 	if !named {
 		name = defaultBulkhead
 	}
-	b := c.bulkheads[name]
-	return b != nil && b.queued.Load() > 0
+	return c.bulkheads[name]
 }
 
 // enterBulkhead takes a slot of the bulkhead the call names in ctx (or of
@@ -194,10 +199,7 @@ func (c *Client) enterBulkhead(ctx context.Context) (bulkheadSlot, error) {
 // enterNamedBulkhead is enterBulkhead for the name of bulkheadFrom(ctx),
 // read already.
 func (c *Client) enterNamedBulkhead(ctx context.Context, name string, named bool) (bulkheadSlot, error) {
-	if !named {
-		name = defaultBulkhead
-	}
-	b := c.bulkheads[name]
+	b := c.bulkheadNamed(name, named)
 	if b == nil {
 		if !named {
 			return bulkheadSlot{}, nil

@@ -32,6 +32,29 @@ func timedAsk(ctx context.Context, c *geminiguard.Client) (time.Duration, error)
 	return time.Since(start), err
 }
 
+// callBackToBack has workers send calls back to back on c for d of fake
+// time and returns how many were made and how many failed.
+func callBackToBack(ctx context.Context, c *geminiguard.Client, workers int, d time.Duration) (calls, failed int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for range workers {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				_, err := timedAsk(ctx, c)
+				mu.Lock()
+				calls++
+				if err != nil {
+					failed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return calls, failed
+}
+
 func TestBulkheadFullRefusesAtOnceWhileAnotherFeatureProceeds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: flash, Latency: answerTime})
@@ -280,27 +303,7 @@ func TestBulkheadAdaptiveLimitFollowsLatency(t *testing.T) {
 		limit := func() int { return c.Stats().Bulkheads[0].Limit }
 		require.Equal(t, 4, limit(), "an adaptive limit starts at 4")
 
-		// 16 workers send calls back to back for a phase of fake time.
-		phase := func(d time.Duration) (calls, failed int) {
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			end := time.Now().Add(d)
-			for range 16 {
-				wg.Go(func() {
-					for time.Now().Before(end) {
-						_, err := timedAsk(feature("batch"), c)
-						mu.Lock()
-						calls++
-						if err != nil {
-							failed++
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			return calls, failed
-		}
+		phase := func(d time.Duration) (calls, failed int) { return callBackToBack(feature("batch"), c, 16, d) }
 
 		calls, failed := phase(30 * time.Second)
 		assert.Zero(t, failed)

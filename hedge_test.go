@@ -107,22 +107,11 @@ func TestHedgesOfALatencyShiftStayWithinTheBudget(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(flash), geminiguard.WithTimeouts(30*time.Second, time.Minute))
 
 		start := time.Now()
-		phase := func(d time.Duration) {
-			var wg sync.WaitGroup
-			end := time.Now().Add(d)
-			for range 16 {
-				wg.Go(func() {
-					for time.Now().Before(end) {
-						_, _, err := ask(t.Context(), c, "")
-						assert.NoError(t, err)
-					}
-				})
-			}
-			wg.Wait()
-		}
-		phase(30 * time.Second)
+		_, failed := callBackToBack(t.Context(), c, 16, 30*time.Second)
+		assert.Zero(t, failed)
 		srv.SetModel(geminitest.Model{Name: flash, Latency: 2500 * time.Millisecond})
-		phase(60 * time.Second)
+		_, failed = callBackToBack(t.Context(), c, 16, 60*time.Second)
+		assert.Zero(t, failed)
 
 		calls := int(c.Stats().Calls)
 		hedges := srv.Hits(flash, geminitest.VerbGenerate) - calls

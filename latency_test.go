@@ -144,7 +144,8 @@ func TestCutBudgetGrowsWithTheCalls(t *testing.T) {
 // slowestOfBackToBackCalls returns the slowest call of 30 users sending 20
 // calls each back to back (about 30 calls a second) through pro and flash,
 // pro answering in 1s but, once its answer times are learned (from its
-// 60th request), stalling 45s on one request in every.
+// 60th request), stalling 45s on one request in every; hedging off (the
+// cut alone).
 func slowestOfBackToBackCalls(t *testing.T, every int) time.Duration {
 	srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
 		if i >= 60 && i%every == 0 {
@@ -152,7 +153,7 @@ func slowestOfBackToBackCalls(t *testing.T, every int) time.Duration {
 		}
 		return geminitest.Step{}
 	}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()), hedgingOff)
 
 	var mu sync.Mutex
 	var slowest time.Duration
