@@ -56,15 +56,17 @@ func inertClient(tb testing.TB, api modelsAPI, opts ...Option) *Client {
 
 // chainCalls returns one call each of the upstream alone, a geminiguard
 // Client, the upstream under a context with a deadline as the chain's
-// attempt makes it (its largest single cost, kept: see attempt), and a
+// attempt makes it (its largest single cost, kept: see attempt), a
 // geminiguard Client called with a deadline of the caller's that comes
 // before the attempt timeout (as a request handler's 30s does before the
 // default 60s; here 1h before 2h, to outlast the benchmark), which spares
-// the attempt its own deadline context; in the order of their names.
+// the attempt its own deadline context, and a geminiguard Client with
+// hedging off; in the order of their names.
 func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 	api := inert.New()
 	c := inertClient(tb, api)
 	bounded := inertClient(tb, api, WithTimeouts(2*time.Hour, 3*time.Hour))
+	unhedged := inertClient(tb, api, WithHedging(HedgePolicy{}))
 	ctx, contents := context.Background(), genai.Text("Say hi")
 	callerCtx, cancel := context.WithTimeout(ctx, time.Hour)
 	tb.Cleanup(cancel)
@@ -74,7 +76,7 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 		}
 		return err
 	}
-	return []string{"upstream", "geminiguard", "deadline", "caller-deadline"}, []func() error{
+	return []string{"upstream", "geminiguard", "deadline", "caller-deadline", "unhedged"}, []func() error{
 		func() error { return check(api.GenerateContent(ctx, chainModels[0], contents, nil)) },
 		func() error { return check(c.GenerateContent(ctx, "", contents, nil)) },
 		func() error {
@@ -83,6 +85,7 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 			return check(api.GenerateContent(actx, chainModels[0], contents, nil))
 		},
 		func() error { return check(bounded.GenerateContent(callerCtx, "", contents, nil)) },
+		func() error { return check(unhedged.GenerateContent(ctx, "", contents, nil)) },
 	}
 }
 
@@ -90,11 +93,13 @@ func chainCalls(tb testing.TB) (names []string, calls []func() error) {
 // upstream is the inert call alone, geminiguard the same call through the
 // chain, deadline the inert call under an attempt's deadline context and
 // nothing else of the chain, caller-deadline geminiguard under a caller's
-// deadline that bounds the attempt; paired makes the four in turn (so the
+// deadline that bounds the attempt, unhedged geminiguard with hedging off
+// (WithHedging(HedgePolicy{})); paired makes the five in turn (so the
 // machine's drift falls on all alike) and reports each one's time per
 // call and the chain's own cost over the inert call (own-ns), the same
-// without the deadline context (rest-ns), and under the caller's deadline
-// (caller-deadline-own-ns). The failsafe-go stack's own-ns, measured the
+// without the deadline context (rest-ns), under the caller's deadline
+// (caller-deadline-own-ns), and what hedging on (the default) costs an
+// attempt answered before its hedge delay (hedging-ns). The failsafe-go stack's own-ns, measured the
 // same way, is examples/internal/failsafestack's BenchmarkChainOwn.
 func BenchmarkChainOwn(b *testing.B) {
 	names, calls := chainCalls(b)
@@ -102,6 +107,7 @@ func BenchmarkChainOwn(b *testing.B) {
 		b.ReportMetric(per[1]-per[0], "own-ns")
 		b.ReportMetric(per[1]-per[2], "rest-ns")
 		b.ReportMetric(per[3]-per[0], "caller-deadline-own-ns")
+		b.ReportMetric(per[1]-per[4], "hedging-ns")
 	})
 }
 

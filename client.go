@@ -35,22 +35,23 @@ type modelsAPI interface {
 // (Classify reads it as ClassBadRequest), Stats returns zero Stats and
 // GenAI nil.
 type Client struct {
-	api      modelsAPI
-	sdk      func() *genai.Client // the SDK client api belongs to, for GenAI; a func so that no fmt verb prints its config (the key)
-	cfg      config
-	cascade  []string      // configured models, primary first
-	states   []*modelState // the cascade's models, in its order
-	budget   *retryBudget
-	cuts     cutBudget    // attempts abandoned at their learned deadline (latency.go), in budget's slots
-	hedges   *retryBudget // hedged attempts (hedge.go)
-	answers  lastAnswer   // when any model last answered: an outage is every model silent
-	failing  failureSpell // the counted failures since the last answer: an outage is every model failing (outage)
-	jitter   jitterDraws
-	project  coolDown // the whole project cooling down (spend cap, invalid key, ...)
-	stats    clientStats
-	others   *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
-	shutdown map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
-	prices   map[string][]Price              // dated prices by model, built-in table with WithPrices applied
+	api        modelsAPI
+	sdk        func() *genai.Client // the SDK client api belongs to, for GenAI; a func so that no fmt verb prints its config (the key)
+	cfg        config
+	cascade    []string      // configured models, primary first
+	states     []*modelState // the cascade's models, in its order
+	budget     *retryBudget
+	cuts       cutBudget    // attempts abandoned at their learned deadline (latency.go), in budget's slots
+	hedges     *retryBudget // hedged attempts (hedge.go)
+	hedgeClock *hedgeClock  // runs their delays and cuts; nil with hedging off
+	answers    lastAnswer   // when any model last answered: an outage is every model silent
+	failing    failureSpell // the counted failures since the last answer: an outage is every model failing (outage)
+	jitter     jitterDraws
+	project    coolDown // the whole project cooling down (spend cap, invalid key, ...)
+	stats      clientStats
+	others     *lru.Cache[string, *modelState] // models outside the cascade, by name (without "models/"), the least recently used forgotten first
+	shutdown   map[string]Shutdown             // announced shutdowns, built-in table merged with WithShutdowns
+	prices     map[string][]Price              // dated prices by model, built-in table with WithPrices applied
 
 	sdkRetries     bool                      // the SDK client retries on its own: turn it off per call
 	allOpenProbeAt atomic.Pointer[time.Time] // no early probe before; nil: none yet (see probeAllOpen)
@@ -127,6 +128,9 @@ func New(ctx context.Context, opts ...Option) (*Client, error) {
 		c.spending.shared, c.spending.onSpend = true, c.reportSpendSoon // the budget is the project's
 	}
 	c.cuts = c.budget.fundCuts(cutRatio, cutMinPerSec)
+	if cfg.hedge.On {
+		c.hedgeClock = newHedgeClock()
+	}
 	c.admitSteps = admitStepsFor(c)
 	if cfg.jitterSource != nil {
 		c.jitter.rnd = rand.New(cfg.jitterSource)

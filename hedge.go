@@ -69,9 +69,9 @@ type HedgePolicy struct {
 	// On turns hedging on; it is on by default (WithHedging). Off, a late
 	// attempt is only cut at its model's learned deadline (latency.go),
 	// and the call goes on to the next model. On, an attempt answered
-	// before its hedge delay (nearly all) costs one timer more than
-	// without hedging; one hedged adds the hedge's goroutine, context and
-	// request.
+	// before its hedge delay (nearly all) costs an entry in a Client-wide
+	// queue of hedge delays (one timer serves them all); one hedged adds
+	// the hedge's goroutine, context and request.
 	On bool
 	// Budget is the most hedges per first attempt, over any minute, on
 	// top of three a minute always allowed; in (0, 1].
@@ -211,9 +211,10 @@ func (r *raced[R]) release() {
 	}
 }
 
-// hedgeRun is what a hedged attempt shares with its timer. The original
-// request is sent on the call's goroutine; the timer's runs (fire), each on
-// a goroutine of its own, do the rest once the hedge delay passed: decide,
+// hedgeRun is what a hedged attempt shares with its Client's hedgeClock.
+// The original request is sent on the call's goroutine; the clock's runs
+// (run), each on a goroutine of its own, do the rest once the hedge delay
+// passed: decide,
 // admit and send the hedge (the first run, which is the hedge's
 // goroutine), cut the original at its learned cut when no hedge could be
 // sent or the hedge failed, cut both at the hedge's learned cut. A run
@@ -222,17 +223,20 @@ func (r *raced[R]) release() {
 // the hedge's own, here; the Client's breakers, limiters and budgets are
 // safe for concurrent use. The call's goroutine joins every run before it
 // reads what they wrote. A hedgeRun goes back to hedgeRuns once joined: an
-// attempt answered before its hedge delay allocates its timer alone.
+// attempt answered before its hedge delay allocates nothing of its own.
 type hedgeRun struct {
 	mu   sync.Mutex
 	cond sync.Cond // on mu: a run ended
-	fire func()    // run, made once
 	hedgeState
+
+	// Under the clock's mu (hedgeClock).
+	due  time.Time // when the scheduled run is due
+	slot int       // its index in the clock's queue; -1: none scheduled
 }
 
 // hedgeState is a hedgeRun's state of one attempt, zeroed for the next.
 type hedgeState struct {
-	// Set before the timer is armed, read only after.
+	// Set before the run is scheduled, read only after.
 	job     hedgeJob // the call
 	c       *Client
 	ctx     context.Context // the call's
@@ -242,8 +246,8 @@ type hedgeState struct {
 	ocancel context.CancelFunc
 
 	// Under mu.
-	timer    *time.Timer // runs fire
-	runs     int         // runs of fire scheduled or under way
+	clock    *hedgeClock // the Client's: runs run
+	runs     int         // runs scheduled or under way
 	origDone bool        // the original returned: no run does anything more
 	decided  bool        // the hedge delay passed: the hedge was sent or refused
 	cutAt    time.Time   // when set, the original is cut then
@@ -270,13 +274,12 @@ type hedgeJob interface {
 // timer or channel between attempts (a testing/synctest bubble may not use
 // another's).
 var hedgeRuns = sync.Pool{New: func() any {
-	hr := new(hedgeRun)
+	hr := &hedgeRun{slot: -1}
 	hr.cond.L = &hr.mu
-	hr.fire = hr.run
 	return hr
 }}
 
-// run is one run of hr's timer.
+// run is one run of hr's, started by its clock.
 func (hr *hedgeRun) run() {
 	defer func() {
 		hr.mu.Lock()
@@ -307,10 +310,10 @@ func (hr *hedgeRun) run() {
 	}
 }
 
-// arm schedules a run of hr's timer after d, in place of one scheduled.
-// hr.mu is held.
-func (hr *hedgeRun) arm(d time.Duration) {
-	if !hr.timer.Reset(d) {
+// arm schedules a run of hr's at at, in place of one scheduled. hr.mu is
+// held.
+func (hr *hedgeRun) arm(at time.Time) {
+	if hr.clock.schedule(hr, at) {
 		hr.runs++
 	}
 }
@@ -324,7 +327,7 @@ func (hr *hedgeRun) cutFrom(now time.Time) {
 		hr.cut = 0
 	case d > 0:
 		hr.cut, hr.cutting, hr.cutAt = hr.learned, true, now.Add(d)
-		hr.arm(d)
+		hr.arm(hr.cutAt)
 	default:
 		hr.cut, hr.cutting = hr.learned, true
 		hr.ocancel()
@@ -333,23 +336,26 @@ func (hr *hedgeRun) cutFrom(now time.Time) {
 
 // join ends hr's runs once the original returned: none scheduled is run,
 // the hedge is cancelled when cancel says so (the original answered, or
-// panicked), and every run under way is waited for.
-func (hr *hedgeRun) join(cancel bool) {
+// panicked), and every run under way is waited for; it reports whether
+// one was.
+func (hr *hedgeRun) join(cancel bool) (waited bool) {
 	hr.mu.Lock()
 	defer hr.mu.Unlock()
 	hr.origDone = true
-	if hr.timer.Stop() {
+	if hr.clock.unschedule(hr) {
 		hr.runs--
 	}
 	if cancel && hr.hcancel != nil {
 		hr.hcancel()
 	}
 	for hr.runs > 0 {
+		waited = true
 		hr.cond.Wait()
 	}
+	return waited
 }
 
-// sendHedge is the first run of hr's timer, once the hedge delay passed at
+// sendHedge is the first run of hr's, once the hedge delay passed at
 // now: it sends the hedge when hedgeFor admits one, records its outcome in
 // hr, a panic included (for the call's goroutine to raise), and cancels
 // the original when the hedge answered, or cuts it at its learned cut when
@@ -421,7 +427,7 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	hr.hcancel = hcancel
 	if d, ok := hm.lat.Cut(call.class, false); ok && now.Add(d).Before(hend) {
 		hr.pairAt = now.Add(d)
-		hr.arm(d)
+		hr.arm(hr.pairAt)
 	}
 	hm.counters.requests.Add(1)
 	return hm, hctx
@@ -431,8 +437,8 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 // end, and races it with a hedge sent after the delay after; cut, above 0,
 // is the learned cut, which bounds the attempt when no hedge could be sent.
 // It returns as attempt does. The original request is sent on the call's
-// goroutine and, until the delay passes, nothing else runs but a timer
-// (hedgeRun). The first answer wins and cancels the other request. When
+// goroutine and, until the delay passes, nothing else runs: the delay is
+// an entry in the Client's hedgeClock. The first answer wins and cancels the other request. When
 // the hedge's answer wins, *a becomes the hedge's admission (for try to
 // settle with the answer) and the original is settled and recorded here; a
 // hedge that lost or failed is settled and recorded here too. For a
@@ -443,14 +449,22 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 // the other, waits for it and closes what streams they opened.
 func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
 	m, start := a.m, call.now
-	octx, ocancel := context.WithDeadline(ctx, end)
+	var octx context.Context
+	var ocancel context.CancelFunc
+	if d, ok := ctx.Deadline(); ok && !end.Before(d) {
+		octx, ocancel = context.WithCancel(ctx) // the caller's deadline bounds the attempt: no timer of its own
+	} else {
+		octx, ocancel = context.WithDeadline(ctx, end)
+	}
 	hr := hedgeRuns.Get().(*hedgeRun)
-	hr.hedgeState = hedgeState{job: call, c: call.c, ctx: ctx, m: m, start: start, learned: cut, ocancel: ocancel, tokens: -1}
-	hr.mu.Lock()
-	hr.runs, hr.timer = 1, time.AfterFunc(after, hr.fire)
-	hr.mu.Unlock()
+	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, ocancel: ocancel, tokens: -1}
+	hr.runs = 1 // nothing else holds hr before it is scheduled
+	hr.clock.schedule(hr, start.Add(after))
+	joined := false
 	defer func() {
-		hr.join(true) // a panic of the original's request: the hedge is cancelled and waited for
+		if !joined {
+			hr.join(true) // a panic of the original's request: the hedge is cancelled and waited for
+		}
 		ocancel()
 		hr.hedge.release() // a stream not handed to the call
 		hr.h.abandon()     // a panic came before the hedge was settled
@@ -461,8 +475,12 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	a.sent = true
 	resp, err := call.send(octx, call, m)
 	orig := raced[R]{resp: resp, err: err, end: time.Now(), timedOut: errors.Is(octx.Err(), context.DeadlineExceeded)}
-	hr.join(err == nil) // the first answer wins: the hedge, if any, is cancelled
-	call.now = time.Now()
+	waited := hr.join(err == nil) // the first answer wins: the hedge, if any, is cancelled
+	joined = true
+	call.now = orig.end
+	if waited {
+		call.now = time.Now()
+	}
 	if call.tokens < 0 && hr.tokens >= 0 {
 		call.tokens = hr.tokens // for try to reconcile the hedge's grant
 	}

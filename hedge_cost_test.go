@@ -11,11 +11,11 @@ import (
 	"github.com/geminiguard/geminiguard/geminitest"
 )
 
-// Issue 19: a hedged attempt answered before its hedge delay (nearly all of
-// them) costs what an unhedged attempt costs: the original request is sent
-// on the call's own goroutine, and nothing else starts until the delay
-// passes.
-func TestHedgedAttemptAnsweredBeforeItsDelayCostsAnUnhedgedOne(t *testing.T) {
+// A hedged attempt answered before its hedge delay (nearly all of them)
+// allocates what an unhedged attempt does: the original request is sent on
+// the call's own goroutine, its delay is an entry in the Client's hedge
+// clock (no timer of its own), and nothing else starts until it passes.
+func TestHedgedAttemptAnsweredBeforeItsDelayAllocatesAsAnUnhedgedOne(t *testing.T) {
 	if raceBuild() {
 		t.Skip("allocation counts vary under -race (sync.Pool drops items at random); run without -race")
 	}
@@ -34,9 +34,9 @@ func TestHedgedAttemptAnsweredBeforeItsDelayCostsAnUnhedgedOne(t *testing.T) {
 		assert.Equal(t, 251, srv.Total(pro), "one request a call: no hedge was sent")
 		return n
 	}
-	off, on := allocs(), allocs(geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-	t.Logf("allocations per call: hedging off %.0f, on %.0f (%+.0f)", off, on, on-off)
-	assert.LessOrEqual(t, on-off, 1.0, "a hedged attempt answered before its delay allocates at most once more than an unhedged one")
+	off, on := allocs(geminiguard.WithHedging(geminiguard.HedgePolicy{})), allocs()
+	t.Logf("allocations per call: hedging off %.0f, on (the default) %.0f", off, on)
+	assert.Equal(t, off, on, "a hedged attempt answered before its delay allocates what an unhedged one does")
 }
 
 // raceBuild reports whether the test binary was built with -race.

@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/geminitest"
@@ -635,4 +637,54 @@ func TestHedgedRequestPanicReachesTheCallerOnceBothAreJoined(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A Client's hedge delays share one timer (hedgeClock): a delay that ends
+// before the one the timer is armed for rearms it, so each attempt is
+// hedged at its own delay. A long request (no output budget, 4s) and a
+// short one (an output budget: another size class, 1s) stall while both
+// are out: the short one, sent a second later, is hedged first, 2s after
+// it started; the long one 8s after it started.
+func TestConcurrentAttemptsAreEachHedgedAtTheirOwnDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen sync.Map // prompts sent: each stalls the first time only
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(r geminitest.Request, _ int) geminitest.Step {
+			prompt := r.Contents[0].Parts[0].Text
+			if _, again := seen.LoadOrStore(prompt, true); !again && strings.HasPrefix(prompt, "stall") {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			if strings.Contains(string(r.Body), "maxOutputTokens") {
+				return geminitest.Step{Latency: time.Second}
+			}
+			return geminitest.Step{Latency: 4 * time.Second}
+		}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro), geminiguard.WithJitterSource(seeded()))
+		short := &genai.GenerateContentConfig{MaxOutputTokens: 100}
+		call := func(prompt string, cfg *genai.GenerateContentConfig) (time.Duration, geminiguard.CallRecord) {
+			var rec geminiguard.CallRecord
+			start := time.Now()
+			_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(prompt), cfg)
+			require.NoError(t, err)
+			return time.Since(start), rec
+		}
+		for i := range 20 { // both classes' answer times are learned
+			call(fmt.Sprint("long ", i), nil)
+			call(fmt.Sprint("short ", i), short)
+		}
+		time.Sleep(10 * time.Second) // past every delay of theirs: the clock's timer is not armed
+
+		var long, shortTook time.Duration
+		var longRec, shortRec geminiguard.CallRecord
+		var wg sync.WaitGroup
+		wg.Go(func() { long, longRec = call("stall long", nil) })
+		time.Sleep(time.Second)
+		shortTook, shortRec = call("stall short", short)
+		wg.Wait()
+
+		assert.Len(t, shortRec.Attempts, 2, "the short request is hedged")
+		assert.InDelta(t, 3.0, shortTook.Seconds(), 0.3, "hedged at twice its median (2s), answered 1s later: not at the long one's delay")
+		assert.Len(t, longRec.Attempts, 2, "the long request is hedged")
+		assert.InDelta(t, 12.0, long.Seconds(), 0.6, "hedged at twice its median (8s), answered 4s later")
+		assert.Equal(t, 40+4, srv.Total(pro))
+	})
 }
