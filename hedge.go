@@ -211,19 +211,18 @@ func (r *raced[R]) release() {
 	}
 }
 
-// hedgeRun is what a hedged attempt shares with its Client's hedgeClock.
-// The original request is sent on the call's goroutine; the clock's runs
-// (run), each on a goroutine of its own, do the rest once the hedge delay
-// passed: decide,
-// admit and send the hedge (the first run, which is the hedge's
+// hedgeRun is what a hedged attempt shares with its Client's hedgeClock. The
+// original request is sent on the call's goroutine; the clock's runs (run),
+// each on a goroutine of its own, do the rest once the hedge delay passed:
+// decide, admit and send the hedge (the first run, which is the hedge's
 // goroutine), cut the original at its learned cut when no hedge could be
 // sent or the hedge failed, cut both at the hedge's learned cut. A run
 // touches none of the call's fields but those fixed for the attempt (read
-// only: the call's goroutine writes none while its original is out) and
-// the hedge's own, here; the Client's breakers, limiters and budgets are
-// safe for concurrent use. The call's goroutine joins every run before it
-// reads what they wrote. A hedgeRun goes back to hedgeRuns once joined: an
-// attempt answered before its hedge delay allocates nothing of its own.
+// only: the call's goroutine writes none while its original is out) and the
+// hedge's own, here; the Client's breakers, limiters and budgets are safe
+// for concurrent use. The call's goroutine joins every run before it reads
+// what they wrote. A hedgeRun goes back to hedgeRuns once joined: an attempt
+// answered before its hedge delay allocates nothing of its own.
 type hedgeRun struct {
 	mu   sync.Mutex
 	cond sync.Cond // on mu: a run ended
@@ -244,14 +243,14 @@ type hedgeState struct {
 	start   time.Time       // the original's
 	learned time.Duration   // the original's learned cut, 0 when none
 	ocancel context.CancelFunc
+	clock   *hedgeClock // the Client's: it starts the runs
 
 	// Under mu.
-	clock    *hedgeClock // the Client's: runs run
-	runs     int         // runs scheduled or under way
-	origDone bool        // the original returned: no run does anything more
-	decided  bool        // the hedge delay passed: the hedge was sent or refused
-	cutAt    time.Time   // when set, the original is cut then
-	pairAt   time.Time   // when set, both requests are cut then unless one returned
+	runs     int       // runs scheduled or under way
+	origDone bool      // the original returned: no run does anything more
+	decided  bool      // the hedge delay passed: the hedge was sent or refused
+	cutAt    time.Time // when set, the original is cut then
+	pairAt   time.Time // when set, both requests are cut then unless one returned
 	cut      time.Duration
 	cutting  bool               // the cut bounds the original
 	hcancel  context.CancelFunc // the hedge's, once sent
@@ -271,8 +270,8 @@ type hedgeJob interface {
 }
 
 // hedgeRuns holds the hedgeRuns of attempts that returned. They hold no
-// timer or channel between attempts (a testing/synctest bubble may not use
-// another's).
+// timer or channel (a testing/synctest bubble may not use another's): the
+// Client's hedgeClock schedules their runs.
 var hedgeRuns = sync.Pool{New: func() any {
 	hr := &hedgeRun{slot: -1}
 	hr.cond.L = &hr.mu
