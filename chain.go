@@ -323,7 +323,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	} else {
 		cut = 0
 	}
-	learning := call.learns && !m.lat.Learned(call.class) && end.Sub(start) > latency.CutFloor
+	learning := call.learning(m, end.Sub(start))
 	actx := ctx
 	var late *lateCut
 	if d, ok := ctx.Deadline(); !ok || deadline.Before(d) || learning {

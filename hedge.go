@@ -20,35 +20,41 @@ import (
 // so an attempt is hedged once it is later than 95% of the model's answers
 // and clearly later than its ordinary spread, and never after the point
 // where it would have been cut: when stalls are too many for a p95 (more
-// than 5% of the requests), the hedge takes the cut's place. The hedge goes
-// to the next model of the call's order that can take a request at once
-// (not cooling down, not open, not throttled), or to the same model when
-// that model answers its recent requests, stalls on at most 5% of them,
-// and learned to answer no slower than the next one (a rare stall that is
-// a draw per request: a second request to the same model is the better
-// bet, and its answer keeps the primary's quality; one that stalls more
-// often would stall the hedge as often). A hedge that has not answered by
-// its own learned cut is cut with its original, and the call goes on to
-// the next model. The first answer wins; the other attempt is cancelled, joined
-// before the call goes on, and its breaker permit handed back with an
-// ignored outcome (its tokens were spent: the request left). A hedge pays
-// tokens like any request and is capped by a Client-wide budget of
+// than 5% of the requests), the hedge takes the cut's place. Before the
+// model has the latency.Warmup answers of the class that teach its cut, but
+// from latency.EarlyHedgeAfter on, the delay is latency.CutMax times their
+// median (a stall of one caller's first calls is raced rather than waited
+// out; long thinking answers sooner), and only the cut of its cohort bounds
+// the attempt once it is learned, as unhedged (cutOnceLearned), not the
+// hedge's: a burst that slowed every request (a flood) is waited for, not
+// cut in pairs (batchFlood failed 13 of its 520 calls when they were). The
+// hedge goes to the next model of the call's order that can take a request
+// at once (not cooling down, not open, not throttled), or to the same model
+// when that model answers its recent requests, stalls on at most 5% of
+// them, and learned to answer no slower than the next one (a rare stall
+// that is a draw per request: a second request to the same model is the
+// better bet, and its answer keeps the primary's quality; one that stalls
+// more often would stall the hedge as often). A hedge that has not answered
+// by its own learned cut is cut with its original, and the call goes on to
+// the next model. The first answer wins; the other attempt is cancelled,
+// joined before the call goes on, and its breaker permit handed back with
+// an ignored outcome (its tokens were spent: the request left). A hedge
+// pays tokens like any request and is capped by a Client-wide budget of
 // hedgeRatio hedges per first attempt, over any hedgeTTL, plus
 // hedgeMinPerSec: a storm of slow requests cannot exceed it. When the
-// budget (or the lack of a model to take the hedge) refuses, the attempt
-// is cut at the learned cut as before; so is the attempt of a call whose
-// bulkhead has calls queued, which runs as many calls as its feature
-// allows (a hedge would be a request beyond them). A model slow on every
-// request (long thinking) has a slow median and a narrow spread: its
-// requests end before their hedge delay, and are neither hedged nor cut.
-// A stream hedges before its first chunk only: the first of the two
-// streams to send one is the one the caller reads, the other is cancelled
-// and settled as a unary loser is, but with an ignored outcome even when
-// its first chunk came (a first chunk says nothing yet of the stream's
-// outcome); once a chunk was yielded (a resume, a continuation hop) no
-// request is hedged. An attempt of the Client's fleet mode
-// (WithSharedState) is not hedged: its admission goes through the shared
-// state.
+// budget (or the lack of a model to take the hedge) refuses, the attempt is
+// cut at the learned cut as before; so is the attempt of a call whose
+// bulkhead has calls queued, which runs as many calls as its feature allows
+// (a hedge would be a request beyond them). A model slow on every request
+// (long thinking) has a slow median and a narrow spread: its requests end
+// before their hedge delay, and are neither hedged nor cut. A stream hedges
+// before its first chunk only: the first of the two streams to send one is
+// the one the caller reads, the other is cancelled and settled as a unary
+// loser is, but with an ignored outcome even when its first chunk came (a
+// first chunk says nothing yet of the stream's outcome); once a chunk was
+// yielded (a resume, a continuation hop) no request is hedged. An attempt
+// of the Client's fleet mode (WithSharedState) is not hedged: its admission
+// goes through the shared state.
 
 const (
 	hedgeRatio     = 0.05 // hedges per first attempt, over hedgeTTL
@@ -91,7 +97,7 @@ var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answere
 // starts at start is hedged, false when it is not hedged: calls that do
 // not learn answer times, streams once a chunk was yielded, the fleet mode,
 // hedging off, a delay that reaches the attempt's end (a stream's
-// first-chunk deadline), or answer times the model has not learned yet for
+// first-chunk deadline), or fewer than latency.EarlyHedgeAfter answers of
 // the class.
 func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
 	c := call.c
@@ -242,6 +248,7 @@ type hedgeState struct {
 	m       *modelState     // the original's
 	start   time.Time       // the original's
 	learned time.Duration   // the original's learned cut, 0 when none
+	early   bool            // the original was sent before m learned its cut: cutOnceLearned bounds it, not the hedge's cut
 	ocancel context.CancelFunc
 	clock   *hedgeClock // the Client's: it starts the runs
 
@@ -403,7 +410,9 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 // (bulkheadQueues), or the hedge budget or the admission refused it; the
 // original is then cut at its learned cut (cutFrom). An admitted hedge is
 // withdrawn from the budget, counted as its model's request and, when its
-// model learned its cut, armed to be cut with its original then (pairAt).
+// model learned its cut and the original's did before it was sent (not
+// hedged at the early delay), armed to be cut with its original then
+// (pairAt).
 func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context.Context) {
 	c := call.c
 	hr.mu.Lock()
@@ -424,7 +433,7 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	}
 	hctx, hcancel := context.WithDeadline(hr.ctx, hend)
 	hr.hcancel = hcancel
-	if d, ok := hm.lat.Cut(call.class, false); ok && now.Add(d).Before(hend) {
+	if d, ok := hm.lat.Cut(call.class, false); ok && !hr.early && now.Add(d).Before(hend) {
 		hr.pairAt = now.Add(d)
 		hr.arm(hr.pairAt)
 	}
@@ -434,18 +443,21 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 
 // hedged runs the admitted attempt a, which starts at call.now and ends by
 // end, and races it with a hedge sent after the delay after; cut, above 0,
-// is the learned cut, which bounds the attempt when no hedge could be sent.
-// It returns as attempt does. The original request is sent on the call's
-// goroutine and, until the delay passes, nothing else runs: the delay is
-// an entry in the Client's hedgeClock. The first answer wins and cancels the other request. When
-// the hedge's answer wins, *a becomes the hedge's admission (for try to
-// settle with the answer) and the original is settled and recorded here; a
-// hedge that lost or failed is settled and recorded here too. For a
-// stream, the original's stream is left where an unhedged attempt leaves
-// it, the hedge's replaces it when the hedge wins, and the loser's is
-// closed. The hedge is joined before hedged returns, on every path: a
-// panic in either request (the hedge's raised here, once joined) cancels
-// the other, waits for it and closes what streams they opened.
+// is the learned cut, which bounds the attempt when no hedge could be sent;
+// an attempt hedged at the early delay, sent before m learned its cut, is
+// cut only at its cohort's cut once m learns it (cutOnceLearned), never
+// with its hedge. It returns as attempt does. The original request is sent
+// on the call's goroutine and, until the delay passes, nothing else runs:
+// the delay is an entry in the Client's hedgeClock. The first answer wins
+// and cancels the other request. When the hedge's answer wins, *a becomes
+// the hedge's admission (for try to settle with the answer) and the
+// original is settled and recorded here; a hedge that lost or failed is
+// settled and recorded here too. For a stream, the original's stream is
+// left where an unhedged attempt leaves it, the hedge's replaces it when
+// the hedge wins, and the loser's is closed. The hedge is joined before
+// hedged returns, on every path: a panic in either request (the hedge's
+// raised here, once joined) cancels the other, waits for it and closes what
+// streams they opened.
 func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
 	m, start := a.m, call.now
 	var octx context.Context
@@ -456,11 +468,19 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		octx, ocancel = context.WithDeadline(ctx, end)
 	}
 	hr := hedgeRuns.Get().(*hedgeRun)
-	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, ocancel: ocancel, tokens: -1}
+	early := call.learning(m, end.Sub(start)) // hedged at the early delay
+	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, early: early, ocancel: ocancel, tokens: -1}
 	hr.runs = 1 // nothing else holds hr before it is scheduled
 	hr.clock.schedule(hr, start.Add(after))
+	var late *lateCut
+	if early { // cut once m learns its cut, as unhedged
+		late = call.cutOnceLearned(m, start, end.Sub(start), ocancel)
+	}
 	joined := false
 	defer func() {
+		if late != nil {
+			late.end() // joined on a panic of the SDK too
+		}
 		if !joined {
 			hr.join(true) // a panic of the original's request: the hedge is cancelled and waited for
 		}
@@ -473,6 +493,10 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	m.counters.requests.Add(1)
 	a.sent = true
 	resp, err := call.send(octx, call, m)
+	var lc time.Duration
+	if late != nil {
+		lc = late.end()
+	}
 	orig := raced[R]{resp: resp, err: err, end: time.Now(), timedOut: errors.Is(octx.Err(), context.DeadlineExceeded)}
 	waited := hr.join(err == nil) // the first answer wins: the hedge, if any, is cancelled
 	joined = true
@@ -490,7 +514,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		}
 		panic(hr.hedge.panicV)
 	}
-	cut = 0
+	cut = lc
 	if hr.cutting {
 		cut = hr.cut
 	}

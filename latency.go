@@ -147,6 +147,13 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 	return lc
 }
 
+// learning reports whether an attempt to m with room before its own
+// deadline is sent before m learned the answer times of the call's class
+// (and so is cut once it does: cutOnceLearned).
+func (call *call[R]) learning(m *modelState, room time.Duration) bool {
+	return call.learns && !m.lat.Learned(call.class) && room > latency.CutFloor
+}
+
 // end stops the watch, once it has, and returns the cut that ended the
 // attempt: 0 when none did.
 func (lc *lateCut) end() time.Duration {

@@ -214,6 +214,38 @@ func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 	})
 }
 
+// TestStallOfOneCallersFirstCallsIsHedged: one caller, whose third call
+// stalls on pro: pro has two answers of its class, not the ten that teach
+// its cut (latency.Warmup), and the stall is raced to flash at three times
+// their median instead of waited out (cell 1000171 of the brownout family:
+// one caller, 15 calls, its fourth stalling 44s after two answers).
+func TestStallOfOneCallersFirstCallsIsHedged(t *testing.T) {
+	const answers = 2 // latency.EarlyHedgeAfter
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i == answers {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		for i := range answers + 2 {
+			start := time.Now()
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			if i != answers {
+				assert.Equal(t, pro, rec.Model)
+				continue
+			}
+			assert.Equal(t, flash, rec.Model, "the stall's hedge answers")
+			assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), time.Since(start).Seconds(), 0.4,
+				"hedged at three times pro's median, not waited out to the 45s stall")
+		}
+		assert.Equal(t, 1, srv.Total(flash), "one hedge")
+	})
+}
+
 func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 60 users start at once, before anything is learned, and pro

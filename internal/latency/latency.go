@@ -28,15 +28,35 @@ import (
 // model to go to (the last of its call) is cut at last: its cut only buys
 // another request to the same model, which a model slowed on every
 // request (a latency shift, not stalls) answers as late.
+//
+// Before a class has Warmup answers it has no cut and no learned hedge
+// delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
+// at the early delay
+//
+//	early = max(CutFloor, CutMax × median of the answers so far)
+//
+// (the lower median: of two answers, the faster), so that a stall of a
+// model that has answered only a call or two (one caller whose first calls
+// stall: cell 1000171 of the brownout family, 20× the oracle's p99 with
+// three answers needed) is raced rather than waited out. The lower median
+// is robust to stalls among up to half of the answers (their largest is
+// not: a stall waited out and answered put it past the attempt timeout),
+// and CutMax of it leaves room for the spread of a model slow on every
+// request (the family's long thinking spreads to 1.87× its median), which
+// is not hedged. A Warmup of 5 instead sent long thinking extra requests (a
+// learned delay of twice a median of five answers is noisy: 2 in the 22
+// calls of cell 3000094); so the cut and the learned delay keep waiting
+// for 10.
 const (
-	CutMin        = 2
-	CutMax        = 3
-	CutFloor      = 500 * time.Millisecond // never cut (nor hedge) an attempt sooner
-	HedgeQuantile = 0.95                   // an attempt later than this share of the answers is hedged
-	HedgeSpread   = 2                      // and later than this many times the median answer time
-	Warmup        = 10                     // answers a class needs before it has deadlines
-	refreshEvery  = 32                     // answers between two refreshes of a class, once warm
-	maxSamples    = 512                    // past it, a class's counts are halved: recent answers weigh more
+	CutMin          = 2
+	CutMax          = 3
+	CutFloor        = 500 * time.Millisecond // never cut (nor hedge) an attempt sooner
+	HedgeQuantile   = 0.95                   // an attempt later than this share of the answers is hedged
+	HedgeSpread     = 2                      // and later than this many times the median answer time
+	Warmup          = 10                     // answers a class needs before it has its cut and learned hedge delay
+	EarlyHedgeAfter = 2                      // answers a class needs before it has the early hedge delay
+	refreshEvery    = 32                     // answers between two refreshes of a class, once warm
+	maxSamples      = 512                    // past it, a class's counts are halved: recent answers weigh more
 )
 
 // Buckets: four per doubling, from about 1ms to about 4.9h.
@@ -72,6 +92,7 @@ type histogram struct {
 	cut     atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
 	last    atomic.Int64  // the learned cut of an attempt with nowhere else to go
 	hedge   atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
+	early   atomic.Int64  // the early hedge delay, while warming up; 0 before EarlyHedgeAfter answers
 	learned chan struct{} // closed by the refresh that first stores the deadlines
 	pending atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	mu      sync.Mutex    // serialises refreshes
@@ -87,10 +108,15 @@ func (l *Learner) Record(class int, d time.Duration) {
 	}
 }
 
-// Hedge returns the learned hedge delay of an attempt of class, false
-// until the class has warmed up.
+// Hedge returns the learned hedge delay of an attempt of class: until the
+// class has warmed up, the early one (CutMax times the median of its
+// answers), false before it has EarlyHedgeAfter answers.
 func (l *Learner) Hedge(class int) (time.Duration, bool) {
-	d := l.classes[class].hedge.Load()
+	h := &l.classes[class]
+	d := h.hedge.Load()
+	if d == 0 {
+		d = h.early.Load()
+	}
 	return time.Duration(d), d > 0
 }
 
@@ -156,8 +182,9 @@ func (l *Learner) CohortCut(class int) (time.Duration, bool) {
 	return 0, false // answers counted while this ran: look again later
 }
 
-// refresh recomputes the deadlines from the counts, and halves them when
-// they hold more than maxSamples.
+// refresh recomputes the deadlines from the counts (while warming up, the
+// early hedge delay only), and halves them when they hold more than
+// maxSamples.
 func (h *histogram) refresh() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -168,6 +195,14 @@ func (h *histogram) refresh() {
 		total += counts[i]
 	}
 	if total < Warmup {
+		answered := total - counts[Buckets-1]
+		var seen int64
+		for i := 0; i < Buckets-1 && answered >= EarlyHedgeAfter; i++ {
+			if seen += counts[i]; 2*seen >= answered {
+				h.early.Store(int64(max(CutFloor, CutMax*Mid(i))))
+				break
+			}
+		}
 		return
 	}
 	median, tail := -1, -1

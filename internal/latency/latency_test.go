@@ -101,6 +101,32 @@ func TestHedgeDelay(t *testing.T) {
 	assert.True(t, ok, "an abandoned attempt is counted, not a fault")
 }
 
+// TestEarlyHedgeBeforeWarmup: from EarlyHedgeAfter answers on, a class
+// that has no cut yet has a hedge delay of CutMax times their median, which
+// a stall among them does not move; the learned one replaces it.
+func TestEarlyHedgeBeforeWarmup(t *testing.T) {
+	l := New(1)
+	for range EarlyHedgeAfter - 1 {
+		l.Record(0, time.Second)
+	}
+	_, ok := l.Hedge(0)
+	assert.False(t, ok, "not before EarlyHedgeAfter answers")
+	l.Record(0, 45*time.Second) // a stall waited out, and answered
+	h, ok := l.Hedge(0)
+	assert.True(t, ok)
+	assert.InDelta(t, 3, h.Seconds(), 0.4, "three times the median: not moved by the stall")
+	_, ok = l.Cut(0, false)
+	assert.False(t, ok, "a hedge delay, not a cut")
+	for range Warmup - EarlyHedgeAfter {
+		l.Record(0, 2*time.Second)
+	}
+	h, _ = l.Hedge(0)
+	c, ok := l.Cut(0, false)
+	assert.True(t, ok)
+	assert.Greater(t, h, 4*time.Second, "the learned delay: twice the median of 2s, at least")
+	assert.LessOrEqual(t, h, c)
+}
+
 // TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
 // twice that, not waited on for a second (the brownout family: p99 ≤ 2×
 // the oracle's in 3 to 4 more cells of 200 than with a 1s floor).
