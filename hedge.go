@@ -9,10 +9,10 @@ import (
 	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
-// Hedged requests (The Tail at Scale, Dean & Barroso, CACM 2013; gRPC's
-// gRFC A6): a generate attempt that has not answered by its model's hedge
-// delay is raced, not thrown away (a stream's: not sent its first chunk, by
-// the model's first-chunk times). Per model and size class of request
+// Hedged requests (The Tail at Scale, Dean & Barroso, CACM 2013; gRPC's gRFC
+// A6): a generate attempt that has not answered by its model's hedge delay
+// is raced, not thrown away (a stream's: not sent its first chunk, by the
+// model's first-chunk times). Per model and size class of request
 // (latency.go, learned by internal/latency), the delay is
 //
 //	hedge = min(cut, max(latency.CutFloor, end of the p95 bucket, latency.HedgeSpread × median))
@@ -27,34 +27,33 @@ import (
 // out; long thinking answers sooner), and only the cut of its cohort bounds
 // the attempt once it is learned, as unhedged (cutOnceLearned), not the
 // hedge's: a burst that slowed every request (a flood) is waited for, not
-// cut in pairs (batchFlood failed 13 of its 520 calls when they were). The
-// hedge goes to the next model of the call's order that can take a request
-// at once (not cooling down, not open, not throttled), or to the same model
-// when that model answers its recent requests, stalls on at most 5% of
-// them, and learned to answer no slower than the next one (a rare stall
-// that is a draw per request: a second request to the same model is the
-// better bet, and its answer keeps the primary's quality; one that stalls
-// more often would stall the hedge as often). A hedge that has not answered
-// by its own learned cut is cut with its original, and the call goes on to
-// the next model. The first answer wins; the other attempt is cancelled,
-// joined before the call goes on, and its breaker permit handed back with
-// an ignored outcome (its tokens were spent: the request left). A hedge
-// pays tokens like any request and is capped by a Client-wide budget of
-// hedgeRatio hedges per first attempt, over any hedgeTTL, plus
-// hedgeMinPerSec: a storm of slow requests cannot exceed it. When the
-// budget (or the lack of a model to take the hedge) refuses, the attempt is
-// cut at the learned cut as before; so is the attempt of a call whose
-// bulkhead has calls queued, which runs as many calls as its feature allows
-// (a hedge would be a request beyond them). A model slow on every request
-// (long thinking) has a slow median and a narrow spread: its requests end
-// before their hedge delay, and are neither hedged nor cut. A stream hedges
-// before its first chunk only: the first of the two streams to send one is
-// the one the caller reads, the other is cancelled and settled as a unary
-// loser is, but with an ignored outcome even when its first chunk came (a
-// first chunk says nothing yet of the stream's outcome); once a chunk was
-// yielded (a resume, a continuation hop) no request is hedged. An attempt
-// of the Client's fleet mode (WithSharedState) is not hedged: its admission
-// goes through the shared state.
+// cut in pairs. The hedge goes to the next model of the call's order that
+// can take a request at once (not cooling down, not open, not throttled), or
+// to the same model when that model answers its recent requests, stalls on
+// at most 5% of them, and learned to answer no slower than the next one (a
+// rare stall that is a draw per request: a second request to the same model
+// is the better bet, and its answer keeps the primary's quality; one that
+// stalls more often would stall the hedge as often). A hedge that has not
+// answered by its own learned cut is cut with its original, and the call
+// goes on to the next model. The first answer wins; the other attempt is
+// cancelled, joined before the call goes on, and its breaker permit handed
+// back with an ignored outcome (its tokens were spent: the request left). A
+// hedge pays tokens like any request and is capped by a Client-wide budget
+// of hedgeRatio hedges per first attempt, over any hedgeTTL, plus
+// hedgeMinPerSec: a storm of slow requests cannot exceed it. When the budget
+// (or the lack of a model to take the hedge) refuses, the attempt is cut at
+// the learned cut as before; so is the attempt of a call whose bulkhead has
+// calls queued, which runs as many calls as its feature allows (a hedge
+// would be a request beyond them). A model slow on every request (long
+// thinking) has a slow median and a narrow spread: its requests end before
+// their hedge delay, and are neither hedged nor cut. A stream hedges before
+// its first chunk only: the first of the two streams to send one is the one
+// the caller reads, the other is cancelled and settled as a unary loser is,
+// but with an ignored outcome even when its first chunk came (a first chunk
+// says nothing yet of the stream's outcome); once a chunk was yielded (a
+// resume, a continuation hop) no request is hedged. An attempt of the
+// Client's fleet mode (WithSharedState) is not hedged: its admission goes
+// through the shared state.
 
 const (
 	hedgeRatio     = 0.05 // hedges per first attempt, over hedgeTTL
@@ -62,15 +61,17 @@ const (
 	hedgeTTL       = time.Minute
 )
 
-// HedgePolicy configures hedged requests: a GenerateContent attempt that
-// has not answered by its model's learned 95th-percentile answer time (and
-// twice its median) is raced by a second request, to the next model of the
-// cascade or to the same model, whichever is the better bet; the first
-// answer wins and the other request is cancelled. A GenerateContentStream
-// attempt is hedged alike before its first chunk, by its model's learned
-// first-chunk times: the first stream to send a chunk is the one read, and
-// once a chunk was yielded there is never a hedge. A model that is slow on
-// every request is never hedged. It is a plain value.
+// HedgePolicy configures hedged requests: a GenerateContent attempt that has
+// not answered by its model's learned 95th-percentile answer time (and twice
+// its median; while the model has fewer than ten answers of the request's
+// size, from its second, three times their median) is raced by a second
+// request, to the next model of the cascade or to the same model, whichever
+// is the better bet; the first answer wins and the other request is
+// cancelled. A GenerateContentStream attempt is hedged alike before its
+// first chunk, by its model's learned first-chunk times: the first stream to
+// send a chunk is the one read, and once a chunk was yielded there is never
+// a hedge. A model that is slow on every request is never hedged. It is a
+// plain value.
 type HedgePolicy struct {
 	// On turns hedging on; it is on by default (WithHedging). Off, a late
 	// attempt is only cut at its model's learned deadline (latency.go),

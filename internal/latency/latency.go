@@ -36,17 +36,13 @@ import (
 //	early = max(CutFloor, CutMax × median of the answers so far)
 //
 // (the lower median: of two answers, the faster), so that a stall of a
-// model that has answered only a call or two (one caller whose first calls
-// stall: cell 1000171 of the brownout family, 20× the oracle's p99 with
-// three answers needed) is raced rather than waited out. The lower median
-// is robust to stalls among up to half of the answers (their largest is
-// not: a stall waited out and answered put it past the attempt timeout),
-// and CutMax of it leaves room for the spread of a model slow on every
-// request (the family's long thinking spreads to 1.87× its median), which
-// is not hedged. A Warmup of 5 instead sent long thinking extra requests (a
-// learned delay of twice a median of five answers is noisy: 2 in the 22
-// calls of cell 3000094); so the cut and the learned delay keep waiting
-// for 10.
+// model that has answered only a call or two is raced rather than waited
+// out. The lower median is not moved by stalls among up to half of the
+// answers (their largest is: a stall waited out and answered would put it
+// past the attempt timeout), and CutMax of it leaves room for the spread
+// of a model slow on every request, which is not hedged. The cut and the
+// learned delay wait for Warmup answers: a quantile of fewer is too noisy
+// for them (BENCHMARKS.md, Brownout family).
 const (
 	CutMin          = 2
 	CutMax          = 3
