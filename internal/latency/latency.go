@@ -33,14 +33,18 @@ import (
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
 // at the early delay
 //
-//	early = max(CutFloor, CutMax × median of the answers so far)
+//	early = max(CutFloor, CutMax × median of the answers and of the attempts in flight sent before them)
 //
-// (the lower median: of two answers, the faster), so that a stall of a
-// model that has answered only a call or two is raced rather than waited
-// out. The lower median is not moved by stalls among up to half of the
-// answers (their largest is: a stall waited out and answered would put it
-// past the attempt timeout), and CutMax of it leaves room for the spread
-// of a model slow on every request, which is not hedged. The cut and the
+// (those counted as slower than every answer; the lower median: of two
+// answers, the faster), so that a stall of a model that has answered only
+// a call or two is raced rather than waited out. The median is not moved
+// by stalls among up to half of the answers (their largest is: a stall
+// waited out and answered would put it past the attempt timeout), the
+// attempts in flight hold it back while a burst that slowed every request
+// answers (its first answers are its fastest; there is no early delay
+// while half of them or more are in flight, as for CohortCut), and CutMax
+// of it leaves room for the spread of a model slow on every request, which
+// is not hedged. The cut and the
 // learned delay wait for Warmup answers: a quantile of fewer is too noisy
 // for them (BENCHMARKS.md, Brownout family).
 const (
@@ -88,7 +92,6 @@ type histogram struct {
 	cut     atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
 	last    atomic.Int64  // the learned cut of an attempt with nowhere else to go
 	hedge   atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
-	early   atomic.Int64  // the early hedge delay, while warming up; 0 before EarlyHedgeAfter answers
 	learned chan struct{} // closed by the refresh that first stores the deadlines
 	pending atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	mu      sync.Mutex    // serialises refreshes
@@ -105,15 +108,15 @@ func (l *Learner) Record(class int, d time.Duration) {
 }
 
 // Hedge returns the learned hedge delay of an attempt of class: until the
-// class has warmed up, the early one (CutMax times the median of its
-// answers), false before it has EarlyHedgeAfter answers.
+// class has warmed up, the early one (its cohort's cut, as CohortCut's),
+// false before it has EarlyHedgeAfter answers or while half of its cohort
+// or more is in flight.
 func (l *Learner) Hedge(class int) (time.Duration, bool) {
 	h := &l.classes[class]
-	d := h.hedge.Load()
-	if d == 0 {
-		d = h.early.Load()
+	if d := h.hedge.Load(); d > 0 {
+		return time.Duration(d), true
 	}
-	return time.Duration(d), d > 0
+	return h.cohortCut(EarlyHedgeAfter)
 }
 
 // Cut returns the learned deadline of an attempt of class, false until the
@@ -161,12 +164,20 @@ func (l *Learner) CohortCut(class int) (time.Duration, bool) {
 	if h.cut.Load() == 0 {
 		return 0, false
 	}
+	return h.cohortCut(1)
+}
+
+// cohortCut returns CutMax times the median of h's answers and of the
+// attempts in flight sent before the class warmed up, those counted as
+// slower than every answer; false with fewer than minAnswered answers, or
+// while half of them or more are in flight.
+func (h *histogram) cohortCut(minAnswered int64) (time.Duration, bool) {
 	var answered int64
 	for i := range h.counts[:Buckets-1] {
 		answered += h.counts[i].Load()
 	}
 	pending := h.pending.Load()
-	if 2*pending >= answered+pending {
+	if answered < minAnswered || 2*pending >= answered+pending {
 		return 0, false
 	}
 	var seen int64
@@ -178,9 +189,8 @@ func (l *Learner) CohortCut(class int) (time.Duration, bool) {
 	return 0, false // answers counted while this ran: look again later
 }
 
-// refresh recomputes the deadlines from the counts (while warming up, the
-// early hedge delay only), and halves them when they hold more than
-// maxSamples.
+// refresh recomputes the deadlines from the counts, and halves them when
+// they hold more than maxSamples.
 func (h *histogram) refresh() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -191,14 +201,6 @@ func (h *histogram) refresh() {
 		total += counts[i]
 	}
 	if total < Warmup {
-		answered := total - counts[Buckets-1]
-		var seen int64
-		for i := 0; i < Buckets-1 && answered >= EarlyHedgeAfter; i++ {
-			if seen += counts[i]; 2*seen >= answered {
-				h.early.Store(int64(max(CutFloor, CutMax*Mid(i))))
-				break
-			}
-		}
 		return
 	}
 	median, tail := -1, -1

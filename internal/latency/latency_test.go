@@ -127,6 +127,26 @@ func TestEarlyHedgeBeforeWarmup(t *testing.T) {
 	assert.LessOrEqual(t, h, c)
 }
 
+// TestEarlyHedgeWaitsForABurstInFlight: the early delay counts the
+// attempts in flight sent before the answers as slower than every answer,
+// and there is none while half of them or more are in flight: a burst's
+// first answers are its fastest.
+func TestEarlyHedgeWaitsForABurstInFlight(t *testing.T) {
+	l := New(1)
+	for range 3 {
+		l.Sent(0)
+	}
+	l.Record(0, time.Second)
+	l.Record(0, 2*time.Second)
+	_, ok := l.Hedge(0)
+	assert.False(t, ok, "two answers, three attempts in flight: the burst's median is not known yet")
+	l.Ended(0)
+	l.Ended(0)
+	h, ok := l.Hedge(0)
+	assert.True(t, ok)
+	assert.InDelta(t, 6, h.Seconds(), 0.8, "three times 2s: the attempt still in flight holds the median above the faster answer")
+}
+
 // TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
 // twice that, not waited on for a second (the brownout family: p99 ≤ 2×
 // the oracle's in 3 to 4 more cells of 200 than with a 1s floor).
