@@ -102,12 +102,12 @@ var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answere
 // the class.
 func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
 	c := call.c
-	if !call.learns || call.stream != nil && call.stream.yielded {
+	if !c.cfg.hedge.On || !call.learns || call.only || c.fleet != nil || call.stream != nil && call.stream.yielded {
 		return 0, false
 	}
-	d, ok := m.lat.Hedge(call.class)
+	d, ok := m.lat.Hedge(call.class) // before the model learned its times, a scan of its answers
 	switch {
-	case !ok, call.only || c.fleet != nil || !c.cfg.hedge.On || !start.Add(d).Before(end):
+	case !ok, !start.Add(d).Before(end):
 		return 0, false
 	case call.stream != nil && d >= c.cfg.firstChunk:
 		return 0, false
