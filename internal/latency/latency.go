@@ -36,17 +36,16 @@ import (
 //	early = max(CutFloor, CutMax × median of the answers and of the attempts in flight sent before them)
 //
 // (those counted as slower than every answer; the lower median: of two
-// answers, the faster), so that a stall of a model that has answered only
-// a call or two is raced rather than waited out. The median is not moved
-// by stalls among up to half of the answers (their largest is: a stall
-// waited out and answered would put it past the attempt timeout), the
-// attempts in flight hold it back while a burst that slowed every request
-// answers (its first answers are its fastest; there is no early delay
-// while half of them or more are in flight, as for CohortCut), and CutMax
-// of it leaves room for the spread of a model slow on every request, which
-// is not hedged. The cut and the
-// learned delay wait for Warmup answers: a quantile of fewer is too noisy
-// for them (BENCHMARKS.md, Brownout family).
+// answers, the faster), so that a stall of a model that has answered only a
+// call or two is raced rather than waited out. The median is not moved by
+// stalls among up to half of the answers (their largest is: a stall waited
+// out and answered would put it past the attempt timeout), the attempts in
+// flight hold it back while a burst that slowed every request answers (its
+// first answers are its fastest; there is no early delay while half of them
+// or more are in flight, as for CohortCut), and CutMax of it leaves room for
+// the spread of a model slow on every request, which is not hedged. The cut
+// and the learned delay wait for Warmup answers: a quantile of fewer is too
+// noisy for them (BENCHMARKS.md, Brownout family).
 const (
 	CutMin          = 2
 	CutMax          = 3
