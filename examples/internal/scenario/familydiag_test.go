@@ -236,6 +236,9 @@ func (d *diagCaller) p99Cause(ar *ArmRun, s Summary) string {
 			}
 		} else if strings.HasPrefix(cause, "cut") {
 			cause = "cut+next"
+			if c.Start < warm {
+				cause = "cut-before-warm+next"
+			}
 		} else if strings.Contains(cause, "cut") {
 			cause = "other+cut"
 		}
