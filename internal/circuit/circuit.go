@@ -82,6 +82,7 @@ var probesBusy = &Refusal{}
 // Permit is stale: Done ignores it.
 type Permit struct {
 	gen   uint64 // breaker generation when granted
+	seq   uint64 // its place among the permits granted before the model first answered (Breaker.early); 0: after
 	probe bool   // granted in half-open: it holds a probe slot
 }
 
@@ -150,6 +151,7 @@ type Breaker struct {
 	successes int        // probe successes, half-open
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
+	early     grants     // closed-state permits granted before the model first answered, in flight
 	window    rateWindow // completed calls, closed, when FailureRate > 0
 }
 
@@ -173,7 +175,7 @@ func New(s Settings, now time.Time) *Breaker {
 // HalfOpenProbes are in flight and refuses otherwise. The transition is nil
 // unless this call changed the state.
 func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
-	if c := b.cur.Load(); State(c&3) == Closed {
+	if c := b.cur.Load(); State(c&3) == Closed && !b.answered.never() {
 		return Permit{gen: c >> 2}, nil, nil
 	}
 	b.mu.Lock()
@@ -181,8 +183,12 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	var tr *Transition
 	gen, st := b.load()
 	switch st {
-	case Closed: // closed since the load above
-		return Permit{gen: gen}, nil, nil
+	case Closed: // closed since the load above, or the model has not answered yet
+		p := Permit{gen: gen}
+		if b.answered.never() {
+			p.seq = b.early.add()
+		}
+		return p, nil, nil
 	case Open:
 		if r := b.open.Load(); now.Before(r.Until) {
 			return Permit{}, nil, r
@@ -218,7 +224,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	if o == Success {
 		b.answered.Saw(now)
 	}
-	if !p.probe && o == Success && b.s.FailureRate == 0 {
+	if !p.probe && p.seq == 0 && o == Success && b.s.FailureRate == 0 {
 		// Closed-state success: only the failure count changes. A stale
 		// permit resetting the count of a newer generation is harmless: a
 		// new generation starts with a zero count anyway.
@@ -229,6 +235,9 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if p.seq != 0 {
+		b.early.end(p.seq) // whatever the generation: it is no longer in flight
+	}
 	if gen, _ := b.load(); p.gen != gen {
 		return nil
 	}
@@ -257,7 +266,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 			switch {
 			case o == Outage:
 				return b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
-			case b.silentFor(now):
+			case b.dead(now, p):
 				return b.setState(Open, now)
 			}
 		}
@@ -308,10 +317,56 @@ func (l *LastAnswer) never() bool {
 	return !l.seen.Load()
 }
 
-// silentFor reports whether the model has answered nothing for DeadAfter
-// before now (or never did), or DeadAfter is negative.
-func (b *Breaker) silentFor(now time.Time) bool {
-	return b.s.DeadAfter < 0 || b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter)
+// dead reports whether FailureThreshold failures in a row, the latest
+// p's at now, make the model dead: DeadAfter is negative, or the model has
+// answered nothing for DeadAfter before now (since New, when it never
+// did), or it never answered and no request granted before p is still in
+// flight. A model's fast failures come back before its slow answers: the
+// first requests of a model that answers most of them but fails its first
+// few fast are not all in yet. Callers hold mu.
+func (b *Breaker) dead(now time.Time, p Permit) bool {
+	return b.s.DeadAfter < 0 || b.answered.SilentFor(now, b.s.DeadAfter) || b.answered.never() && !b.early.before(p.seq)
+}
+
+// grants are the closed-state permits granted before the model first
+// answered, in the order granted, while any of them is in flight. The
+// zero value has granted none.
+type grants struct {
+	next uint64 // the seq of the latest grant; seqs start at 1
+	base uint64 // the seq of busy[0], the oldest in flight
+	busy []bool // busy[i]: the grant base+i is in flight; busy[0] is, when any is
+}
+
+// add counts a grant in flight and returns its seq.
+func (g *grants) add() uint64 {
+	g.next++
+	if len(g.busy) == 0 {
+		g.base = g.next
+	}
+	g.busy = append(g.busy, true)
+	return g.next
+}
+
+// end counts the end of grant seq; a grant ended before (a permit handed
+// back twice) changes nothing.
+func (g *grants) end(seq uint64) {
+	if seq < g.base || seq-g.base >= uint64(len(g.busy)) {
+		return
+	}
+	g.busy[seq-g.base] = false
+	n := 0
+	for n < len(g.busy) && !g.busy[n] {
+		n++
+	}
+	g.base += uint64(n)
+	if g.busy = g.busy[n:]; len(g.busy) == 0 {
+		g.busy = nil // the model answered long ago, or nothing is in flight: hold no memory
+	}
+}
+
+// before reports whether a grant older than seq is in flight.
+func (g *grants) before(seq uint64) bool {
+	return len(g.busy) > 0 && g.base < seq
 }
 
 // OpenEarly ends an open breaker's open period at now, as if OpenFor had

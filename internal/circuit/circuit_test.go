@@ -42,6 +42,24 @@ func withDefaults(s Settings) Settings {
 // the root's newBreaker does.
 func newBreaker(s Settings) *Breaker { return New(withDefaults(s), time.Now()) }
 
+// A model that never answered, a request of it in flight for good: its
+// fast failures open the breaker once DeadAfter has passed since New.
+func TestBreakerNeverAnsweredOpensAfterDeadAfter(t *testing.T) {
+	b := New(withDefaults(Settings{}), brkT0)
+	b.Allow(brkT0) // in flight for good: older than every failure
+	fail := func(at time.Duration) *Transition {
+		p, _, _ := b.Allow(brkT0.Add(at))
+		return b.Done(p, brkT0.Add(at), Failure)
+	}
+	for range 5 {
+		require.Nil(t, fail(0), "an older request in flight: the model may yet answer")
+	}
+	require.Nil(t, fail(9*time.Second), "9s since New: not yet DeadAfter")
+	tr := fail(10 * time.Second)
+	require.NotNil(t, tr, "DeadAfter since New without an answer: dead")
+	assert.Equal(t, Open, tr.To)
+}
+
 func TestStateString(t *testing.T) {
 	for s, want := range map[State]string{
 		Closed:   "closed",
@@ -234,7 +252,7 @@ func TestBreakerScript(t *testing.T) {
 				{at: 32 * s, do: "ok", p: 6, want: "half-open→closed", state: Closed},
 			},
 		)},
-		{"stale permits change nothing", Settings{}, joinSteps(
+		{"stale permits change nothing", Settings{DeadAfter: -1}, joinSteps( // -1: p0 and p1 in flight do not hold the opening back
 			[]breakerStep{
 				{at: 0, do: "allow", want: "granted", state: Closed}, // p0: granted closed, done late
 				{at: 0, do: "allow", want: "granted", state: Closed}, // p1
@@ -250,12 +268,33 @@ func TestBreakerScript(t *testing.T) {
 				{at: 31 * s, do: "fail", p: 0, want: "", state: Closed},
 			},
 		)},
-		{"a closed-state permit done after a round trip is stale", Settings{FailureThreshold: 1}, []breakerStep{
+		{"a closed-state permit done after a round trip is stale", Settings{FailureThreshold: 1, DeadAfter: -1}, []breakerStep{
 			{at: 0, do: "allow", want: "granted", state: Closed}, // p0
 			{at: 0, do: "call fail", want: wantClosedToOpen, state: Open},
 			{at: 30 * s, do: "call ok", want: wantOpenToHalfOpen + " half-open→closed", state: Closed},
 			{at: 31 * s, do: "fail", p: 0, want: "", state: Closed}, // would open with threshold 1
 		}},
+		{"a model that never answered: fast failures wait for an older request", Settings{}, joinSteps(
+			[]breakerStep{{at: 0, do: "allow", want: "granted", state: Closed}}, // p0: slower than the failures
+			failingCalls(5, 0, "granted", Closed),
+			[]breakerStep{
+				{at: s, do: "ok", p: 0, want: "", state: Closed}, // it answers: the model is not dead
+				{at: s, do: "call fail", want: "granted", state: Closed},
+			},
+		)},
+		{"a model that never answered: the older request fails too", Settings{}, joinSteps(
+			[]breakerStep{{at: 0, do: "allow", want: "granted", state: Closed}}, // p0
+			failingCalls(5, 0, "granted", Closed),
+			[]breakerStep{{at: s, do: "fail", p: 0, want: "closed→open", state: Open}}, // six in a row, none older in flight
+		)},
+		{"a model that never answered: a newer request in flight holds nothing back", Settings{}, joinSteps(
+			[]breakerStep{{at: 0, do: "allow", want: "granted", state: Closed}}, // p0
+			failingCalls(4, 0, "granted", Closed),
+			[]breakerStep{
+				{at: 0, do: "allow", want: "granted", state: Closed},        // p5: sent after p0
+				{at: s, do: "fail", p: 0, want: "closed→open", state: Open}, // five in a row, p0 the oldest in flight
+			},
+		)},
 		{"failure rate opens at the rate", rate, []breakerStep{
 			{at: 0, do: "call ok", want: "granted", state: Closed},
 			{at: s, do: "call fail", want: "granted", state: Closed},
