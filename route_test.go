@@ -218,3 +218,25 @@ func TestLatencyBrownoutKeepsThePrimaryThatAnswersMost(t *testing.T) {
 		assert.LessOrEqual(t, float64(srv.Total(pro)+srv.Total(flash))/calls, 1.25, "a stall costs one request to the next model")
 	})
 }
+
+func TestModelStallingOnAQuarterOfItsRequestsKeepsItsTraffic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// After 20 answers, one request in four to the primary stalls 45s;
+		// the other three answer in 1s. An oracle sends it the calls whose
+		// request would not stall: 20 + 180·3/4 of 200. Each stall cut
+		// costs one request to the next model, 0.25 a request sent: within
+		// the 0.3 a stalling model may cost before it is throttled (the
+		// brownout family's stalls reach 30%), so every call tries it.
+		srv := geminitest.New(stallEvery(pro, time.Second, 4, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		const calls = 200
+		answered := askEvery(t, c, calls, 250*time.Millisecond, pro)
+
+		oracle := (20 + 180*3/4.0) / calls
+		share := float64(answered) / calls
+		assert.GreaterOrEqual(t, share, 0.9*oracle, "at least 0.9× an oracle's share of the answers (got %.2f)", share)
+		assert.GreaterOrEqual(t, srv.Total(pro), calls, "every call tries the primary first: nothing is throttled")
+		assert.LessOrEqual(t, float64(srv.Total(pro)+srv.Total(flash))/calls, 1.3, "a stall costs one request to the next model")
+	})
+}
