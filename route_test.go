@@ -200,43 +200,42 @@ func TestModelIsNotOutLongerThanItsBadSpell(t *testing.T) {
 	})
 }
 
+// stallingPrimary plays 200 calls, one every 250ms, on pro (stalling 45s
+// on one request in every, after its first 20; the others answer in 1s)
+// then flash (0.8s), and returns the share of them pro answered, the
+// requests per call and the requests pro got.
+func stallingPrimary(t *testing.T, every int) (share, perCall float64, primary int) {
+	srv := geminitest.New(stallEvery(pro, time.Second, every, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+	answered := askEvery(t, c, stallingCalls, 250*time.Millisecond, pro)
+	return float64(answered) / stallingCalls, float64(srv.Total(pro)+srv.Total(flash)) / stallingCalls, srv.Total(pro)
+}
+
+const stallingCalls = 200
+
 func TestLatencyBrownoutKeepsThePrimaryThatAnswersMost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// After 20 answers, one request in five to the primary stalls 45s;
-		// the other four answer in 1s. Each stall is cut at the learned
+		// One request in five stalls. Each stall is cut at the learned
 		// deadline and costs one request to the next model: 0.2 extra
 		// requests per call, within what a stalling model may cost before
 		// it is throttled.
-		srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-
-		const calls = 200
-		answered := askEvery(t, c, calls, 250*time.Millisecond, pro)
-
-		share := float64(answered) / calls
+		share, perCall, _ := stallingPrimary(t, 5)
 		assert.GreaterOrEqual(t, share, 0.72, "the primary answers about 80%% of the calls, as many as an oracle's (got %.2f)", share)
-		assert.LessOrEqual(t, float64(srv.Total(pro)+srv.Total(flash))/calls, 1.25, "a stall costs one request to the next model")
+		assert.LessOrEqual(t, perCall, 1.25, "a stall costs one request to the next model")
 	})
 }
 
 func TestModelStallingOnAQuarterOfItsRequestsKeepsItsTraffic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// After 20 answers, one request in four to the primary stalls 45s;
-		// the other three answer in 1s. An oracle sends it the calls whose
+		// One request in four stalls. An oracle sends pro the calls whose
 		// request would not stall: 20 + 180·3/4 of 200. Each stall cut
 		// costs one request to the next model, 0.25 a request sent: within
 		// the 0.3 a stalling model may cost before it is throttled (the
 		// brownout family's stalls reach 30%), so every call tries it.
-		srv := geminitest.New(stallEvery(pro, time.Second, 4, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-
-		const calls = 200
-		answered := askEvery(t, c, calls, 250*time.Millisecond, pro)
-
-		oracle := (20 + 180*3/4.0) / calls
-		share := float64(answered) / calls
+		share, perCall, primary := stallingPrimary(t, 4)
+		oracle := (20 + 180*3/4.0) / stallingCalls
 		assert.GreaterOrEqual(t, share, 0.9*oracle, "at least 0.9× an oracle's share of the answers (got %.2f)", share)
-		assert.GreaterOrEqual(t, srv.Total(pro), calls, "every call tries the primary first: nothing is throttled")
-		assert.LessOrEqual(t, float64(srv.Total(pro)+srv.Total(flash))/calls, 1.3, "a stall costs one request to the next model")
+		assert.GreaterOrEqual(t, primary, stallingCalls, "every call tries the primary first: nothing is throttled")
+		assert.LessOrEqual(t, perCall, 1.3, "a stall costs one request to the next model")
 	})
 }
