@@ -19,8 +19,10 @@ import (
 //
 // so an attempt is hedged once it is later than 95% of the model's answers
 // and clearly later than its ordinary spread, and never after the point
-// where it would have been cut: when stalls are too many for a p95 (more
-// than 5% of the requests), the hedge takes the cut's place. Before the
+// where it would have been cut. When stalls are too many for a p95 (more
+// than 5% of the requests), the delay is the p95 of the answers alone,
+// without the spread's floor: each stall costs a second request at the
+// cut anyway, and a hedge sends it sooner and keeps the original. Before the
 // model has the latency.Warmup answers of the class that teach its cut, but
 // from latency.EarlyHedgeAfter on, the delay is latency.CutMax times their
 // median (a stall of one caller's first calls is raced rather than waited
@@ -63,8 +65,9 @@ const (
 
 // HedgePolicy configures hedged requests: a GenerateContent attempt that has
 // not answered by its model's learned 95th-percentile answer time (and twice
-// its median; while the model has fewer than ten answers of the request's
-// size, from its second, three times their median) is raced by a second
+// its median, unless the model stalls on more than 5% of its requests;
+// while the model has fewer than ten answers of the request's size, from
+// its second, three times their median) is raced by a second
 // request, to the next model of the cascade or to the same model, whichever
 // is the better bet; the first answer wins and the other request is
 // cancelled. A GenerateContentStream attempt is hedged alike before its

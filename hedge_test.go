@@ -576,6 +576,41 @@ func TestHedgeOfAStallingModelGoesToTheNext(t *testing.T) {
 	})
 }
 
+// TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95: pro stalls one
+// request in five after its first 20. Its stalls are more than the 5% a
+// p95 leaves out, so the p95 of its answers (1s) tells when a request of
+// it is late, not twice its median: once the stalls are known, they are
+// hedged there, to flash (each would cost a request to flash at the cut
+// anyway), as far as the hedge budget goes.
+func TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		for range 20 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		var stalled []time.Duration // the calls flash answered
+		for range 60 {
+			start := time.Now()
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			if rec.Model == flash {
+				stalled = append(stalled, time.Since(start))
+			}
+		}
+		require.Len(t, stalled, 11, "every fifth request stalls: flash answers those calls")
+		hedged := 0
+		for _, d := range stalled {
+			if d < 2*time.Second {
+				hedged++ // hedged at its p95 (1s and a bit, a bucket's end), answered 0.8s later
+			}
+			assert.Less(t, d, 2900*time.Millisecond, "the others are cut at twice its median, as before")
+		}
+		assert.GreaterOrEqual(t, hedged, 5, "within the hedge budget (5%% of the calls and 3 a minute), stalls are hedged at the answers' p95: %v", stalled)
+	})
+}
+
 // panicOnPost is a transport whose POST number n (from 1) panics after
 // wait, as a broken SDK or middleware would.
 type panicOnPost struct {

@@ -20,6 +20,7 @@ import (
 //	cut   = max(CutFloor, min(CutMax × median, max(CutMin × median, answered)))
 //	last  = max(CutFloor, CutMax × median)
 //	hedge = min(cut, max(CutFloor, tail, HedgeSpread × median))
+//	      = min(cut, max(CutFloor, answered)) when more than 1 − HedgeQuantile of the attempts were abandoned
 //
 // So an attempt is cut once it is later than 95% of the model's answers,
 // never sooner than twice its median (answers of one prompt size vary
@@ -27,7 +28,14 @@ import (
 // move it: they are abandoned, not answered. An attempt with no other
 // model to go to (the last of its call) is cut at last: its cut only buys
 // another request to the same model, which a model slowed on every
-// request (a latency shift, not stalls) answers as late.
+// request (a latency shift, not stalls) answers as late. A model that
+// stalls on more than 5% of its requests (their p95 is a stall) is hedged
+// once an attempt is later than 95% of its answers: each stall costs a
+// second request at the cut anyway, and the hedge, which keeps the
+// original, sends it sooner (the brownout family's p99 ≤ 2× the oracle's
+// in 1.5 more points of the cells of each seed; BENCHMARKS.md). A model
+// that does not (long thinking) keeps the spread's floor, and is not
+// hedged into double cost.
 //
 // Before a class has Warmup answers it has no cut and no learned hedge
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
@@ -228,7 +236,11 @@ func (h *histogram) refresh() {
 	first := h.cut.Load() == 0
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, CutMax*mid)))
-	h.hedge.Store(int64(min(cut, max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid))))))
+	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))
+	if tail == Buckets-1 && answered >= 0 {
+		hedge = max(CutFloor, End(answered))
+	}
+	h.hedge.Store(int64(min(cut, hedge)))
 	if first {
 		close(h.learned) // under mu, after the deadlines: once, and they are there to read
 	}
