@@ -62,10 +62,16 @@ type BreakerSettings struct {
 	// seven through does not take it out of rotation. When every model of
 	// the Client has been failing, or refused as failing, for 2s with no
 	// answer (an outage; a Client that asked nothing is idle, not in one),
-	// or the model never answered since the Client started, the failures
-	// alone open it: for MinOpenFor, so that a brownout present from the
-	// first request takes a model that answers most of its requests out
-	// for a moment only. A negative value opens on the failures alone.
+	// or the model never answered since the Client started (and no
+	// request to it sent before the latest failure is still out), the
+	// failures alone open it: for MinOpenFor, so that a brownout present
+	// from the first request takes a model that answers most of its
+	// requests out for a moment only. An outage's opening lasts up to
+	// OpenFor while no model answers (AllOpenProbeEvery's early probes
+	// find its end), and ends with the outage: once any model answers,
+	// the model is open for MinOpenFor from the opening (doubled for each
+	// failed probe), as for its own failures. A negative value opens on
+	// the failures alone.
 	// Default: 10s.
 	DeadAfter time.Duration
 	// OpenFor is the longest an open breaker refuses requests before it

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/geminiguard/geminiguard/internal/circuit"
 	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
@@ -435,6 +436,9 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	case outcomeSuccess:
 		a.m.routes[a.endpoint].answered(now)
 		c.answers.Saw(now)
+		if c.outageOpen.Load() > 0 {
+			c.outageOver(now)
+		}
 	case outcomeFailure:
 		a.m.routes[a.endpoint].failed(now)
 		if c.outage(now) {
@@ -442,10 +446,29 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 		}
 	}
 	tr := a.br.done(a.permit, now, o)
+	if o == outcomeOutage && tr != nil && tr.To == circuit.Open {
+		c.outageOpen.Add(1)
+	}
 	a.m.count(err, v)
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
 	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
 	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
+}
+
+// outageOver ends, at now, what the Client's outage added to the open
+// periods of its cascade's breakers that it opened: an answer came, so the
+// outage is over, and each model is open for what its own failures open it
+// for (circuit.Breaker.OutageOver). A model that answers a share of its
+// requests, taken out with the others by a moment when none answered, is
+// not kept out for OpenFor while another model answers.
+func (c *Client) outageOver(now time.Time) {
+	seen := c.outageOpen.Load()
+	for _, m := range c.states {
+		for _, br := range m.breakers {
+			br.sm.OutageOver(now)
+		}
+	}
+	c.outageOpen.Add(-seen) // an opening counted during the walk is walked again at the next answer
 }
 
 // outage records a counted failure at now in the Client's spell of

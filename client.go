@@ -46,6 +46,7 @@ type Client struct {
 	hedgeClock *hedgeClock  // runs their delays and cuts; nil with hedging off
 	answers    lastAnswer   // when any model last answered: an outage is every model silent
 	failing    failureSpell // the counted failures since the last answer: an outage is every model failing (outage)
+	outageOpen atomic.Int64 // breakers an outage opened, not yet walked by outageOver since (an estimate: 0 when none)
 	jitter     jitterDraws
 	project    coolDown // the whole project cooling down (spend cap, invalid key, ...)
 	stats      clientStats

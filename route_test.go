@@ -1,8 +1,12 @@
 package geminiguard_test
 
 import (
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -237,5 +241,50 @@ func TestModelStallingOnAQuarterOfItsRequestsKeepsItsTraffic(t *testing.T) {
 		assert.GreaterOrEqual(t, share, 0.9*oracle, "at least 0.9× an oracle's share of the answers (got %.2f)", share)
 		assert.GreaterOrEqual(t, primary, stallingCalls, "every call tries the primary first: nothing is throttled")
 		assert.LessOrEqual(t, perCall, 1.3, "a stall costs one request to the next model")
+	})
+}
+
+// TestOutageOverTheModelIsOutOnlyForItsOwnSpell: pro is down from 10s to
+// 16s, flash from 10s to 12.5s. For a moment no model answers: an outage,
+// whose failures open a breaker for OpenFor (30s), the early probes of
+// AllOpenProbeEvery finding its end. Flash answers again from 12.5s: the
+// outage is over, and pro is out for what its own failures open it for
+// (2s from the opening, 4s after a failed probe), back within a few
+// seconds of its spell's end, not 30s after the outage.
+func TestOutageOverTheModelIsOutOnlyForItsOwnSpell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		down := func(from, to time.Duration) func(geminitest.Request, int) geminitest.Step {
+			return func(geminitest.Request, int) geminitest.Step {
+				if at := time.Since(start); at >= from && at < to {
+					return geminitest.Step{Fault: geminitest.Overloaded}
+				}
+				return geminitest.Step{}
+			}
+		}
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond, Decide: down(10*time.Second, 16*time.Second)},
+			geminitest.Model{Name: flash, Latency: 500 * time.Millisecond, Decide: down(10*time.Second, 12500*time.Millisecond)})
+		var mu sync.Mutex
+		var changes []string
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHooks(geminiguard.Hooks{OnStateChange: func(_ context.Context, e geminiguard.StateChangeEvent) {
+				mu.Lock()
+				changes = append(changes, fmt.Sprintf("%v %s %v", e.At.Sub(start), e.Model, e.To))
+				mu.Unlock()
+			}}))
+		var back time.Duration
+		for back == 0 && time.Since(start) < 2*time.Minute {
+			at := time.Since(start)
+			_, rec, _ := ask(t.Context(), c, "")
+			if rec.Model == pro && at >= 16*time.Second {
+				back = at
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		opened := slices.ContainsFunc(changes, func(c string) bool { return strings.HasSuffix(c, " "+pro+" open") })
+		require.True(t, opened, "the outage opened pro: %v", changes)
+		assert.Less(t, back, 21*time.Second, "pro answers again within its own open periods of its spell's end (16s), not OpenFor after the outage: %v", changes)
 	})
 }

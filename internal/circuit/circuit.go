@@ -70,8 +70,9 @@ type Settings struct {
 // Values are never modified once made, so one value is shared by every
 // refusal of one opening.
 type Refusal struct {
-	Until time.Time
-	since time.Time // when the breaker opened
+	Until  time.Time
+	since  time.Time // when the breaker opened
+	outage bool      // an outage's failure opened it (Outage): OutageOver may shorten it
 }
 
 // probesBusy refuses a request while the breaker is half-open and every
@@ -251,7 +252,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		case Failure:
 			return b.setState(Open, now)
 		case Outage:
-			return b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
+			return b.openForOutage(now)
 		}
 		return nil
 	}
@@ -265,7 +266,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) {
 			switch {
 			case o == Outage:
-				return b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
+				return b.openForOutage(now)
 			case b.dead(now, p):
 				return b.setState(Open, now)
 			}
@@ -492,6 +493,43 @@ func (b *Breaker) openPeriod() time.Duration {
 		d *= 2
 	}
 	return min(d, b.s.OpenFor)
+}
+
+// openForOutage opens the breaker at now for OpenFor, an outage's opening
+// (OutageOver). Callers hold mu.
+func (b *Breaker) openForOutage(now time.Time) *Transition {
+	tr := b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
+	b.open.Store(&Refusal{Until: now.Add(b.s.OpenFor), since: now, outage: true}) // in place of setStateUntil's, under mu: readers see one or the other, alike but for outage
+	return tr
+}
+
+// OutageOver ends, at now, what an outage added to the open period of a
+// breaker that an outage's failure opened (Outage): something answered, so
+// the outage is over and the model is judged on its own failures again. The
+// breaker then stays open until its own open period from the opening has
+// passed (MinOpenFor from closed, doubled for each failed probe before),
+// at once when it has. It reports whether the breaker was open for an
+// outage, and does nothing otherwise: no transition (the breaker stays
+// open; the call after the end of its period is its probe).
+func (b *Breaker) OutageOver(now time.Time) bool {
+	if r := b.open.Load(); r == nil || !r.outage {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.open.Load()
+	if r == nil || !r.outage {
+		return false
+	}
+	until := r.since.Add(b.openPeriod())
+	if until.Before(now) {
+		until = now
+	}
+	if until.After(r.Until) {
+		until = r.Until
+	}
+	b.open.Store(&Refusal{Until: until, since: r.since})
+	return true
 }
 
 // setStateUntil is setState with the end of an open period given. Callers

@@ -663,3 +663,37 @@ func TestBreakerCloseSince(t *testing.T) {
 	assert.Equal(t, &Transition{From: Open, To: Closed, At: brkT0.Add(3 * s)}, b.CloseSince(brkT0.Add(3*s), brkT0.Add(2*s)))
 	assert.Equal(t, Closed, b.State(brkT0.Add(3*s)))
 }
+
+// An outage opens a breaker for OpenFor; once it is over, the breaker is
+// open for its own period from the opening (MinOpenFor from closed).
+func TestBreakerOutageOverShortensTheOutagesOpening(t *testing.T) {
+	b := New(withDefaults(Settings{}), brkT0)
+	var tr *Transition
+	for range 5 {
+		p, _, _ := b.Allow(brkT0)
+		tr = b.Done(p, brkT0, Outage)
+	}
+	require.NotNil(t, tr)
+	assert.Equal(t, brkT0.Add(30*time.Second), b.OpenUntil(), "an outage opens for OpenFor")
+
+	require.True(t, b.OutageOver(brkT0.Add(time.Second)))
+	assert.Equal(t, brkT0.Add(2*time.Second), b.OpenUntil(), "over: MinOpenFor from the opening")
+	assert.False(t, b.OutageOver(brkT0.Add(time.Second)), "once")
+	assert.Nil(t, b.Refusing(brkT0.Add(2*time.Second)), "the call after its period is its probe")
+
+	late := New(withDefaults(Settings{}), brkT0)
+	for range 5 {
+		p, _, _ := late.Allow(brkT0)
+		late.Done(p, brkT0, Outage)
+	}
+	require.True(t, late.OutageOver(brkT0.Add(5*time.Second)))
+	assert.Equal(t, brkT0.Add(5*time.Second), late.OpenUntil(), "its own period passed: it ends at once")
+
+	own := New(withDefaults(Settings{DeadAfter: -1}), brkT0)
+	for range 5 {
+		p, _, _ := own.Allow(brkT0)
+		own.Done(p, brkT0, Failure)
+	}
+	assert.False(t, own.OutageOver(brkT0.Add(time.Second)), "opened by its own failures: unchanged")
+	assert.Equal(t, brkT0.Add(2*time.Second), own.OpenUntil())
+}
