@@ -315,6 +315,16 @@ func (b *retryBudget) allows(now time.Time) bool { return b.allowsOf(&b.own, now
 // withdraw reports whether a retry may be sent at now, and if so records it.
 func (b *retryBudget) withdraw(now time.Time) bool { return b.withdrawFrom(&b.own, now) }
 
+// refund gives back, at now, the credit of a withdrawal from b that
+// another budget paid for after all.
+func (b *retryBudget) refund(now time.Time) {
+	b.mu.Lock()
+	i := b.advance(now)
+	b.own.slots[i] += budgetScale
+	b.own.sum += budgetScale
+	b.mu.Unlock()
+}
+
 // allowsOf reports whether l, one of b's ledgers, allows a withdrawal at now.
 func (b *retryBudget) allowsOf(l *budgetLedger, now time.Time) bool {
 	b.mu.Lock()

@@ -42,7 +42,11 @@ import (
 // back with an ignored outcome (its tokens were spent: the request left). A
 // hedge pays tokens like any request and is capped by a Client-wide budget
 // of hedgeRatio hedges per first attempt, over any hedgeTTL, plus
-// hedgeMinPerSec: a storm of slow requests cannot exceed it. When the budget
+// hedgeMinPerSec: a storm of slow requests cannot exceed it. A hedge that
+// answers after its original's learned cut took the cut's place (the cut
+// would have sent that request): the cut budget pays for it, when it
+// allows, and the hedge budget gets its credit back, so that the hedge
+// budget counts the requests hedging adds to what cutting sends. When the budget
 // (or the lack of a model to take the hedge) refuses, the attempt is cut at
 // the learned cut as before; so is the attempt of a call whose bulkhead has
 // calls queued, which runs as many calls as its feature allows (a hedge
@@ -84,8 +88,11 @@ type HedgePolicy struct {
 	// the hedge's goroutine, context and request.
 	On bool
 	// Budget is the most hedges per first attempt, over any minute, on
-	// top of three a minute always allowed; in (0, 1].
-	// Default: 0.05 (at most 5% more requests).
+	// top of three a minute always allowed; in (0, 1]. A hedge answered
+	// after its original would have been cut (its learned deadline) is
+	// counted as the cut it replaced, within the cuts' own cap (10% of
+	// first attempts plus one a second), not here.
+	// Default: 0.05 (at most 5% more requests than cutting sends).
 	Budget float64
 }
 
@@ -532,6 +539,9 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	defer hedge.release()
 	hstart := hr.hstart
 	if err != nil && hedge.err == nil { // the hedge's answer wins
+		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.cuts.withdraw(hedge.end) {
+			call.c.hedges.refund(hedge.end) // the original outlived its cut: the hedge took the cut's place, and the cut budget pays
+		}
 		call.loser(ctx, a, &orig, start)
 		*a, hr.h = hr.h, admission{}
 		call.opened(&hedge)

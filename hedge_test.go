@@ -611,6 +611,37 @@ func TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95(t *testing.T) {
 	})
 }
 
+// TestHedgeInPlaceOfACutIsPaidByTheCutBudget: pro stalls one request in
+// five after its first 20; flash answers in 1.5s. A stall hedged at pro's
+// p95 (1s and a bit) is answered by flash after pro's cut (2s): the stall
+// would have cost that request at the cut anyway, so the hedge is paid by
+// the cut budget and its hedge budget credit given back. Every stall is
+// hedged, where the hedge budget alone (5% of the calls and 3 a minute)
+// hedged about half of them and cut the others at 2s.
+func TestHedgeInPlaceOfACutIsPaidByTheCutBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 1500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		for range 20 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		var stalled []time.Duration // the calls flash answered
+		for range 60 {
+			start := time.Now()
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			if rec.Model == flash {
+				stalled = append(stalled, time.Since(start))
+			}
+		}
+		require.Len(t, stalled, 11, "every fifth request stalls: flash answers those calls")
+		for _, d := range stalled {
+			assert.Less(t, d, 3*time.Second, "hedged at pro's p95, answered 1.5s later, not cut at 2s: %v", stalled)
+		}
+	})
+}
+
 // panicOnPost is a transport whose POST number n (from 1) panics after
 // wait, as a broken SDK or middleware would.
 type panicOnPost struct {
