@@ -576,6 +576,30 @@ func TestHedgeOfAStallingModelGoesToTheNext(t *testing.T) {
 	})
 }
 
+// stalledCallTimes plays 20 calls and then 60 on pro (answering in 1s,
+// stalling 45s on one request in five after its first 20) then flash
+// (answering in flashLatency), and returns how long each call flash
+// answered took.
+func stalledCallTimes(t *testing.T, flashLatency time.Duration) []time.Duration {
+	srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: flashLatency})
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+	for range 20 {
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+	}
+	var stalled []time.Duration
+	for range 60 {
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		if rec.Model == flash {
+			stalled = append(stalled, time.Since(start))
+		}
+	}
+	require.Len(t, stalled, 11, "every fifth request stalls: flash answers those calls")
+	return stalled
+}
+
 // TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95: pro stalls one
 // request in five after its first 20. Its stalls are more than the 5% a
 // p95 leaves out, so the p95 of its answers (1s) tells when a request of
@@ -584,22 +608,7 @@ func TestHedgeOfAStallingModelGoesToTheNext(t *testing.T) {
 // anyway), as far as the hedge budget goes.
 func TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-		for range 20 {
-			_, _, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-		}
-		var stalled []time.Duration // the calls flash answered
-		for range 60 {
-			start := time.Now()
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			if rec.Model == flash {
-				stalled = append(stalled, time.Since(start))
-			}
-		}
-		require.Len(t, stalled, 11, "every fifth request stalls: flash answers those calls")
+		stalled := stalledCallTimes(t, 800*time.Millisecond)
 		hedged := 0
 		for _, d := range stalled {
 			if d < 2*time.Second {
@@ -611,31 +620,16 @@ func TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95(t *testing.T) {
 	})
 }
 
-// TestHedgeInPlaceOfACutIsPaidByTheCutBudget: pro stalls one request in
-// five after its first 20; flash answers in 1.5s. A stall hedged at pro's
-// p95 (1s and a bit) is answered by flash after pro's cut (2s): the stall
-// would have cost that request at the cut anyway, so the hedge is paid by
-// the cut budget and its hedge budget credit given back. Every stall is
-// hedged, where the hedge budget alone (5% of the calls and 3 a minute)
-// hedged about half of them and cut the others at 2s.
+// TestHedgeInPlaceOfACutIsPaidByTheCutBudget: as above, but flash answers
+// in 1.5s. A stall hedged at pro's p95 (1s and a bit) is answered by flash
+// after pro's cut (2s): the stall would have cost that request at the cut
+// anyway, so the hedge is paid by the cut budget and its hedge budget
+// credit given back. Every stall is hedged, where the hedge budget alone
+// (5% of the calls and 3 a minute) hedged 7 of them and cut the others at
+// 2s.
 func TestHedgeInPlaceOfACutIsPaidByTheCutBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 1500 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-		for range 20 {
-			_, _, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-		}
-		var stalled []time.Duration // the calls flash answered
-		for range 60 {
-			start := time.Now()
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			if rec.Model == flash {
-				stalled = append(stalled, time.Since(start))
-			}
-		}
-		require.Len(t, stalled, 11, "every fifth request stalls: flash answers those calls")
+		stalled := stalledCallTimes(t, 1500*time.Millisecond)
 		for _, d := range stalled {
 			assert.Less(t, d, 3*time.Second, "hedged at pro's p95, answered 1.5s later, not cut at 2s: %v", stalled)
 		}
