@@ -343,7 +343,9 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	a.sent = true
 	resp, err := call.send(actx, call, m)
 	if late != nil {
-		cut = late.end()
+		if cut = late.end(); err == nil {
+			late.answered()
+		}
 	}
 	call.now = time.Now()
 	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)

@@ -506,7 +506,9 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	resp, err := call.send(octx, call, m)
 	var lc time.Duration
 	if late != nil {
-		lc = late.end()
+		if lc = late.end(); err == nil {
+			late.answered()
+		}
 	}
 	orig := raced[R]{resp: resp, err: err, end: time.Now(), timedOut: errors.Is(octx.Err(), context.DeadlineExceeded)}
 	waited := hr.join(err == nil) // the first answer wins: the hedge, if any, is cancelled

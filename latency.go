@@ -93,21 +93,30 @@ func (e *cutError) Unwrap() error { return e.err }
 type lateCut struct {
 	stop, done chan struct{}
 	cut        time.Duration // the cut that ended the attempt; written before done closes
+	lat        *latency.Learner
+	class      int
 }
+
+// answered counts the watched attempt's answer among its cohort's
+// (latency.Learner.CohortAnswered): the cohort is still answering.
+func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 
 // cutOnceLearned bounds an attempt to m sent at start, with room before its
 // own deadline, that was sent before m had learned the answer times of the
 // call's class: once the answers of other calls teach them, the attempt is
 // cut at its cohort's cut from start (latency.Learner.CohortCut: three
 // times the median of the answers and of the attempts still in flight
-// sent before them), at once when that has passed, within the cut budget,
-// by cancel. So a stall sent in a Client's first moments (a burst of
-// callers at start-up) is cut like any later one rather than waited out,
-// while a burst that slowed every request (a flood), or a model slow on
-// every request (long thinking), is waited for. It starts a goroutine,
-// which end joins.
+// sent before them; once none of those answered over a look, a quarter of
+// a median apart, what is left of the cohort stalls, and the median is
+// scaled as the learned cut scales the answers', twice for answers alike),
+// at once when that has passed, within the cut budget, by cancel. So a
+// stall sent in a Client's first moments (a burst of callers at start-up)
+// is cut like any later one rather than waited out, while a burst that
+// slowed every request (a flood, whose answers keep coming), or a model
+// slow on every request (long thinking), is waited for. It starts a
+// goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, cancel context.CancelFunc) *lateCut {
-	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{})}
+	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class}
 	learned, class, cuts := m.lat.WhenLearned(call.class), call.class, call.c.cuts
 	m.lat.Sent(class)
 	go func() {
@@ -118,22 +127,32 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 			return
 		case <-learned:
 		}
+		prev := int64(-1)
 		for {
-			// The cut as it is now: it grows as the cohort answers. While
-			// its median is in flight, look again after about a median.
-			wait, _ := m.lat.Cut(class, true)
-			wait /= latency.CutMax
-			if d, ok := m.lat.CohortCut(class); ok {
-				if d >= room {
+			// The cut as it is now: it grows as the cohort answers. Look
+			// again after a quarter of a median (or at the cut): once none
+			// of the cohort answered over a look, what is left of it
+			// stalls (answers, not ends: a cut at the same instant as a
+			// look is no answer, so every look of one instant agrees).
+			look, _ := m.lat.Cut(class, true)
+			look /= 4 * latency.CutMax
+			answers := m.lat.CohortAnswers(class)
+			settled := prev >= 0 && answers == prev
+			prev = answers
+			wait := look
+			if d, ok := m.lat.CohortCut(class, settled); ok {
+				until := time.Until(start.Add(d))
+				switch {
+				case d >= room && settled: // its own deadline comes first
 					return
-				}
-				if wait = time.Until(start.Add(d)); wait <= 0 {
+				case until <= 0:
 					if cuts.allows(time.Now()) {
 						lc.cut = d
 						cancel()
 					}
 					return
 				}
+				wait = min(wait, until)
 			}
 			t := time.NewTimer(wait)
 			select {

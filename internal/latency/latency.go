@@ -94,14 +94,16 @@ func New(n int) *Learner {
 }
 
 type histogram struct {
-	counts  [Buckets]atomic.Int64
-	records atomic.Int64  // answers recorded, for the refresh cadence
-	cut     atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
-	last    atomic.Int64  // the learned cut of an attempt with nowhere else to go
-	hedge   atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
-	learned chan struct{} // closed by the refresh that first stores the deadlines
-	pending atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
-	mu      sync.Mutex    // serialises refreshes
+	counts        [Buckets]atomic.Int64
+	records       atomic.Int64  // answers recorded, for the refresh cadence
+	cut           atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
+	last          atomic.Int64  // the learned cut of an attempt with nowhere else to go
+	hedge         atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
+	spread        atomic.Int64  // the learned cut over the median, in thousandths (CutMin to CutMax); 0 while warming up
+	learned       chan struct{} // closed by the refresh that first stores the deadlines
+	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
+	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
+	mu            sync.Mutex    // serialises refreshes
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
@@ -123,7 +125,7 @@ func (l *Learner) Hedge(class int) (time.Duration, bool) {
 	if d := h.hedge.Load(); d > 0 {
 		return time.Duration(d), true
 	}
-	return h.cohortCut(EarlyHedgeAfter)
+	return h.cohortCut(EarlyHedgeAfter, CutMax)
 }
 
 // Cut returns the learned deadline of an attempt of class, false until the
@@ -163,22 +165,35 @@ func (l *Learner) Ended(class int) { l.classes[class].pending.Add(-1) }
 // still in flight that were sent before (Sent), those counted as slower
 // than every answer; false until the class has warmed up, or while half
 // of them or more are in flight (their median is then not known yet).
+// With settled (the caller saw none of those attempts answer for a while:
+// what is left stalls), the median is scaled as the learned cut scales
+// the answers' median (CutMin to CutMax) instead of CutMax.
 // The first answers of a burst of requests are its fastest, and a model
 // whose every request slowed (a flood of them) answers them later: the
 // attempts still waiting hold the median back until most have answered.
-func (l *Learner) CohortCut(class int) (time.Duration, bool) {
+func (l *Learner) CohortCut(class int, settled bool) (time.Duration, bool) {
 	h := &l.classes[class]
 	if h.cut.Load() == 0 {
 		return 0, false
 	}
-	return h.cohortCut(1)
+	scale := float64(CutMax)
+	if settled {
+		scale = float64(h.spread.Load()) / 1000
+	}
+	return h.cohortCut(1, scale)
 }
+
+// CohortAnswered counts an answer of an attempt of class counted by Sent.
+func (l *Learner) CohortAnswered(class int) { l.classes[class].cohortAnswers.Add(1) }
+
+// CohortAnswers returns the answers CohortAnswered counted of class.
+func (l *Learner) CohortAnswers(class int) int64 { return l.classes[class].cohortAnswers.Load() }
 
 // cohortCut returns CutMax times the median of h's answers and of the
 // attempts in flight sent before the class warmed up, those counted as
 // slower than every answer; false with fewer than minAnswered answers, or
 // while half of them or more are in flight.
-func (h *histogram) cohortCut(minAnswered int64) (time.Duration, bool) {
+func (h *histogram) cohortCut(minAnswered int64, scale float64) (time.Duration, bool) {
 	var answered int64
 	for i := range h.counts[:Buckets-1] {
 		answered += h.counts[i].Load()
@@ -190,7 +205,7 @@ func (h *histogram) cohortCut(minAnswered int64) (time.Duration, bool) {
 	var seen int64
 	for i := range h.counts[:Buckets-1] {
 		if seen += h.counts[i].Load(); 2*seen >= answered+pending {
-			return max(CutFloor, CutMax*Mid(i)), true
+			return max(CutFloor, time.Duration(scale*float64(Mid(i)))), true
 		}
 	}
 	return 0, false // answers counted while this ran: look again later
@@ -234,6 +249,7 @@ func (h *histogram) refresh() {
 	mid := Mid(median)
 	cut := max(CutFloor, min(CutMax*mid, max(CutMin*mid, End(answered))))
 	first := h.cut.Load() == 0
+	h.spread.Store(int64(1000 * min(CutMax, max(CutMin, float64(cut)/float64(mid)))))
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, CutMax*mid)))
 	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))
