@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/geminiguard/geminiguard/internal/circuit"
 	"github.com/geminiguard/geminiguard/internal/latency"
 )
 
@@ -448,7 +447,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 		}
 	}
 	tr := a.br.done(a.permit, now, o)
-	if o == outcomeOutage && tr != nil && tr.To == circuit.Open {
+	if o == outcomeOutage && tr != nil && State(tr.To) == StateOpen {
 		c.outageOpen.Add(1)
 	}
 	a.m.count(err, v)

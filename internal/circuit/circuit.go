@@ -498,9 +498,7 @@ func (b *Breaker) openPeriod() time.Duration {
 // openForOutage opens the breaker at now for OpenFor, an outage's opening
 // (OutageOver). Callers hold mu.
 func (b *Breaker) openForOutage(now time.Time) *Transition {
-	tr := b.setStateUntil(Open, now, now.Add(b.s.OpenFor))
-	b.open.Store(&Refusal{Until: now.Add(b.s.OpenFor), since: now, outage: true}) // in place of setStateUntil's, under mu: readers see one or the other, alike but for outage
-	return tr
+	return b.setOpen(now, &Refusal{Until: now.Add(b.s.OpenFor), since: now, outage: true})
 }
 
 // OutageOver ends, at now, what an outage added to the open period of a
@@ -535,16 +533,26 @@ func (b *Breaker) OutageOver(now time.Time) bool {
 // setStateUntil is setState with the end of an open period given. Callers
 // hold mu.
 func (b *Breaker) setStateUntil(to State, now, until time.Time) *Transition {
+	if to == Open {
+		return b.setOpen(now, &Refusal{Until: until, since: now})
+	}
+	return b.set(to, now, nil)
+}
+
+// setOpen opens the breaker at now with refusal r. Callers hold mu.
+func (b *Breaker) setOpen(now time.Time, r *Refusal) *Transition {
+	b.trips++
+	return b.set(Open, now, r)
+}
+
+// set moves the breaker to state to at now, open with refusal open (nil
+// unless to is Open). Callers hold mu.
+func (b *Breaker) set(to State, now time.Time, open *Refusal) *Transition {
 	gen, from := b.load()
 	b.consecutive.Store(0)
 	b.probes, b.successes = 0, 0
 	b.window.reset()
-	var open *Refusal
-	switch to {
-	case Open:
-		b.trips++
-		open = &Refusal{Until: until, since: now}
-	case Closed:
+	if to == Closed {
 		b.reopens = 0
 	}
 	b.changed = now

@@ -99,7 +99,6 @@ type histogram struct {
 	cut           atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
 	last          atomic.Int64  // the learned cut of an attempt with nowhere else to go
 	hedge         atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
-	spread        atomic.Int64  // the learned cut over the median, in thousandths (CutMin to CutMax); 0 while warming up
 	learned       chan struct{} // closed by the refresh that first stores the deadlines
 	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
@@ -177,8 +176,8 @@ func (l *Learner) CohortCut(class int, settled bool) (time.Duration, bool) {
 		return 0, false
 	}
 	scale := float64(CutMax)
-	if settled {
-		scale = float64(h.spread.Load()) / 1000
+	if settled { // the learned cut over the median: last is CutMax times it (or CutFloor, the cut then too)
+		scale = min(CutMax, max(CutMin, CutMax*float64(h.cut.Load())/float64(h.last.Load())))
 	}
 	return h.cohortCut(1, scale)
 }
@@ -249,7 +248,6 @@ func (h *histogram) refresh() {
 	mid := Mid(median)
 	cut := max(CutFloor, min(CutMax*mid, max(CutMin*mid, End(answered))))
 	first := h.cut.Load() == 0
-	h.spread.Store(int64(1000 * min(CutMax, max(CutMin, float64(cut)/float64(mid)))))
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, CutMax*mid)))
 	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))
