@@ -313,12 +313,12 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	if call.deadline.Before(end) {
 		end = call.deadline
 	}
-	cut := call.boundingCut(m, end.Sub(start))
+	cut, onward := call.boundingCut(m, end.Sub(start))
 	if after, ok := call.hedgeAfter(m, start, end); ok {
-		return call.hedged(ctx, a, end, after, cut)
+		return call.hedged(ctx, a, end, after, cut, onward)
 	}
 	deadline := end
-	if cut > 0 && c.cuts.allows(start) {
+	if cut > 0 && c.mayCut(onward, start) {
 		deadline = start.Add(cut)
 	} else {
 		cut = 0
@@ -347,7 +347,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		}
 	}
 	call.now = time.Now()
-	return call.ended(ctx, m, start, call.now, cut, actx.Err() != nil, resp, err)
+	return call.ended(ctx, m, start, call.now, cut, onward, actx.Err() != nil, resp, err)
 }
 
 // boundingCut returns the learned deadline of the call's attempt to m (see
@@ -356,22 +356,22 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 // m has not learned them yet. The cut of an attempt with nowhere else to
 // go is never the shorter one: whether the call has another model to go
 // to (hasNext) is asked only of a cut that would bound the attempt either
-// way.
-func (call *call[R]) boundingCut(m *modelState, room time.Duration) time.Duration {
+// way, and onward reports it (Client.mayCut).
+func (call *call[R]) boundingCut(m *modelState, room time.Duration) (cut time.Duration, onward bool) {
 	if !call.learns {
-		return 0
+		return 0, false
 	}
 	d, ok := m.lat.Cut(call.class, false)
 	if !ok || d >= room {
-		return 0
+		return 0, false
 	}
 	if call.hasNext(m) {
-		return d
+		return d, true
 	}
 	if d, _ = m.lat.Cut(call.class, true); d < room {
-		return d
+		return d, false
 	}
-	return 0
+	return 0, false
 }
 
 // lateAnswer reports whether an answer of m's that took elapsed came after
@@ -391,16 +391,17 @@ func (call *call[R]) lateAnswer(m *modelState, elapsed time.Duration) bool {
 
 // ended classifies the outcome of a request to m that started at start and
 // ended at finish: err, or resp. cut, above 0, is the learned deadline that
-// bounded it; timedOut says its own deadline passed. It learns the
+// bounded it, onward whether it sends the call on to another model
+// (boundingCut); timedOut says its own deadline passed. It learns the
 // answer's time and reports as attempt does.
-func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish time.Time, cut time.Duration, timedOut bool, resp R, err error) (R, Verdict, time.Duration, error) {
+func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish time.Time, cut time.Duration, onward, timedOut bool, resp R, err error) (R, Verdict, time.Duration, error) {
 	c := call.c
 	elapsed := finish.Sub(start)
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case cut > 0 && elapsed >= cut:
 		err = &cutError{err: err, after: cut}
-		c.cuts.withdraw(call.now)
+		c.chargeCut(onward, call.now)
 		m.lat.Record(call.class, latency.Abandoned)
 		m.routes[call.endpoint].slowed(call.now)
 	case timedOut:

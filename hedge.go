@@ -259,6 +259,7 @@ type hedgeState struct {
 	m       *modelState     // the original's
 	start   time.Time       // the original's
 	learned time.Duration   // the original's learned cut, 0 when none
+	onward  bool            // the learned cut sends the call on to another model: the cut budget does not pay it (Client.mayCut)
 	early   bool            // the original was sent before m learned its cut: cutOnceLearned bounds it, not the hedge's cut
 	ocancel context.CancelFunc
 	clock   *hedgeClock // the Client's: it starts the runs
@@ -315,7 +316,7 @@ func (hr *hedgeRun) run() {
 		hr.ocancel()
 	case !hr.pairAt.IsZero() && !hr.done && !now.Before(hr.pairAt): // a hedge that stalls too is cut with its original
 		hr.pairAt = time.Time{}
-		if hr.c.cuts.allows(now) {
+		if hr.c.mayCut(hr.onward, now) {
 			hr.cut, hr.cutting = now.Sub(hr.start), true
 			hr.ocancel()
 			hr.hcancel()
@@ -340,7 +341,7 @@ func (hr *hedgeRun) arm(at time.Time) {
 // hr.mu is held.
 func (hr *hedgeRun) cutFrom(now time.Time) {
 	switch d := hr.start.Add(hr.learned).Sub(now); {
-	case hr.learned == 0 || !hr.c.cuts.allows(now):
+	case hr.learned == 0 || !hr.c.mayCut(hr.onward, now):
 		hr.cut = 0
 	case d > 0:
 		hr.cut, hr.cutting, hr.cutAt = hr.learned, true, now.Add(d)
@@ -454,10 +455,10 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 
 // hedged runs the admitted attempt a, which starts at call.now and ends by
 // end, and races it with a hedge sent after the delay after; cut, above 0,
-// is the learned cut, which bounds the attempt when no hedge could be sent;
-// an attempt hedged at the early delay, sent before m learned its cut, is
-// cut only at its cohort's cut once m learns it (cutOnceLearned), never
-// with its hedge. It returns as attempt does. The original request is sent
+// is the learned cut, which bounds the attempt when no hedge could be sent
+// (onward as boundingCut says); an attempt hedged at the early delay, sent
+// before m learned its cut, is cut only at its cohort's cut once m learns
+// it (cutOnceLearned), never with its hedge. It returns as attempt does. The original request is sent
 // on the call's goroutine and, until the delay passes, nothing else runs:
 // the delay is an entry in the Client's hedgeClock. The first answer wins
 // and cancels the other request. When the hedge's answer wins, *a becomes
@@ -469,7 +470,7 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 // hedged returns, on every path: a panic in either request (the hedge's
 // raised here, once joined) cancels the other, waits for it and closes what
 // streams they opened.
-func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration) (R, Verdict, time.Duration, error) {
+func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration, onward bool) (R, Verdict, time.Duration, error) {
 	m, start := a.m, call.now
 	var octx context.Context
 	var ocancel context.CancelFunc
@@ -480,7 +481,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	}
 	hr := hedgeRuns.Get().(*hedgeRun)
 	early := call.learning(m, end.Sub(start)) // hedged at the early delay
-	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, early: early, ocancel: ocancel, tokens: -1}
+	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, onward: onward, early: early, ocancel: ocancel, tokens: -1}
 	hr.runs = 1 // nothing else holds hr before it is scheduled
 	hr.clock.schedule(hr, start.Add(after))
 	var late *lateCut
@@ -533,7 +534,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	}
 	timedOut := orig.timedOut && ctx.Err() == nil
 	if !hr.h.sent {
-		return call.ended(ctx, m, start, orig.end, cut, timedOut, resp, err)
+		return call.ended(ctx, m, start, orig.end, cut, onward, timedOut, resp, err)
 	}
 	hresp, _ := hr.hedge.resp.(R)
 	hedge := raced[R]{resp: hresp, err: hr.hedge.err, end: hr.hedge.end, timedOut: hr.hedge.timedOut, hedge: true, session: hr.hedge.session}
@@ -541,17 +542,17 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	defer hedge.release()
 	hstart := hr.hstart
 	if err != nil && hedge.err == nil { // the hedge's answer wins
-		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.cuts.withdraw(hedge.end) {
-			call.c.hedges.refund(hedge.end) // the original outlived its cut: the hedge took the cut's place, and the cut budget pays
+		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.chargeCut(hr.onward, hedge.end) {
+			call.c.hedges.refund(hedge.end) // the original outlived its cut: the hedge took the cut's place, and the cut pays
 		}
 		call.loser(ctx, a, &orig, start)
 		*a, hr.h = hr.h, admission{}
 		call.opened(&hedge)
-		resp, v, _, err := call.ended(ctx, a.m, hstart, hedge.end, 0, false, hedge.resp, nil)
+		resp, v, _, err := call.ended(ctx, a.m, hstart, hedge.end, 0, false, false, hedge.resp, nil)
 		return resp, v, hedge.end.Sub(hstart), err
 	}
 	call.loser(ctx, &hr.h, &hedge, hstart)
-	return call.ended(ctx, m, start, orig.end, cut, timedOut, resp, err)
+	return call.ended(ctx, m, start, orig.end, cut, hr.onward, timedOut, resp, err)
 }
 
 // opened hands the stream the winning request r opened, if any, to the

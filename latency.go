@@ -27,17 +27,21 @@ import (
 // slow median, so its requests are not cut (40s answers: an 80s cut, past
 // the 60s attempt timeout); a request that asks for more (a larger
 // maxOutputTokens or thinking budget) is learned apart. An abandoned
-// attempt counts as an answer later than any other. Cuts are capped like
+// attempt counts as an answer later than any other. A model whose recent
+// requests are abandoned or late more often than routeSlowCost of them
+// gets less traffic (see route.go): that bounds what the cuts that send a
+// call on to another model cost. The cuts with no other model to go to,
+// which send the call back to the model that was slow, are capped like
 // retries: over any 10s, at most cutRatio of first attempts (plus a
-// floor). A model whose recent requests are abandoned or late more often
-// than routeSlowCost of them gets less traffic (see route.go).
+// floor) (Client.mayCut).
 
-// cutRatio caps the cuts: a latency shift, every request slower, raises
-// the learned cut within 32 answers (internal/latency refreshes it); until
-// then it costs at most this many more requests. A cap of 0.25 (what the
-// latency throttle lets a stalling model cost) cut more of the family's
-// stalls, but made capacityDrop's adaptive bulkheads answer fewer calls
-// than a fixed one in about one run in five (BENCHMARKS.md).
+// cutRatio caps the cuts with no other model to go to: a latency shift,
+// every request slower, raises the learned cut within 32 answers
+// (internal/latency refreshes it); until then it costs at most this many
+// more requests of the model that slowed. A cap of 0.25 made capacityDrop's
+// adaptive bulkheads (one model, slower with every request in flight)
+// answer fewer calls than a fixed one in about one run in five
+// (BENCHMARKS.md).
 const cutRatio = 0.1
 
 const (
@@ -45,6 +49,25 @@ const (
 	sizeClasses    = 4
 	latencyClasses = 2 * sizeClasses // unary answers, then streams' first chunks
 )
+
+// mayCut reports whether an attempt may be cut at its learned deadline at
+// now: always when the cut sends the call on to another model (onward),
+// for the latency throttle bounds what those cost (routeSlowCost a request
+// sent to the model, route.go), else while the cut budget allows. With
+// the cut budget alone, a model stalling on a quarter of its requests
+// under 30 calls a second had the stalls over the budget waited out (45s,
+// TestCutsThatSendTheCallOnAreNotCappedByTheCutBudget).
+func (c *Client) mayCut(onward bool, now time.Time) bool {
+	return onward || c.cuts.allows(now)
+}
+
+// chargeCut records at now a cut made, or whose place a hedge took, on the
+// cut budget unless it sent the call on to another model (mayCut), and
+// reports whether the cut is paid: always when onward, else when the
+// budget had the credit.
+func (c *Client) chargeCut(onward bool, now time.Time) bool {
+	return onward || c.cuts.withdraw(now)
+}
 
 // latencyClass returns the size class of a request: 0 when it sets no
 // output or thinking budget, then by the tokens it may spend (up to 2,048;

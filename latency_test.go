@@ -141,6 +141,18 @@ func TestCutBudgetGrowsWithTheCalls(t *testing.T) {
 	})
 }
 
+func TestCutsThatSendTheCallOnAreNotCappedByTheCutBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// One request in four to the primary stalls: about 7 a second, over
+		// the cut budget (a tenth of the first attempts and 1 a second).
+		// Each cut sends its call on to flash, and what those cuts cost is
+		// the latency throttle's to bound (0.35 extra requests per request
+		// pro gets), not the budget's: before, the stalls over the budget
+		// were waited out (45s).
+		assert.Less(t, slowestOfBackToBackCalls(t, 4), 10*time.Second, "every stall is cut at the learned deadline, none waited out")
+	})
+}
+
 // slowestOfBackToBackCalls returns the slowest call of 30 users sending 20
 // calls each back to back (about 30 calls a second) through pro and flash,
 // pro answering in 1s but, once its answer times are learned (from its
