@@ -55,8 +55,11 @@ type BreakerSettings struct {
 	// Default: 5.
 	FailureThreshold int
 	// DeadAfter is how long a model must have gone without answering, on
-	// top of FailureThreshold failures in a row, for its breaker to open:
-	// the breaker is for a dead model. A degraded one, failing in bursts
+	// top of FailureThreshold failures in a row that have lasted half of
+	// it, for its breaker to open: the breaker is for a dead model. (A
+	// burst of calls after a quiet spell gets a model's fast 503s back
+	// before its slow answers: a few failures in a row, 0.3s long, of a
+	// model silent only because nothing asked it, say nothing yet.) A degraded one, failing in bursts
 	// but still answering, keeps the share of traffic it can serve (see
 	// the package doc's routing); a storm of 503s that lets one request in
 	// seven through does not take it out of rotation. When every model of

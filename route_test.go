@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -165,6 +166,48 @@ func TestStartupBrownoutKeepsThePrimaryInRotation(t *testing.T) {
 		answered := askEvery(t, c, calls, 250*time.Millisecond, pro) // 40s, about the default OpenFor
 
 		assert.GreaterOrEqual(t, answered, calls/2, "the bad spell over, the primary answers its share (got %d of %d)", answered, calls)
+	})
+}
+
+// TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost: 20 users send a
+// call each at once, every 20s (a job, or users who read what they got).
+// From the second burst on, pro fails one request in three, fast (0.3s),
+// and answers the others in 2s: each burst's failures come back before any
+// of its answers, five or more in a row of a model that has answered
+// nothing for the 18s between bursts. That is not a dead model: its
+// failures have lasted 0.3s, not half of DeadAfter. Before, each burst
+// opened pro's breaker, and the next found it half-open, its one probe
+// slot refusing the other 19 calls.
+func TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 2 * time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i >= 20 && i%3 == 0 {
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		const bursts, users = 6, 20
+		var answered atomic.Int64
+		for b := range bursts {
+			var wg sync.WaitGroup
+			for range users {
+				wg.Go(func() {
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if b > 0 && rec.Model == pro {
+						answered.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			time.Sleep(20 * time.Second)
+		}
+
+		oracle := 2.0 / 3 * (bursts - 1) * users // the calls whose request pro answers
+		assert.GreaterOrEqual(t, float64(answered.Load()), 0.9*oracle, "pro answers about two calls in three of each burst (%d of %d)", answered.Load(), (bursts-1)*users)
 	})
 }
 

@@ -152,6 +152,7 @@ type Breaker struct {
 	successes int        // probe successes, half-open
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
+	failing   time.Time  // when the latest run of consecutive failures began (set by the one that makes it 1)
 	early     grants     // closed-state permits granted before the model first answered, in flight
 	window    rateWindow // completed calls, closed, when FailureRate > 0
 }
@@ -213,8 +214,8 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 // generation (the state changed since Allow granted it) changes nothing.
 //
 // Closed: a success resets the consecutive failures; a failure that makes
-// FailureThreshold in a row when the model has answered nothing for
-// DeadAfter, or brings the failure rate over Window to FailureRate, opens
+// FailureThreshold in a row, the first of them half of DeadAfter ago or
+// more, when the model has answered nothing for DeadAfter, or brings the failure rate over Window to FailureRate, opens
 // the breaker for MinOpenFor. Half-open: the probe's slot is freed;
 // HalfOpenProbes successes close the breaker (every count starts again); a
 // failure opens it again for twice the previous open period, up to
@@ -263,7 +264,11 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 			b.window.record(now, false)
 		}
 	case Failure, Outage:
-		if b.consecutive.Add(1) >= int64(b.s.FailureThreshold) {
+		n := b.consecutive.Add(1)
+		if n == 1 {
+			b.failing = now
+		}
+		if n >= int64(b.s.FailureThreshold) {
 			switch {
 			case o == Outage:
 				return b.openForOutage(now)
@@ -321,12 +326,14 @@ func (l *LastAnswer) never() bool {
 // dead reports whether FailureThreshold failures in a row, the latest
 // p's at now, make the model dead: DeadAfter is negative, or the model has
 // answered nothing for DeadAfter before now (since New, when it never
-// did), or it never answered and no request granted before p is still in
-// flight. A model's fast failures come back before its slow answers: the
-// first requests of a model that answers most of them but fails its first
-// few fast are not all in yet. Callers hold mu.
+// did) and the failures in a row began half of DeadAfter ago or more, or
+// it never answered and no request granted before p is still in flight.
+// A model's fast failures come back before its slow answers: the first
+// requests of a model that answers most of them but fails its first few
+// fast are not all in yet, and a burst of calls after a quiet spell finds
+// the model silent for as long as nothing asked it. Callers hold mu.
 func (b *Breaker) dead(now time.Time, p Permit) bool {
-	return b.s.DeadAfter < 0 || b.answered.SilentFor(now, b.s.DeadAfter) || b.answered.never() && !b.early.before(p.seq)
+	return b.s.DeadAfter < 0 || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter || b.answered.never() && !b.early.before(p.seq)
 }
 
 // grants are the closed-state permits granted before the model first

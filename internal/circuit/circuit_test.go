@@ -173,6 +173,12 @@ func TestBreakerScript(t *testing.T) {
 			failingCalls(3, 9*s, "granted", Closed),
 			failingCalls(1, 10*s, wantClosedToOpen, Open), // silent for DeadAfter, and failing
 		)},
+		{"failures after a quiet spell make it dead once they have lasted half of DeadAfter", Settings{}, joinSteps(
+			[]breakerStep{{at: 0, do: "call ok", want: "granted", state: Closed}},
+			failingCalls(20, 30*s, "granted", Closed), // silent for 30s: a quiet spell, then a burst's fast failures
+			failingCalls(1, 35*s-1, "granted", Closed),
+			failingCalls(1, 35*s, wantClosedToOpen, Open),
+		)},
 		{"a success within DeadAfter keeps it closed however many fail", Settings{DeadAfter: 5 * s}, joinSteps(
 			failingCalls(4, 0, "granted", Closed),
 			[]breakerStep{{at: 2 * s, do: "call ok", want: "granted", state: Closed}},

@@ -301,6 +301,21 @@ func TestFamilyDiagnosisCell(t *testing.T) {
 			fmt.Printf("   %s delay %v elapsed %v skipped %v err %v\n", a.Model, a.Delay, a.Elapsed, a.Skipped, a.Err)
 		}
 	}
+	if from, to, ok := strings.Cut(os.Getenv("FAMILY_WINDOW"), "-"); ok { // e.g. 3m10s-3m40s: every call started then
+		f, _ := time.ParseDuration(from)
+		u, _ := time.ParseDuration(to)
+		sort.Slice(calls, func(i, j int) bool { return calls[i].Start < calls[j].Start })
+		for _, cl := range calls {
+			if cl.Start < f || cl.Start > u {
+				continue
+			}
+			fmt.Printf("call %d start %v latency %v model %s\n", cl.Index, cl.Start, cl.Latency, cl.Model)
+			for _, a := range d.recs[cl.Index].Attempts {
+				fmt.Printf("   %s delay %v elapsed %v skipped %v err %v\n", a.Model, a.Delay, a.Elapsed, a.Skipped, a.Err)
+			}
+		}
+		return
+	}
 	for _, cl := range calls[:3] {
 		fmt.Printf("call %d start %v latency %v model %s\n", cl.Index, cl.Start, cl.Latency, cl.Model)
 		for _, a := range d.recs[cl.Index].Attempts {
