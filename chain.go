@@ -334,7 +334,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		actx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 		if learning {
-			late = call.cutOnceLearned(m, start, end.Sub(start), cancel)
+			late = call.cutOnceLearned(m, start, end.Sub(start), call.hasNext(m), cancel)
 			defer late.end() // joined on a panic of the SDK too
 		}
 	}
@@ -342,7 +342,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	a.sent = true
 	resp, err := call.send(actx, call, m)
 	if late != nil {
-		if cut = late.end(); err == nil {
+		if cut, onward = late.end(), late.onward; err == nil {
 			late.answered()
 		}
 	}

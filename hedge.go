@@ -486,7 +486,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	hr.clock.schedule(hr, start.Add(after))
 	var late *lateCut
 	if early { // cut once m learns its cut, as unhedged
-		late = call.cutOnceLearned(m, start, end.Sub(start), ocancel)
+		late = call.cutOnceLearned(m, start, end.Sub(start), false, ocancel) // hedged at the early delay, not cut
 	}
 	joined := false
 	defer func() {

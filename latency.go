@@ -116,6 +116,7 @@ func (e *cutError) Unwrap() error { return e.err }
 type lateCut struct {
 	stop, done chan struct{}
 	cut        time.Duration // the cut that ended the attempt; written before done closes
+	onward     bool          // the attempt has another model to go to: its cut sends the call on
 	lat        *latency.Learner
 	class      int
 }
@@ -132,23 +133,55 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 // sent before them; once none of those answered over a look, a quarter of
 // a median apart, what is left of the cohort stalls, and the median is
 // scaled as the learned cut scales the answers', twice for answers alike),
-// at once when that has passed, within the cut budget, by cancel. So a
-// stall sent in a Client's first moments (a burst of callers at start-up)
-// is cut like any later one rather than waited out, while a burst that
-// slowed every request (a flood, whose answers keep coming), or a model
-// slow on every request (long thinking), is waited for. It starts a
-// goroutine, which end joins.
-func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, cancel context.CancelFunc) *lateCut {
-	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class}
-	learned, class, cuts := m.lat.WhenLearned(call.class), call.class, call.c.cuts
+// at once when that has passed, by cancel. So a stall sent in a Client's
+// first moments (a burst of callers at start-up) is cut like any later one
+// rather than waited out, while a burst that slowed every request (a
+// flood, whose answers keep coming), or a model slow on every request
+// (long thinking), is waited for. An attempt with another model to go to
+// (onward: the cut sends the call on, Client.mayCut) is cut sooner, at the
+// early delay once m has EarlyHedgeAfter answers (latency.Learner.Hedge:
+// the early hedge's, which an attempt sent before it was known could not
+// take); one with nowhere else to go only within the cut budget. It starts
+// a goroutine, which end joins.
+func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
+	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
+	learned, class, c := m.lat.WhenLearned(call.class), call.class, call.c
+	var early <-chan struct{} // nil (never ready) unless onward
+	if onward {
+		early = m.lat.WhenEarly(class)
+	}
 	m.lat.Sent(class)
 	go func() {
 		defer close(lc.done)
 		defer m.lat.Ended(class)
-		select {
-		case <-lc.stop:
-			return
-		case <-learned:
+		for !m.lat.Learned(class) {
+			select {
+			case <-lc.stop:
+				return
+			case <-learned:
+				continue
+			case <-early:
+			}
+			// Early: cut at the early delay, looked at again after a
+			// quarter of it (it grows as the cohort answers), until the
+			// answers teach the cut.
+			wait := latency.CutFloor // half of the cohort or more in flight: look again soon
+			if d, ok := m.lat.Hedge(class); ok {
+				until := time.Until(start.Add(d))
+				switch {
+				case d >= room: // its own deadline comes first, unless the cut learned is sooner
+					wait = room
+				case until <= 0:
+					lc.cut = d
+					cancel()
+					return
+				default:
+					wait = min(until, max(latency.CutFloor, d/(4*latency.CutMax)))
+				}
+			}
+			if !lc.sleep(wait, learned) {
+				return
+			}
 		}
 		prev := int64(-1)
 		for {
@@ -169,7 +202,7 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 				case d >= room && settled: // its own deadline comes first
 					return
 				case until <= 0:
-					if cuts.allows(time.Now()) {
+					if c.mayCut(onward, time.Now()) {
 						lc.cut = d
 						cancel()
 					}
@@ -177,16 +210,26 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 				}
 				wait = min(wait, until)
 			}
-			t := time.NewTimer(wait)
-			select {
-			case <-lc.stop:
-				t.Stop()
+			if !lc.sleep(wait, nil) {
 				return
-			case <-t.C:
 			}
 		}
 	}()
 	return lc
+}
+
+// sleep waits d, or until wake is closed (nil: never), and reports false
+// when the watch was stopped meanwhile.
+func (lc *lateCut) sleep(d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-lc.stop:
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
 }
 
 // learning reports whether an attempt to m with room before its own

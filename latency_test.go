@@ -186,6 +186,50 @@ func slowestOfBackToBackCalls(t *testing.T, every int) time.Duration {
 	return slowest
 }
 
+// TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay: two users start
+// at once; pro's first request (one user's first call) stalls 45s, its
+// other answers take 1s, and the other user's calls, back to back, are
+// all it answers: its cut is learned from its tenth answer, 10s on. The
+// stall, sent before anything answered (so not hedged: there was no early
+// delay yet), is cut at the early delay once pro has answers enough:
+// three times the lower median of them and of the requests still out
+// (1s), and flash answers 0.8s on, where before it waited for the cut
+// learned (10s).
+func TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i == 0 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var stalled time.Duration
+		var rec geminiguard.CallRecord
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			start := time.Now()
+			_, rec, _ = ask(t.Context(), c, "")
+			stalled = time.Since(start)
+		})
+		synctest.Wait() // pro's first request is the stalled user's
+		for range 12 {
+			_, r, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, r.Model)
+		}
+		wg.Wait()
+
+		assert.Equal(t, flash, rec.Model, "the stalled call goes on to flash")
+		// The early delay is there once fewer than half of the attempts
+		// sent before are still out (the other user's request is one), and
+		// looked at every half a second until then: cut at 3s to 3.5s.
+		assert.InDelta(t, (3250*time.Millisecond + 800*time.Millisecond).Seconds(), stalled.Seconds(), 0.3,
+			"cut at three times the lower median of the answers and the stall, not at the cut learned from ten")
+	})
+}
+
 func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 20 users start at once, before anything is learned; pro's first

@@ -39,7 +39,8 @@ import (
 //
 // Before a class has Warmup answers it has no cut and no learned hedge
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
-// at the early delay
+// at the early delay (one sent before there was one, with another model to
+// go to, is cut at it: the caller's choice, WhenEarly)
 //
 //	early = max(CutFloor, CutMax × median of the answers and of the attempts in flight sent before them)
 //
@@ -89,6 +90,7 @@ func New(n int) *Learner {
 	l := &Learner{classes: make([]histogram, n)}
 	for i := range l.classes {
 		l.classes[i].learned = make(chan struct{})
+		l.classes[i].early = make(chan struct{})
 	}
 	return l
 }
@@ -100,6 +102,8 @@ type histogram struct {
 	last          atomic.Int64  // the learned cut of an attempt with nowhere else to go
 	hedge         atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
 	learned       chan struct{} // closed by the refresh that first stores the deadlines
+	early         chan struct{} // closed by the EarlyHedgeAfter-th answer (WhenEarly)
+	answers       atomic.Int64  // answers recorded (not Abandoned), up to EarlyHedgeAfter
 	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex    // serialises refreshes
@@ -110,6 +114,9 @@ type histogram struct {
 func (l *Learner) Record(class int, d time.Duration) {
 	h := &l.classes[class]
 	h.counts[Bucket(d)].Add(1)
+	if d != Abandoned && h.answers.Load() < EarlyHedgeAfter && h.answers.Add(1) == EarlyHedgeAfter {
+		close(h.early)
+	}
 	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 {
 		h.refresh() // at each answer while it warms up, then now and then
 	}
@@ -149,6 +156,13 @@ func (l *Learner) Learned(class int) bool {
 // answers of others taught meanwhile.
 func (l *Learner) WhenLearned(class int) <-chan struct{} {
 	return l.classes[class].learned
+}
+
+// WhenEarly returns a channel closed once class has EarlyHedgeAfter
+// answers: from then on Hedge may report the early delay, for an attempt
+// sent before that to be bounded by.
+func (l *Learner) WhenEarly(class int) <-chan struct{} {
+	return l.classes[class].early
 }
 
 // Sent counts an attempt of class sent before the class warmed up, in
