@@ -66,7 +66,8 @@ type BreakerSettings struct {
 	// the Client has been failing, or refused as failing, for 2s with no
 	// answer (an outage; a Client that asked nothing is idle, not in one),
 	// or the model never answered since the Client started (and no
-	// request to it sent before the latest failure is still out), the
+	// request to it sent before the latest failure, or before the first
+	// of them came back, is still out), the
 	// failures alone open it: for MinOpenFor, so that a brownout present
 	// from the first request takes a model that answers most of its
 	// requests out for a moment only. An outage's opening lasts up to

@@ -211,6 +211,54 @@ func TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 	})
 }
 
+// TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker: at the
+// Client's start, 14 users call at once. Pro's first five requests fail
+// fast (0.3s), the other nine answer in 1s: five failures in a row of a
+// model that never answered, back before any of its answers. Before,
+// the rule for a model that never answered (its failures alone open it,
+// once no request sent before the latest failure is still out) opened
+// it: the five failing requests happened to be sent first, and the nine
+// answering ones, sent the same instant, counted as newer. Now every
+// request sent before the model's first word (its first failure) is
+// waited for.
+func TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i < 5 {
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		var answered atomic.Int64
+		var wg sync.WaitGroup
+		users := func(n int) {
+			for range n {
+				wg.Go(func() {
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if rec.Model == pro {
+						answered.Add(1)
+					}
+				})
+			}
+			synctest.Wait() // their requests are out: the next are sent after them, at the same instant
+		}
+		users(5) // pro's first five requests: they fail
+		users(9)
+		wg.Wait()
+		later := askEvery(t, c, 10, 250*time.Millisecond, pro)
+
+		assert.Empty(t, changes.get(), "pro's breaker never opened")
+		assert.Equal(t, int64(9), answered.Load(), "pro answers the nine calls whose request it did not fail")
+		assert.Equal(t, 10, later, "and every call after")
+	})
+}
+
 func TestModelIsNotOutLongerThanItsBadSpell(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The primary answers, then is down from 10s to 25s, then answers

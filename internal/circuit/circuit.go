@@ -153,6 +153,7 @@ type Breaker struct {
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
 	failing   time.Time  // when the latest run of consecutive failures began (set by the one that makes it 1)
+	seen      uint64     // early's latest grant when that failure came back: the requests sent before the model's first word (dead)
 	early     grants     // closed-state permits granted before the model first answered, in flight
 	window    rateWindow // completed calls, closed, when FailureRate > 0
 }
@@ -266,7 +267,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	case Failure, Outage:
 		n := b.consecutive.Add(1)
 		if n == 1 {
-			b.failing = now
+			b.failing, b.seen = now, b.early.next
 		}
 		if n >= int64(b.s.FailureThreshold) {
 			switch {
@@ -327,13 +328,15 @@ func (l *LastAnswer) never() bool {
 // p's at now, make the model dead: DeadAfter is negative, or the model has
 // answered nothing for DeadAfter before now (since New, when it never
 // did) and the failures in a row began half of DeadAfter ago or more, or
-// it never answered and no request granted before p is still in flight.
-// A model's fast failures come back before its slow answers: the first
-// requests of a model that answers most of them but fails its first few
-// fast are not all in yet, and a burst of calls after a quiet spell finds
-// the model silent for as long as nothing asked it. Callers hold mu.
+// it never answered and no request is still in flight that was granted
+// before p, or before the first of those failures came back. A model's
+// fast failures come back before its slow answers: the first requests of
+// a model that answers most of them but fails its first few fast are not
+// all in yet (whichever of a burst's requests were granted first), and a
+// burst of calls after a quiet spell finds the model silent for as long
+// as nothing asked it. Callers hold mu.
 func (b *Breaker) dead(now time.Time, p Permit) bool {
-	return b.s.DeadAfter < 0 || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter || b.answered.never() && !b.early.before(p.seq)
+	return b.s.DeadAfter < 0 || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter || b.answered.never() && !b.early.before(max(p.seq, b.seen+1))
 }
 
 // grants are the closed-state permits granted before the model first

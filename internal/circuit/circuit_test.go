@@ -301,6 +301,20 @@ func TestBreakerScript(t *testing.T) {
 				{at: s, do: "fail", p: 0, want: "closed→open", state: Open}, // five in a row, p0 the oldest in flight
 			},
 		)},
+		{"a model that never answered: a request sent before its first failure came back is waited for", Settings{}, []breakerStep{
+			{at: 0, do: "allow", want: "granted", state: Closed}, // p0 to p4 fail fast
+			{at: 0, do: "allow", want: "granted", state: Closed},
+			{at: 0, do: "allow", want: "granted", state: Closed},
+			{at: 0, do: "allow", want: "granted", state: Closed},
+			{at: 0, do: "allow", want: "granted", state: Closed},
+			{at: 0, do: "allow", want: "granted", state: Closed}, // p5, sent the same instant, answers later
+			{at: s / 4, do: "fail", p: 0, want: "", state: Closed},
+			{at: s / 4, do: "fail", p: 1, want: "", state: Closed},
+			{at: s / 4, do: "fail", p: 2, want: "", state: Closed},
+			{at: s / 4, do: "fail", p: 3, want: "", state: Closed},
+			{at: s / 4, do: "fail", p: 4, want: "", state: Closed}, // none sent before p4 out, but p5 was sent before any came back
+			{at: s, do: "ok", p: 5, want: "", state: Closed},
+		}},
 		{"failure rate opens at the rate", rate, []breakerStep{
 			{at: 0, do: "call ok", want: "granted", state: Closed},
 			{at: s, do: "call fail", want: "granted", state: Closed},
