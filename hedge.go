@@ -259,7 +259,7 @@ type hedgeState struct {
 	m       *modelState     // the original's
 	start   time.Time       // the original's
 	learned time.Duration   // the original's learned cut, 0 when none
-	onward  bool            // the learned cut sends the call on to another model: the cut budget does not pay it (Client.mayCut)
+	onward  bool            // the cut sends the call on to another model: the cut budget does not pay it (Client.mayCut)
 	early   bool            // the original was sent before m learned its cut: cutOnceLearned bounds it, not the hedge's cut
 	ocancel context.CancelFunc
 	clock   *hedgeClock // the Client's: it starts the runs
@@ -337,10 +337,16 @@ func (hr *hedgeRun) arm(at time.Time) {
 }
 
 // cutFrom bounds the original by its learned cut from now on, as without
-// hedging, when the cut budget allows: at once when its time has come.
-// hr.mu is held.
+// hedging, when it may be cut (Client.mayCut): at once when its time has
+// come. An original hedged at the early delay, with another model to go
+// to, is cut now: its early delay has passed, and no hedge races it (none
+// was sent, or it failed), while nothing may answer to teach its model the
+// cut (one caller). hr.mu is held.
 func (hr *hedgeRun) cutFrom(now time.Time) {
 	switch d := hr.start.Add(hr.learned).Sub(now); {
+	case hr.early && hr.onward: // past the early delay, with no hedge out: cut now, for the next model
+		hr.cut, hr.cutting = now.Sub(hr.start), true
+		hr.ocancel()
 	case hr.learned == 0 || !hr.c.mayCut(hr.onward, now):
 		hr.cut = 0
 	case d > 0:
@@ -457,8 +463,9 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 // end, and races it with a hedge sent after the delay after; cut, above 0,
 // is the learned cut, which bounds the attempt when no hedge could be sent
 // (onward as boundingCut says); an attempt hedged at the early delay, sent
-// before m learned its cut, is cut only at its cohort's cut once m learns
-// it (cutOnceLearned), never with its hedge. It returns as attempt does. The original request is sent
+// before m learned its cut, is cut at its cohort's cut once m learns it
+// (cutOnceLearned), or, with another model to go to, once no hedge races
+// it (cutFrom), never with its hedge. It returns as attempt does. The original request is sent
 // on the call's goroutine and, until the delay passes, nothing else runs:
 // the delay is an entry in the Client's hedgeClock. The first answer wins
 // and cancels the other request. When the hedge's answer wins, *a becomes
@@ -481,6 +488,9 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	}
 	hr := hedgeRuns.Get().(*hedgeRun)
 	early := call.learning(m, end.Sub(start)) // hedged at the early delay
+	if early {
+		onward = call.hasNext(m) // cut at the early delay when no hedge races it (cutFrom)
+	}
 	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, onward: onward, early: early, ocancel: ocancel, tokens: -1}
 	hr.runs = 1 // nothing else holds hr before it is scheduled
 	hr.clock.schedule(hr, start.Add(after))

@@ -305,6 +305,44 @@ func TestStallOfOneCallersFirstCallsIsHedged(t *testing.T) {
 	})
 }
 
+// TestStallWhoseEarlyHedgeFailedIsCut: as above, but flash fails its first
+// request (the hedge) with a 503. Nothing else answers to teach pro its
+// cut (one caller), so the stall was waited out (45s, cell 3000040 of the
+// brownout family). The early delay has passed with no hedge out: the
+// stall is cut, and the call goes on to flash, which answers.
+func TestStallWhoseEarlyHedgeFailedIsCut(t *testing.T) {
+	const answers = 2 // latency.EarlyHedgeAfter
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i == answers {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i == 0 {
+				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+			}
+			return geminitest.Step{}
+		}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		for range answers {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+		// Hedged at 3s, the hedge failed at 3.3s: cut then, and flash's
+		// second request answers 0.8s on.
+		assert.InDelta(t, (3300*time.Millisecond + 800*time.Millisecond).Seconds(), time.Since(start).Seconds(), 0.2,
+			"cut once its hedge failed, not waited out to the 45s stall")
+		assert.Equal(t, 2, srv.Total(flash), "the hedge, then the call's request")
+	})
+}
+
 func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 60 users start at once, before anything is learned, and pro
