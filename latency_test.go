@@ -273,27 +273,36 @@ func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 	})
 }
 
+// answersBeforeStall is the answers pro has when its request stalls, in the tests of
+// a stall before the cut is learned: latency.EarlyHedgeAfter.
+const answersBeforeStall = 2
+
+// proStallingAfter is pro answering in 1s, its request after its first n
+// stalling 45s.
+func proStallingAfter(n int) geminitest.Model {
+	return geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		if i == n {
+			return geminitest.Step{Latency: 45 * time.Second}
+		}
+		return geminitest.Step{}
+	}}
+}
+
 // TestStallOfOneCallersFirstCallsIsHedged: one caller, whose third call
 // stalls on pro: pro has two answers of its class, not the ten that teach
 // its cut (latency.Warmup), and the stall is raced to flash at three times
 // their median instead of waited out (cell 1000171 of the brownout family:
 // one caller, 15 calls, its fourth stalling 44s after two answers).
 func TestStallOfOneCallersFirstCallsIsHedged(t *testing.T) {
-	const answers = 2 // latency.EarlyHedgeAfter
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i == answers {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := geminitest.New(proStallingAfter(answersBeforeStall), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		for i := range answers + 2 {
+		for i := range answersBeforeStall + 2 {
 			start := time.Now()
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
-			if i != answers {
+			if i != answersBeforeStall {
 				assert.Equal(t, pro, rec.Model)
 				continue
 			}
@@ -311,14 +320,8 @@ func TestStallOfOneCallersFirstCallsIsHedged(t *testing.T) {
 // brownout family). The early delay has passed with no hedge out: the
 // stall is cut, and the call goes on to flash, which answers.
 func TestStallWhoseEarlyHedgeFailedIsCut(t *testing.T) {
-	const answers = 2 // latency.EarlyHedgeAfter
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i == answers {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		srv := geminitest.New(proStallingAfter(answersBeforeStall), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond, Decide: func(_ geminitest.Request, i int) geminitest.Step {
 			if i == 0 {
 				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
 			}
@@ -326,7 +329,7 @@ func TestStallWhoseEarlyHedgeFailedIsCut(t *testing.T) {
 		}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		for range answers {
+		for range answersBeforeStall {
 			_, _, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 		}
