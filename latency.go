@@ -119,11 +119,12 @@ type lateCut struct {
 	onward     bool          // the attempt has another model to go to: its cut sends the call on
 	lat        *latency.Learner
 	class      int
+	place      int64 // its place among the attempts sent before the cut was learned (latency.Learner.Sent)
 }
 
 // answered counts the watched attempt's answer among its cohort's
 // (latency.Learner.CohortAnswered): the cohort is still answering.
-func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
+func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class, lc.place) }
 
 // cutOnceLearned bounds an attempt to m sent at start, with room before its
 // own deadline, that was sent before m had learned the answer times of the
@@ -141,8 +142,12 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 // (onward: the cut sends the call on, Client.mayCut) is cut sooner, at the
 // early delay once m has EarlyHedgeAfter answers (latency.Learner.Hedge:
 // the early hedge's, which an attempt sent before it was known could not
-// take); one with nowhere else to go only within the cut budget. It starts
-// a goroutine, which end joins.
+// take), or, while half of the attempts sent before the cut was learned
+// are still out (stalls that outnumber the answers, or a flood), once an
+// attempt sent after it answered (latency.Learner.Overtaken: a flood's
+// first requests answer first), at three times the answers' own median;
+// one with nowhere else to go only within the cut budget. It starts a
+// goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
 	learned, class, c := m.lat.WhenLearned(call.class), call.class, call.c
@@ -150,7 +155,7 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 	if onward {
 		early = m.lat.WhenEarly(class)
 	}
-	m.lat.Sent(class)
+	lc.place = m.lat.Sent(class)
 	go func() {
 		defer close(lc.done)
 		defer m.lat.Ended(class)
@@ -166,7 +171,11 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 			// quarter of it (it grows as the cohort answers), until the
 			// answers teach the cut.
 			wait := latency.CutFloor // half of the cohort or more in flight: look again soon
-			if d, ok := m.lat.Hedge(class); ok {
+			d, ok := m.lat.Hedge(class)
+			if !ok && m.lat.Overtaken(class, lc.place) {
+				d, ok = m.lat.AnswersCut(class)
+			}
+			if ok {
 				until := time.Until(start.Add(d))
 				switch {
 				case d >= room: // its own deadline comes first, unless the cut learned is sooner

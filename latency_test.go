@@ -230,6 +230,56 @@ func TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay(t *testing.T) {
 	})
 }
 
+// TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken: three users
+// start at once and pro stalls on all three requests; a fourth user's
+// calls, back to back, answer in 1s. The stalls still out are more than
+// half of pro's requests until its fifth answer, and a median still out
+// is no median: a flood's first answers are its fastest. But the fourth
+// user's later requests answered while the first three were out: a model
+// answering its later requests is not slowed by a burst, and the earlier
+// ones stall. They are cut at three times the lower median of the answers
+// once pro has two (3s), and flash answers 0.8s on, where before they
+// waited for the fifth answer.
+func TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i < 3 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var mu sync.Mutex
+		var stalled []time.Duration
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				start := time.Now()
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				assert.Equal(t, flash, rec.Model)
+				mu.Lock()
+				stalled = append(stalled, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		synctest.Wait() // pro's first three requests are theirs
+		for range 8 {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+		wg.Wait()
+
+		require.Len(t, stalled, 3)
+		for _, d := range stalled {
+			assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), d.Seconds(), 0.4,
+				"cut at three times the answers' lower median once overtaken, not when the stalls are under half")
+		}
+	})
+}
+
 func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 20 users start at once, before anything is learned; pro's first

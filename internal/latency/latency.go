@@ -40,7 +40,9 @@ import (
 // Before a class has Warmup answers it has no cut and no learned hedge
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
 // at the early delay (one sent before there was one, with another model to
-// go to, is cut at it: the caller's choice, WhenEarly)
+// go to, is cut at it: the caller's choice, WhenEarly; or, overtaken by the
+// answer of one sent after it, at CutMax times the answers' own median:
+// AnswersCut)
 //
 //	early = max(CutFloor, CutMax × median of the answers and of the attempts in flight sent before them)
 //
@@ -106,6 +108,8 @@ type histogram struct {
 	answers       atomic.Int64  // answers recorded (not Abandoned), up to EarlyHedgeAfter
 	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
+	sent          atomic.Int64  // the latest of those attempts' places in the order sent (Sent)
+	overtaking    atomic.Int64  // the latest place of one of them that answered (Overtaken)
 	mu            sync.Mutex    // serialises refreshes
 }
 
@@ -167,8 +171,13 @@ func (l *Learner) WhenEarly(class int) <-chan struct{} {
 
 // Sent counts an attempt of class sent before the class warmed up, in
 // flight until Ended: CohortCut counts it as at least as long as it has
-// taken so far.
-func (l *Learner) Sent(class int) { l.classes[class].pending.Add(1) }
+// taken so far. It returns the attempt's place in the order those were
+// sent, from 1, for CohortAnswered and Overtaken.
+func (l *Learner) Sent(class int) int64 {
+	h := &l.classes[class]
+	h.pending.Add(1)
+	return h.sent.Add(1)
+}
 
 // Ended counts the end of an attempt counted by Sent.
 func (l *Learner) Ended(class int) { l.classes[class].pending.Add(-1) }
@@ -196,8 +205,34 @@ func (l *Learner) CohortCut(class int, settled bool) (time.Duration, bool) {
 	return h.cohortCut(1, scale)
 }
 
-// CohortAnswered counts an answer of an attempt of class counted by Sent.
-func (l *Learner) CohortAnswered(class int) { l.classes[class].cohortAnswers.Add(1) }
+// CohortAnswered counts an answer of the attempt of class that Sent placed
+// at place.
+func (l *Learner) CohortAnswered(class int, place int64) {
+	h := &l.classes[class]
+	h.cohortAnswers.Add(1)
+	for {
+		last := h.overtaking.Load()
+		if place <= last || h.overtaking.CompareAndSwap(last, place) {
+			return
+		}
+	}
+}
+
+// Overtaken reports whether an attempt of class sent after the one Sent
+// placed at place has answered while it is out: a model answering its
+// later requests is not slowed by a burst (a flood's first requests answer
+// first), and the earlier one stalls.
+func (l *Learner) Overtaken(class int, place int64) bool {
+	return l.classes[class].overtaking.Load() > place
+}
+
+// AnswersCut returns CutMax times the lower median of class's answers
+// alone, false with fewer than EarlyHedgeAfter: the early delay of an
+// attempt that was overtaken (Overtaken), which the attempts in flight do
+// not hold back.
+func (l *Learner) AnswersCut(class int) (time.Duration, bool) {
+	return l.classes[class].answersCut()
+}
 
 // CohortAnswers returns the answers CohortAnswered counted of class.
 func (l *Learner) CohortAnswers(class int) int64 { return l.classes[class].cohortAnswers.Load() }
@@ -219,6 +254,24 @@ func (h *histogram) cohortCut(minAnswered int64, scale float64) (time.Duration, 
 	for i := range h.counts[:Buckets-1] {
 		if seen += h.counts[i].Load(); 2*seen >= answered+pending {
 			return max(CutFloor, time.Duration(scale*float64(Mid(i)))), true
+		}
+	}
+	return 0, false // answers counted while this ran: look again later
+}
+
+// answersCut is AnswersCut.
+func (h *histogram) answersCut() (time.Duration, bool) {
+	var answered int64
+	for i := range h.counts[:Buckets-1] {
+		answered += h.counts[i].Load()
+	}
+	if answered < EarlyHedgeAfter {
+		return 0, false
+	}
+	var seen int64
+	for i := range h.counts[:Buckets-1] {
+		if seen += h.counts[i].Load(); 2*seen >= answered {
+			return max(CutFloor, CutMax*Mid(i)), true
 		}
 	}
 	return 0, false // answers counted while this ran: look again later

@@ -147,6 +147,32 @@ func TestEarlyHedgeWaitsForABurstInFlight(t *testing.T) {
 	assert.InDelta(t, 6, h.Seconds(), 0.8, "three times 2s: the attempt still in flight holds the median above the faster answer")
 }
 
+// TestOvertakenAttemptIsCutAtTheAnswersMedian: three attempts of a burst
+// in flight, then two later ones answer (1s, 2s). The burst's median is
+// still out (no early delay), but an attempt overtaken by a later one's
+// answer has the early delay of the answers alone: three times 1s, the
+// lower median of the two.
+func TestOvertakenAttemptIsCutAtTheAnswersMedian(t *testing.T) {
+	l := New(1)
+	first := l.Sent(0)
+	for range 2 {
+		l.Sent(0)
+	}
+	later := l.Sent(0)
+	l.Record(0, time.Second)
+	l.Record(0, 2*time.Second)
+	assert.False(t, l.Overtaken(0, first), "no answer of a later attempt yet")
+	l.CohortAnswered(0, later)
+	l.Ended(0)
+	_, ok := l.Hedge(0)
+	assert.False(t, ok, "two answers, three attempts in flight: the burst's median is not known yet")
+	assert.True(t, l.Overtaken(0, first), "a later attempt answered")
+	assert.False(t, l.Overtaken(0, later), "not by itself")
+	d, ok := l.AnswersCut(0)
+	assert.True(t, ok)
+	assert.InDelta(t, 3, d.Seconds(), 0.4, "three times the lower median of the answers alone")
+}
+
 // TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
 // twice that, not waited on for a second (the brownout family: p99 ≤ 2×
 // the oracle's in 3 to 4 more cells of 200 than with a 1s floor).
