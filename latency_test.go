@@ -186,6 +186,18 @@ func slowestOfBackToBackCalls(t *testing.T, every int) time.Duration {
 	return slowest
 }
 
+// stallingAtStart returns the fake and a Client of pro, whose first n
+// requests stall 45s and whose others answer in 1s, then flash (0.8s).
+func stallingAtStart(t *testing.T, n int) (*geminitest.Server, *geminiguard.Client) {
+	srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		if i < n {
+			return geminitest.Step{Latency: 45 * time.Second}
+		}
+		return geminitest.Step{}
+	}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+	return srv, newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+}
+
 // TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay: two users start
 // at once; pro's first request (one user's first call) stalls 45s, its
 // other answers take 1s, and the other user's calls, back to back, are
@@ -197,13 +209,7 @@ func slowestOfBackToBackCalls(t *testing.T, every int) time.Duration {
 // learned (10s).
 func TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i == 0 {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		_, c := stallingAtStart(t, 1)
 
 		var stalled time.Duration
 		var rec geminiguard.CallRecord
@@ -242,13 +248,7 @@ func TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay(t *testing.T) {
 // waited for the fifth answer.
 func TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i < 3 {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		_, c := stallingAtStart(t, 3)
 
 		var mu sync.Mutex
 		var stalled []time.Duration
@@ -284,13 +284,7 @@ func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 20 users start at once, before anything is learned; pro's first
 		// three requests stall 45s, its other answers take 1s.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i < 3 {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		srv, c := stallingAtStart(t, 3)
 
 		var mu sync.Mutex
 		took := map[string][]time.Duration{}
