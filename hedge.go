@@ -459,24 +459,23 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	return hm, hctx
 }
 
-// hedged runs the admitted attempt a, which starts at call.now and ends by
-// end, and races it with a hedge sent after the delay after; cut, above 0,
-// is the learned cut, which bounds the attempt when no hedge could be sent
-// (onward as boundingCut says); an attempt hedged at the early delay, sent
-// before m learned its cut, is cut at its cohort's cut once m learns it
-// (cutOnceLearned), or, with another model to go to, once no hedge races
-// it (cutFrom), never with its hedge. It returns as attempt does. The original request is sent
-// on the call's goroutine and, until the delay passes, nothing else runs:
-// the delay is an entry in the Client's hedgeClock. The first answer wins
-// and cancels the other request. When the hedge's answer wins, *a becomes
-// the hedge's admission (for try to settle with the answer) and the
-// original is settled and recorded here; a hedge that lost or failed is
-// settled and recorded here too. For a stream, the original's stream is
-// left where an unhedged attempt leaves it, the hedge's replaces it when
-// the hedge wins, and the loser's is closed. The hedge is joined before
-// hedged returns, on every path: a panic in either request (the hedge's
-// raised here, once joined) cancels the other, waits for it and closes what
-// streams they opened.
+// hedged runs the admitted attempt a, which starts at call.now and ends by end,
+// and races it with a hedge sent after the delay after; cut, above 0, is the
+// learned cut, which bounds the attempt when no hedge could be sent (onward as
+// boundingCut says); an attempt hedged at the early delay, sent before m
+// learned its cut, is cut at its cohort's cut once m learns it
+// (cutOnceLearned), or, with another model to go to, once no hedge races it
+// (cutFrom), never with its hedge. It returns as attempt does. The original
+// request is sent on the call's goroutine and, until the delay passes, nothing
+// else runs: the delay is an entry in the Client's hedgeClock. The first answer
+// wins and cancels the other request. When the hedge's answer wins, *a becomes
+// the hedge's admission (for try to settle with the answer) and the original is
+// settled and recorded here; a hedge that lost or failed is settled and
+// recorded here too. For a stream, the original's stream is left where an
+// unhedged attempt leaves it, the hedge's replaces it when the hedge wins, and
+// the loser's is closed. The hedge is joined before hedged returns, on every
+// path: a panic in either request (the hedge's raised here, once joined)
+// cancels the other, waits for it and closes what streams they opened.
 func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, after, cut time.Duration, onward bool) (R, Verdict, time.Duration, error) {
 	m, start := a.m, call.now
 	var octx context.Context
@@ -538,9 +537,9 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		}
 		panic(hr.hedge.panicV)
 	}
-	cut = lc
+	cut, onward = lc, false // cutOnceLearned's, of a hedged attempt: the cut budget's
 	if hr.cutting {
-		cut = hr.cut
+		cut, onward = hr.cut, hr.onward
 	}
 	timedOut := orig.timedOut && ctx.Err() == nil
 	if !hr.h.sent {
@@ -562,7 +561,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		return resp, v, hedge.end.Sub(hstart), err
 	}
 	call.loser(ctx, &hr.h, &hedge, hstart)
-	return call.ended(ctx, m, start, orig.end, cut, hr.onward, timedOut, resp, err)
+	return call.ended(ctx, m, start, orig.end, cut, onward, timedOut, resp, err)
 }
 
 // opened hands the stream the winning request r opened, if any, to the
