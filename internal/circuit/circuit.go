@@ -215,13 +215,13 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 // generation (the state changed since Allow granted it) changes nothing.
 //
 // Closed: a success resets the consecutive failures; a failure that makes
-// FailureThreshold in a row, the first of them half of DeadAfter ago or
-// more, when the model has answered nothing for DeadAfter, or brings the failure rate over Window to FailureRate, opens
-// the breaker for MinOpenFor. Half-open: the probe's slot is freed;
-// HalfOpenProbes successes close the breaker (every count starts again); a
-// failure opens it again for twice the previous open period, up to
-// OpenFor. An outage's failure (no model answers: the Client's early probes
-// find its end, AllOpenProbeEvery) opens it for OpenFor at once.
+// FailureThreshold in a row, the first of them half of DeadAfter ago or more,
+// when the model has answered nothing for DeadAfter, or brings the failure rate
+// over Window to FailureRate, opens the breaker for MinOpenFor. Half-open: the
+// probe's slot is freed; HalfOpenProbes successes close the breaker (every
+// count starts again); a failure opens it again for twice the previous open
+// period, up to OpenFor. An outage's failure (no model answers: the Client's
+// early probes find its end, AllOpenProbeEvery) opens it for OpenFor at once.
 // Ignore only frees the slot.
 func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	if o == Success {
@@ -336,7 +336,13 @@ func (l *LastAnswer) never() bool {
 // burst of calls after a quiet spell finds the model silent for as long
 // as nothing asked it. Callers hold mu.
 func (b *Breaker) dead(now time.Time, p Permit) bool {
-	return b.s.DeadAfter < 0 || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter || b.answered.never() && !b.early.before(max(p.seq, b.seen+1))
+	if b.s.DeadAfter < 0 {
+		return true
+	}
+	if b.answered.never() && !b.early.before(max(p.seq, b.seen+1)) {
+		return true
+	}
+	return b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter
 }
 
 // grants are the closed-state permits granted before the model first
