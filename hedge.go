@@ -272,6 +272,7 @@ type hedgeState struct {
 	pairAt   time.Time // when set, both requests are cut then unless one returned
 	cut      time.Duration
 	cutting  bool               // the cut bounds the original
+	hcut     time.Duration      // the hedge's learned cut, when it was cut with its original (pairAt)
 	hcancel  context.CancelFunc // the hedge's, once sent
 	done     bool               // the hedge returned
 
@@ -318,6 +319,7 @@ func (hr *hedgeRun) run() {
 		hr.pairAt = time.Time{}
 		if hr.c.mayCut(hr.onward, now) {
 			hr.cut, hr.cutting = now.Sub(hr.start), true
+			hr.hcut = now.Sub(hr.hstart)
 			hr.ocancel()
 			hr.hcancel()
 		}
@@ -554,13 +556,13 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.chargeCut(hr.onward, hedge.end) {
 			call.c.hedges.refund(hedge.end) // the original outlived its cut: the hedge took the cut's place, and the cut pays
 		}
-		call.loser(ctx, a, &orig, start)
+		call.loser(ctx, a, &orig, start, 0)
 		*a, hr.h = hr.h, admission{}
 		call.opened(&hedge)
 		resp, v, _, err := call.ended(ctx, a.m, hstart, hedge.end, 0, false, false, hedge.resp, nil)
 		return resp, v, hedge.end.Sub(hstart), err
 	}
-	call.loser(ctx, &hr.h, &hedge, hstart)
+	call.loser(ctx, &hr.h, &hedge, hstart, hr.hcut)
 	return call.ended(ctx, m, start, orig.end, cut, onward, timedOut, resp, err)
 }
 
@@ -573,15 +575,26 @@ func (call *call[R]) opened(r *raced[R]) {
 }
 
 // loser settles and records the request r of a hedged attempt whose other
-// request's outcome is the attempt's: cancelled because the other answered
+// request's outcome is the attempt's: cut at its learned deadline cut (a
+// hedge that stalled too, cut with its original: an abandoned attempt of
+// its model, as ended records one), cancelled because the other answered
 // first (its permit handed back with an ignored outcome; an original also
 // counts as an abandoned attempt in its model's latencies), or failed on
 // its own (settled with its failure, whose verdict reaches past the call).
 // A stream it opened, its first chunk late, is closed.
-func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start time.Time) {
+func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start time.Time, cut time.Duration) {
 	c, m, elapsed := call.c, a.m, r.end.Sub(start)
 	r.release()
 	call.account(m, r.resp, r.end)
+	if cut > 0 && r.err != nil && ctx.Err() == nil && elapsed >= cut {
+		err := &cutError{err: r.err, after: cut}
+		m.lat.Record(call.class, latency.Abandoned)
+		m.routes[call.endpoint].slowed(r.end)
+		v := m.classify(err)
+		c.settle(a, r.end, err, v)
+		call.fail(m.name, &ModelError{Model: m.name, Verdict: v, Err: err}, 0, elapsed)
+		return
+	}
 	if r.err == nil || (errors.Is(r.err, context.Canceled) && ctx.Err() == nil) {
 		if r.err == nil && call.stream == nil {
 			c.settle(a, r.end, nil, Verdict{}) // answered too, a moment late

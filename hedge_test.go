@@ -526,19 +526,26 @@ func warmHedgingClient(t *testing.T, srv *geminitest.Server) *geminiguard.Client
 	return c
 }
 
+// stallingTwice returns the fake and a warm hedging Client of pro, which
+// answers its first 20 requests in 1s and stalls the next two 45s, then
+// flash (3s).
+func stallingTwice(t *testing.T) (*geminitest.Server, *geminiguard.Client) {
+	srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		if i == 20 || i == 21 {
+			return geminitest.Step{Latency: 45 * time.Second}
+		}
+		return geminitest.Step{}
+	}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
+	return srv, warmHedgingClient(t, srv)
+}
+
 // TestHedgeThatStallsTooIsCutWithItsOriginal: pro answers 20 calls in 1s,
 // then stalls its next two requests 45s (the original and its hedge, sent
 // to pro, which answers sooner than flash's 3s); both are cut at the
 // hedge's learned deadline and flash answers: not a 45s wait.
 func TestHedgeThatStallsTooIsCutWithItsOriginal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i == 20 || i == 21 {
-				return geminitest.Step{Latency: 45 * time.Second}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
-		c := warmHedgingClient(t, srv)
+		srv, c := stallingTwice(t)
 
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "")
@@ -547,6 +554,27 @@ func TestHedgeThatStallsTooIsCutWithItsOriginal(t *testing.T) {
 		assert.Equal(t, 22, srv.Total(pro), "the original and its hedge")
 		assert.Equal(t, flash, rec.Model, "both cut, flash answers")
 		assert.Less(t, time.Since(start), 10*time.Second, "cut at the hedge's deadline, then flash's 3s")
+	})
+}
+
+// TestHedgeCutWithItsOriginalIsRecordedAsCut: as above, the call's record
+// says what happened to each of pro's two requests: both were abandoned at
+// their learned deadline. Before, the hedge's read "its hedge answered
+// first", and its stall was not counted in pro's latencies.
+func TestHedgeCutWithItsOriginalIsRecordedAsCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, c := stallingTwice(t)
+
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		require.Len(t, rec.Attempts, 3, "pro's two requests, then flash's: %+v", rec.Attempts)
+		for _, a := range rec.Attempts[:2] {
+			assert.Equal(t, pro, a.Model)
+			require.Error(t, a.Err)
+			assert.Contains(t, a.Err.Error(), "abandoned", "cut at its learned deadline")
+			assert.NotContains(t, a.Err.Error(), "hedge answered first")
+		}
 	})
 }
 
