@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -494,15 +495,50 @@ func TestBatchFlood(t *testing.T) {
 func adaptiveAgainstFixed(t *testing.T, sc *Scenario, sums map[string]Summary) {
 	t.Helper()
 	m := func(arm, name string) float64 { return sums[arm].Measure(sc, name) }
+	answered := answeredOverPlays(t, sc, sums, "bulkheads fixed 64", "bulkheads aimd ≤64", "bulkheads gradient ≤64")
 	for _, arm := range []string{"bulkheads aimd ≤64", "bulkheads gradient ≤64"} {
 		assert.Less(t, m(arm, "interactive p95"), m("bulkheads fixed 64", "interactive p95"), "%s: %s keeps the interactive p95 below a fixed 64", sc.Name, arm)
 		// Within one call: the order in which a burst's simultaneous
-		// requests reach the fake moves an arm's figures by a call from
-		// run to run (1 run in 12 or so without the allowance).
+		// requests reach the fake moves an arm's figures from run to run
+		// (in capacityDrop, a fixed 64 answered 94.8% to 98.3% of the
+		// calls over 12 runs, AIMD 96.3% to 100%: one run in 12 put AIMD
+		// under, by three calls), so the arms are compared over plays.
 		oneCall := 1 / float64(sums[arm].Calls)
-		assert.GreaterOrEqual(t, sums[arm].Success, sums["bulkheads fixed 64"].Success-oneCall, "%s: %s answers at least what a fixed 64 does, within a call", sc.Name, arm)
+		assert.GreaterOrEqual(t, answered[arm], answered["bulkheads fixed 64"]-oneCall, "%s: %s answers at least what a fixed 64 does over %d plays, within a call (%v)", sc.Name, arm, floodPlays, answered)
 		assert.Less(t, m("geminiguard+bulkheads", "interactive p95"), m(arm, "interactive p95"), "%s: the fixed 8 keeps a lower interactive p95 than %s", sc.Name, arm)
 	}
+}
+
+// floodPlays is how many times the flood scenarios' bulkhead arms are
+// played for adaptiveAgainstFixed's comparison of their answers.
+const floodPlays = 3
+
+// answeredOverPlays returns the share of the calls each of arms answered
+// over floodPlays plays of sc: sums (a play of every arm) and floodPlays-1
+// plays of those arms alone.
+func answeredOverPlays(t *testing.T, sc *Scenario, sums map[string]Summary, arms ...string) map[string]float64 {
+	t.Helper()
+	only := *sc
+	only.Arms = nil
+	for _, a := range sc.Arms {
+		if slices.Contains(arms, a.Name) {
+			only.Arms = append(only.Arms, a)
+		}
+	}
+	total := map[string]float64{}
+	for _, arm := range arms {
+		total[arm] = sums[arm].Success
+	}
+	for range floodPlays - 1 {
+		_, more := play(t, &only)
+		for _, arm := range arms {
+			total[arm] += more[arm].Success
+		}
+	}
+	for arm := range total {
+		total[arm] /= floodPlays
+	}
+	return total
 }
 
 func TestCapacityDrop(t *testing.T) {
