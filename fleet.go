@@ -486,6 +486,31 @@ type modelLease struct {
 	failed        int
 	answered      time.Time
 	fleetFailures int
+
+	// The fleet's run of consecutive failures as this replica's leases saw
+	// it (failingFor): its count at the latest, and when the first lease
+	// that brought it back came.
+	runFailures int
+	runSince    time.Time
+}
+
+// failingFor records the fleet's count of the model's failures in a row
+// that a lease brought back at now, and returns how long this replica has
+// seen that run: since the first lease that brought it back (a count that
+// fell since the last is a new run, an answer having ended the one
+// before), 0 when there is none.
+func (l *modelLease) failingFor(now time.Time, failures int) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case failures == 0:
+		l.runFailures, l.runSince = 0, time.Time{}
+		return 0
+	case l.runFailures == 0 || failures < l.runFailures:
+		l.runSince = now
+	}
+	l.runFailures = failures
+	return now.Sub(l.runSince)
 }
 
 // refuse records that the fleet grants nothing before until, for dim.
@@ -931,18 +956,22 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 
 // fleetDead opens m's generate breaker when the fleet's failures say the
 // model is dead as the breaker's own rule would on one process's: at least
-// FailureThreshold in a row across the fleet, and no replica answered for
-// DeadAfter or this Client is in an outage (inOutage). The opening is
-// published as the Client's own. A fleet of replicas each seeing a part of
-// the traffic so opens as soon as one process would.
+// FailureThreshold in a row across the fleet, lasting half of DeadAfter
+// (as this replica's leases saw them: failingFor), and no replica answered
+// for DeadAfter, or none ever did, or this Client is in an outage
+// (inOutage). The opening is published as the Client's own. A fleet of
+// replicas each seeing a part of the traffic so opens as soon as one
+// process would, and a burst after a quiet spell, whose fast 503s come
+// back before its answers, does not open it.
 func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	s := c.cfg.breaker
+	now := time.Now()
+	failing := m.lease.failingFor(now, l.Failures)
 	if l.Failures < s.FailureThreshold {
 		return
 	}
-	now := time.Now()
 	br := m.breakers[endpointGenerate]
-	silent := s.DeadAfter < 0 || l.Answered.IsZero() || now.Sub(l.Answered) >= s.DeadAfter
+	silent := s.DeadAfter < 0 || l.Answered.IsZero() || now.Sub(l.Answered) >= s.DeadAfter && 2*failing >= s.DeadAfter
 	if !silent && !c.inOutage(now) {
 		return
 	}
