@@ -198,34 +198,10 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 // not: its failures have lasted 0.3s, not half of DeadAfter.
 func TestFleetBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 2 * time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				if i >= 20 && i%3 == 0 {
-					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
-		fleet := newFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-
-		const bursts, users = 6, 20
-		var answered atomic.Int64
-		for b := range bursts {
-			var wg sync.WaitGroup
-			for u := range users {
-				wg.Go(func() {
-					_, rec, err := ask(t.Context(), fleet[u%len(fleet)], "")
-					assert.NoError(t, err)
-					if b > 0 && rec.Model == pro {
-						answered.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			time.Sleep(20 * time.Second)
-		}
-
-		oracle := 2.0 / 3 * (bursts - 1) * users
-		assert.GreaterOrEqual(t, float64(answered.Load()), 0.9*oracle, "pro answers about two calls in three of each burst (%d of %d)", answered.Load(), (bursts-1)*users)
+		answered, oracle := burstsAfterQuietSpells(t, func(srv *geminitest.Server) []*geminiguard.Client {
+			return newFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		})
+		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)
 	})
 }
 
