@@ -176,16 +176,15 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 				d, ok = m.lat.AnswersCut(class)
 			}
 			if ok {
-				until := time.Until(start.Add(d))
-				switch {
-				case d >= room: // its own deadline comes first, unless the cut learned is sooner
-					wait = room
-				case until <= 0:
-					lc.cut = d
-					cancel()
-					return
-				default:
-					wait = min(until, max(latency.CutFloor, d/(4*latency.CutMax)))
+				wait = max(latency.CutFloor, d/(4*latency.CutMax))
+				if d < room { // else its own deadline comes first, unless a later look's is sooner
+					until := time.Until(start.Add(d))
+					if until <= 0 {
+						lc.cut = d
+						cancel()
+						return
+					}
+					wait = min(wait, until)
 				}
 			}
 			if !lc.sleep(wait, learned) {
