@@ -237,16 +237,28 @@ func (l *Learner) AnswersCut(class int) (time.Duration, bool) {
 // CohortAnswers returns the answers CohortAnswered counted of class.
 func (l *Learner) CohortAnswers(class int) int64 { return l.classes[class].cohortAnswers.Load() }
 
-// cohortCut returns CutMax times the median of h's answers and of the
+// cohortCut returns scale times the median of h's answers and of the
 // attempts in flight sent before the class warmed up, those counted as
 // slower than every answer; false with fewer than minAnswered answers, or
 // while half of them or more are in flight.
 func (h *histogram) cohortCut(minAnswered int64, scale float64) (time.Duration, bool) {
+	return h.scaledMedian(minAnswered, h.pending.Load(), scale)
+}
+
+// answersCut is AnswersCut: cohortCut with no attempt counted in flight.
+func (h *histogram) answersCut() (time.Duration, bool) {
+	return h.scaledMedian(EarlyHedgeAfter, 0, CutMax)
+}
+
+// scaledMedian returns scale times the lower median of h's answers and of
+// pending more, counted as slower than every answer (at least CutFloor);
+// false with fewer than minAnswered answers, or while pending are half of
+// them or more.
+func (h *histogram) scaledMedian(minAnswered, pending int64, scale float64) (time.Duration, bool) {
 	var answered int64
 	for i := range h.counts[:Buckets-1] {
 		answered += h.counts[i].Load()
 	}
-	pending := h.pending.Load()
 	if answered < minAnswered || 2*pending >= answered+pending {
 		return 0, false
 	}
@@ -254,24 +266,6 @@ func (h *histogram) cohortCut(minAnswered int64, scale float64) (time.Duration, 
 	for i := range h.counts[:Buckets-1] {
 		if seen += h.counts[i].Load(); 2*seen >= answered+pending {
 			return max(CutFloor, time.Duration(scale*float64(Mid(i)))), true
-		}
-	}
-	return 0, false // answers counted while this ran: look again later
-}
-
-// answersCut is AnswersCut.
-func (h *histogram) answersCut() (time.Duration, bool) {
-	var answered int64
-	for i := range h.counts[:Buckets-1] {
-		answered += h.counts[i].Load()
-	}
-	if answered < EarlyHedgeAfter {
-		return 0, false
-	}
-	var seen int64
-	for i := range h.counts[:Buckets-1] {
-		if seen += h.counts[i].Load(); 2*seen >= answered {
-			return max(CutFloor, CutMax*Mid(i)), true
 		}
 	}
 	return 0, false // answers counted while this ran: look again later
