@@ -150,80 +150,110 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class, lc.place) }
 // goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
-	learned, class, c := m.lat.WhenLearned(call.class), call.class, call.c
+	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel}
 	var early <-chan struct{} // nil (never ready) unless onward
 	if onward {
-		early = m.lat.WhenEarly(class)
+		early = m.lat.WhenEarly(lc.class)
 	}
-	lc.place = m.lat.Sent(class)
+	lc.place = m.lat.Sent(lc.class)
 	go func() {
 		defer close(lc.done)
-		defer m.lat.Ended(class)
-		for !m.lat.Learned(class) {
-			select {
-			case <-lc.stop:
-				return
-			case <-learned:
-				continue
-			case <-early:
-			}
-			// Early: cut at the early delay, looked at again after a
-			// quarter of it (it grows as the cohort answers), until the
-			// answers teach the cut.
-			wait := latency.CutFloor // half of the cohort or more in flight: look again soon
-			d, ok := m.lat.Hedge(class)
-			if !ok && m.lat.Overtaken(class, lc.place) {
-				d, ok = m.lat.AnswersCut(class)
-			}
-			if ok {
-				wait = max(latency.CutFloor, d/(4*latency.CutMax))
-				if d < room { // else its own deadline comes first, unless a later look's is sooner
-					until := time.Until(start.Add(d))
-					if until <= 0 {
-						lc.cut = d
-						cancel()
-						return
-					}
-					wait = min(wait, until)
-				}
-			}
-			if !lc.sleep(wait, learned) {
-				return
-			}
-		}
-		prev := int64(-1)
-		for {
-			// The cut as it is now: it grows as the cohort answers. Look
-			// again after a quarter of a median (or at the cut): once none
-			// of the cohort answered over a look, what is left of it
-			// stalls (answers, not ends: a cut at the same instant as a
-			// look is no answer, so every look of one instant agrees).
-			look, _ := m.lat.Cut(class, true)
-			look /= 4 * latency.CutMax
-			answers := m.lat.CohortAnswers(class)
-			settled := prev >= 0 && answers == prev
-			prev = answers
-			wait := look
-			if d, ok := m.lat.CohortCut(class, settled); ok {
-				until := time.Until(start.Add(d))
-				switch {
-				case d >= room && settled: // its own deadline comes first
-					return
-				case until <= 0:
-					if c.mayCut(onward, time.Now()) {
-						lc.cut = d
-						cancel()
-					}
-					return
-				}
-				wait = min(wait, until)
-			}
-			if !lc.sleep(wait, nil) {
-				return
-			}
+		defer m.lat.Ended(lc.class)
+		if w.early(early) {
+			w.cohort()
 		}
 	}()
 	return lc
+}
+
+// cutWatch is what cutOnceLearned's goroutine watches: the attempt lc
+// watches, sent at start with room before its own deadline, cut by cancel.
+type cutWatch struct {
+	lc     *lateCut
+	c      *Client
+	start  time.Time
+	room   time.Duration
+	cancel context.CancelFunc
+}
+
+// early cuts the attempt at the early delay (or, overtaken, at three times
+// the answers' median), looked at again after a quarter of it (it grows as
+// the cohort answers), from when early is closed until the class learns
+// its cut. It reports whether the watch goes on (the cut is learned).
+func (w *cutWatch) early(early <-chan struct{}) bool {
+	lat, class, learned := w.lc.lat, w.lc.class, w.lc.lat.WhenLearned(w.lc.class)
+	for !lat.Learned(class) {
+		select {
+		case <-w.lc.stop:
+			return false
+		case <-learned:
+			continue
+		case <-early:
+		}
+		wait := latency.CutFloor // half of the cohort or more in flight: look again soon
+		d, ok := lat.Hedge(class)
+		if !ok && lat.Overtaken(class, w.lc.place) {
+			d, ok = lat.AnswersCut(class)
+		}
+		if ok {
+			wait = max(latency.CutFloor, d/(4*latency.CutMax))
+			if d < w.room { // else its own deadline comes first, unless a later look's is sooner
+				left, done := w.due(d)
+				if done {
+					return false
+				}
+				wait = min(wait, left)
+			}
+		}
+		if !w.lc.sleep(wait, learned) {
+			return false
+		}
+	}
+	return true
+}
+
+// cohort cuts the attempt at its cohort's cut (latency.Learner.CohortCut),
+// looked at again after a quarter of a median (or at the cut): once none
+// of the cohort answered over a look, what is left of it stalls (answers,
+// not ends: a cut at the same instant as a look is no answer, so every
+// look of one instant agrees).
+func (w *cutWatch) cohort() {
+	lat, class := w.lc.lat, w.lc.class
+	prev := int64(-1)
+	for {
+		look, _ := lat.Cut(class, true)
+		look /= 4 * latency.CutMax
+		answers := lat.CohortAnswers(class)
+		settled := prev >= 0 && answers == prev
+		prev = answers
+		wait := look
+		if d, ok := lat.CohortCut(class, settled); ok {
+			if d >= w.room && settled { // its own deadline comes first
+				return
+			}
+			left, done := w.due(d)
+			if done {
+				return
+			}
+			wait = min(wait, left)
+		}
+		if !w.lc.sleep(wait, nil) {
+			return
+		}
+	}
+}
+
+// due returns how long is left until the attempt's cut d; once none is, it
+// cuts the attempt when it may be cut (Client.mayCut) and reports done.
+func (w *cutWatch) due(d time.Duration) (left time.Duration, done bool) {
+	if left = time.Until(w.start.Add(d)); left > 0 {
+		return left, false
+	}
+	if w.c.mayCut(w.lc.onward, time.Now()) {
+		w.lc.cut = d
+		w.cancel()
+	}
+	return 0, true
 }
 
 // sleep waits d, or until wake is closed (nil: never), and reports false
