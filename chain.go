@@ -451,6 +451,9 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	if o == outcomeOutage && tr != nil && State(tr.To) == StateOpen {
 		c.outageOpen.Add(1)
 	}
+	if tr != nil && State(tr.To) == StateClosed { // the throttle need not hold back what the breaker took out for
+		a.m.routes[a.endpoint].recovered(now, a.br.s.HalfOpenProbes)
+	}
 	a.m.count(err, v)
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
 	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it

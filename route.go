@@ -21,9 +21,16 @@ import (
 // quarter of its requests or more keeps all of its traffic (each failure
 // still moves that call on to the next model at once, so its answers are
 // kept), one that answers a tenth keeps about 60% of it, and one that
-// answers nothing gets one request now and then, until its breaker opens. Below routeMinRequests in the
-// window nothing is throttled. The breaker is for the dead
-// model (see BreakerSettings.DeadAfter); this is for the degraded one.
+// answers nothing gets one request now and then, until its breaker opens.
+// Below routeMinRequests in the window nothing is throttled. The breaker
+// is for the dead model (see BreakerSettings.DeadAfter); this is for the
+// degraded one. A breaker that closes on a model whose window holds no
+// answer but its probe's starts the window again: its failures are the
+// spell the breaker already took the model out for, and counting them
+// again (with every call kept back counted as one more request not
+// answered) would hold back, for more than the window, a model that
+// answers most of its requests (a start-up spell that every first
+// request fell in).
 
 // routeK is the SRE book's K: a model is throttled only once fewer than
 // 1/routeK of its requests are answered. The book's 2 protects an
@@ -108,10 +115,7 @@ func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
 	if b.epoch.Load() != e {
 		a.mu.Lock()
 		if b.epoch.Load() < e {
-			b.requests.Store(0)
-			b.accepts.Store(0)
-			b.slow.Store(0)
-			b.held.Store(0)
+			b.reset()
 			b.epoch.Store(e)
 		}
 		a.mu.Unlock()
@@ -152,6 +156,34 @@ func (a *availability) slowed(now time.Time) {
 	b.requests.Add(1)
 	b.slow.Add(1)
 	a.recorded(e)
+}
+
+// recovered is told at now that the model's breaker closed on the answers
+// of its probes (already counted). When the window holds no other answer,
+// its failures are the spell that opened the breaker, which the probes say
+// is over: the window starts again from those answers.
+func (a *availability) recovered(now time.Time, probes int) {
+	if _, acc, _, _ := a.totals(now); acc > int64(probes) {
+		return
+	}
+	a.mu.Lock()
+	for i := range a.buckets {
+		a.buckets[i].reset()
+	}
+	a.mu.Unlock()
+	a.pastGen.Add(1)
+	b, e := a.bucket(now)
+	b.requests.Add(int64(probes))
+	b.accepts.Add(int64(probes))
+	a.recorded(e)
+}
+
+// reset zeroes the bucket's counts; callers hold the availability's mu.
+func (b *availabilityBucket) reset() {
+	b.requests.Store(0)
+	b.accepts.Store(0)
+	b.slow.Store(0)
+	b.held.Store(0)
 }
 
 // recorded drops the cached totals of the past spans once a record, now

@@ -222,6 +222,18 @@ func burstsAfterQuietSpells(t *testing.T, newClients func(*geminitest.Server) []
 	return float64(n.Load()), 2.0 / 3 * (bursts - 1) * users
 }
 
+// failingFast returns a fake of pro, answering in latency but failing its
+// request i fast (0.3s, a 503) when fails(i), then flash (0.5s).
+func failingFast(latency time.Duration, fails func(i int) bool) *geminitest.Server {
+	return geminitest.New(geminitest.Model{Name: pro, Latency: latency,
+		Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if fails(i) {
+				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+}
+
 // TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker: at the
 // Client's start, 14 users call at once. Pro's first five requests fail
 // fast (0.3s), the other nine answer in 1s: five failures in a row of a
@@ -234,13 +246,7 @@ func burstsAfterQuietSpells(t *testing.T, newClients func(*geminitest.Server) []
 // waited for.
 func TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				if i < 5 {
-					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		srv := failingFast(time.Second, func(i int) bool { return i < 5 })
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
@@ -267,6 +273,50 @@ func TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker(t *testing.T) {
 		assert.Empty(t, changes.get(), "pro's breaker never opened")
 		assert.Equal(t, int64(9), answered.Load(), "pro answers the nine calls whose request it did not fail")
 		assert.Equal(t, 10, later, "and every call after")
+	})
+}
+
+// TestStartupSpellThatOpenedTheBreakerDoesNotThrottleTheModelAfter: 20
+// users call at once at the Client's start, then again after a second's
+// thought, for 40s. Pro fails every request of its first second (a bad
+// spell that every first request fell in: its breaker opens, rightly, on
+// a model that never answered), then one in three. Its probe answers and
+// closes the breaker; before, the throttle's window still held the 20
+// failures of the first instant and one answer, and kept pro's traffic
+// back (each call it skipped counted as one more request not answered):
+// from 5s to 25s pro answered 40% of the calls, against 67% now.
+func TestStartupSpellThatOpenedTheBreakerDoesNotThrottleTheModelAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := failingFast(500*time.Millisecond, func(i int) bool { return time.Since(start) < time.Second || i%3 == 0 })
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		const users = 20
+		var calls, answered atomic.Int64
+		var wg sync.WaitGroup
+		for range users {
+			wg.Go(func() {
+				for time.Since(start) < 40*time.Second {
+					at := time.Since(start)
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if at >= 5*time.Second && at < 25*time.Second {
+						calls.Add(1)
+						if rec.Model == pro {
+							answered.Add(1)
+						}
+					}
+					time.Sleep(time.Second)
+				}
+			})
+		}
+		wg.Wait()
+
+		require.Contains(t, changes.get(), pro+":open", "every request of its first second failed: its breaker opened")
+		share := float64(answered.Load()) / float64(calls.Load())
+		assert.GreaterOrEqual(t, share, 0.6, "from 5s to 25s pro answers about two calls in three (got %.2f of %d calls)", share, calls.Load())
 	})
 }
 
