@@ -776,3 +776,61 @@ func TestConcurrentAttemptsAreEachHedgedAtTheirOwnDelay(t *testing.T) {
 		assert.Equal(t, 40+4, srv.Total(pro))
 	})
 }
+
+// TestHedgeOfABrownoutsFirstStallsGoesToTheNext: ten users call pro back
+// to back for 30s (10 calls a second), then pro stalls one request in
+// four. The throttle's window holds 300 answers of the healthy spell, so
+// its share of stalls crosses the 5% a hedge quantile allows for only
+// after 15 of them; before, every stall until then was hedged to pro
+// (faster than flash, a second request to it a bet for its median), a
+// quarter of those hedges stalled too, and those calls waited for both
+// cuts. The last seconds' share of stalls says at once that a second
+// request to pro stalls as often.
+func TestHedgeOfABrownoutsFirstStallsGoesToTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if time.Since(start) >= 30*time.Second && i%4 == 0 {
+					return geminitest.Step{Latency: 45 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 1500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true, Budget: 1}))
+
+		var mu sync.Mutex
+		twice := 0   // calls of the brownout that sent pro a second request
+		bothCut := 0 // calls that waited for pro's two requests to be cut
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				for time.Since(start) < 40*time.Second {
+					at := time.Since(start)
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					n := 0
+					for _, a := range rec.Attempts {
+						if a.Model == pro && !a.Skipped {
+							n++
+						}
+					}
+					if at >= 30*time.Second {
+						mu.Lock()
+						if n > 1 {
+							twice++
+						}
+						if time.Since(start)-at > 5*time.Second {
+							bothCut++
+						}
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+
+		assert.LessOrEqual(t, twice, 6, "only the first stalls of the brownout are hedged to pro (%d calls)", twice)
+		assert.LessOrEqual(t, bothCut, 1, "only a stall hedged to pro before any of them was cut waits for both cuts (%d calls)", bothCut)
+	})
+}

@@ -213,6 +213,20 @@ func (a *availability) totals(now time.Time) (requests, accepts, slow, held int6
 	return requests, accepts, slow, held
 }
 
+// recent returns the requests sent (not kept back) and the slow ones of
+// the span of now and the span before it: the last routeSpan or two, in
+// which a brownout's first stalls are not yet diluted by the window.
+func (a *availability) recent(now time.Time) (sent, slow int64) {
+	_, e := a.bucket(now)
+	for _, x := range [2]int64{e, e - 1} {
+		if b := &a.buckets[x%routeBuckets]; x > 0 && b.epoch.Load() == x {
+			sent += b.requests.Load() - b.held.Load()
+			slow += b.slow.Load()
+		}
+	}
+	return sent, slow
+}
+
 // cachePast sums the window's spans before span e, caches and returns them.
 func (a *availability) cachePast(e int64) *pastSpans {
 	p := &pastSpans{epoch: e, gen: a.pastGen.Load()} // the gen first: a record bumping it after is not missed
