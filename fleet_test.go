@@ -198,7 +198,7 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 // not: its failures have lasted 0.3s, not half of DeadAfter.
 func TestFleetBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		answered, oracle := burstsAfterQuietSpells(t, func(srv *geminitest.Server) []*geminiguard.Client {
+		answered, oracle := burstsAfterQuietSpells(t, false, func(srv *geminitest.Server) []*geminiguard.Client {
 			return newFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 		})
 		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)

@@ -180,7 +180,24 @@ func TestStartupBrownoutKeepsThePrimaryInRotation(t *testing.T) {
 // slot refusing the other 19 calls.
 func TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		answered, oracle := burstsAfterQuietSpells(t, func(srv *geminitest.Server) []*geminiguard.Client {
+		answered, oracle := burstsAfterQuietSpells(t, false, func(srv *geminitest.Server) []*geminiguard.Client {
+			return []*geminiguard.Client{newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))}
+		})
+		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)
+	})
+}
+
+// TestBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers: as above,
+// but a straggler's call 5s after each burst fails on pro, the last word
+// of pro before the quiet spell. The next burst's fast failures then
+// continue a run of failures that began 15s before, which has lasted half
+// of DeadAfter: before, they opened pro's breaker, its answers to the
+// burst (sent before those failures came back) still on their way, and pro
+// answered 27 of the bursts' calls. Now the breaker waits for the requests
+// sent before them.
+func TestBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		answered, oracle := burstsAfterQuietSpells(t, true, func(srv *geminitest.Server) []*geminiguard.Client {
 			return []*geminiguard.Client{newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))}
 		})
 		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)
@@ -190,13 +207,15 @@ func TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 // burstsAfterQuietSpells plays six bursts of 20 users calling at once, 20s
 // apart, user u on clients[u % len(clients)], the Clients newClients makes
 // on a fake of pro (answering in 2s, failing one request in three fast,
-// 0.3s, after its first 20) then flash (0.5s). It returns how many calls
-// of the bursts after the first pro answered, and how many an oracle's pro
-// would (two in three).
-func burstsAfterQuietSpells(t *testing.T, newClients func(*geminitest.Server) []*geminiguard.Client) (answered, oracle float64) {
+// 0.3s, after its first 20) then flash (0.5s); with straggler, one more
+// call 5s after each burst, whose request to pro fails. It returns how
+// many calls of the bursts after the first pro answered, and how many an
+// oracle's pro would (two in three).
+func burstsAfterQuietSpells(t *testing.T, straggler bool, newClients func(*geminitest.Server) []*geminiguard.Client) (answered, oracle float64) {
+	var straggling atomic.Bool
 	srv := geminitest.New(geminitest.Model{Name: pro, Latency: 2 * time.Second,
 		Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i >= 20 && i%3 == 0 {
+			if i >= 20 && i%3 == 0 || straggling.Load() {
 				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
 			}
 			return geminitest.Step{}
@@ -217,7 +236,16 @@ func burstsAfterQuietSpells(t *testing.T, newClients func(*geminitest.Server) []
 			})
 		}
 		wg.Wait()
-		time.Sleep(20 * time.Second)
+		quiet := 20 * time.Second
+		if straggler {
+			time.Sleep(3 * time.Second)
+			straggling.Store(true)
+			_, _, err := ask(t.Context(), clients[0], "")
+			assert.NoError(t, err)
+			straggling.Store(false)
+			quiet -= 3*time.Second + 300*time.Millisecond + 500*time.Millisecond
+		}
+		time.Sleep(quiet)
 	}
 	return float64(n.Load()), 2.0 / 3 * (bursts - 1) * users
 }

@@ -83,7 +83,7 @@ var probesBusy = &Refusal{}
 // Permit is stale: Done ignores it.
 type Permit struct {
 	gen   uint64 // breaker generation when granted
-	seq   uint64 // its place among the permits granted before the model first answered (Breaker.early); 0: after
+	seq   uint64 // its place among the permits granted while the model was unheard (Breaker.early); 0: not one
 	probe bool   // granted in half-open: it holds a probe slot
 }
 
@@ -153,8 +153,9 @@ type Breaker struct {
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
 	failing   time.Time  // when the latest run of consecutive failures began (set by the one that makes it 1)
-	seen      uint64     // early's latest grant when that failure came back: the requests sent before the model's first word (dead)
-	early     grants     // closed-state permits granted before the model first answered, in flight
+	seen      uint64     // early's latest grant when that failure, or the first after half of DeadAfter without one, came back: the requests sent before the model's first word (dead)
+	failed    time.Time  // the latest counted failure, closed
+	early     grants     // closed-state permits granted while the model was unheard (never answered, or nothing for DeadAfter), in flight
 	window    rateWindow // completed calls, closed, when FailureRate > 0
 }
 
@@ -178,7 +179,7 @@ func New(s Settings, now time.Time) *Breaker {
 // HalfOpenProbes are in flight and refuses otherwise. The transition is nil
 // unless this call changed the state.
 func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
-	if c := b.cur.Load(); State(c&3) == Closed && !b.answered.never() {
+	if c := b.cur.Load(); State(c&3) == Closed && !b.unheard(now) {
 		return Permit{gen: c >> 2}, nil, nil
 	}
 	b.mu.Lock()
@@ -186,10 +187,10 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	var tr *Transition
 	gen, st := b.load()
 	switch st {
-	case Closed: // closed since the load above, or the model has not answered yet
+	case Closed: // closed since the load above, or the model is unheard
 		p := Permit{gen: gen}
-		if b.answered.never() {
-			p.seq = b.early.add()
+		if b.unheard(now) {
+			p.seq = b.early.add(now)
 		}
 		return p, nil, nil
 	case Open:
@@ -267,8 +268,12 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	case Failure, Outage:
 		n := b.consecutive.Add(1)
 		if n == 1 {
-			b.failing, b.seen = now, b.early.next
+			b.failing = now
 		}
+		if n == 1 || 2*now.Sub(b.failed) > b.s.DeadAfter {
+			b.seen = b.early.next // the model's first word since a quiet spell: wait for what was sent before it
+		}
+		b.failed = now
 		if n >= int64(b.s.FailureThreshold) {
 			switch {
 			case o == Outage:
@@ -325,42 +330,55 @@ func (l *LastAnswer) never() bool {
 }
 
 // dead reports whether FailureThreshold failures in a row, the latest
-// p's at now, make the model dead: DeadAfter is negative, or the model has
-// answered nothing for DeadAfter before now (since New, when it never
-// did) and the failures in a row began half of DeadAfter ago or more, or
-// it never answered and no request is still in flight that was granted
-// before p, or before the first of those failures came back. A model's
+// p's at now, make the model dead: DeadAfter is negative; or no request
+// is still in flight that was granted within DeadAfter before now while
+// the model was unheard (unheard), before p or before the first of those
+// failures came back (or the first after half of DeadAfter without one:
+// the model's first word to a burst after a quiet spell), and the model
+// never answered, or has answered nothing for DeadAfter before now and
+// the failures in a row began half of DeadAfter ago or more. A model's
 // fast failures come back before its slow answers: the first requests of
 // a model that answers most of them but fails its first few fast are not
 // all in yet (whichever of a burst's requests were granted first), and a
 // burst of calls after a quiet spell finds the model silent for as long
-// as nothing asked it. Callers hold mu.
+// as nothing asked it, its answers to the burst on their way. A request
+// in flight for longer than DeadAfter is not waited for. Callers hold mu.
 func (b *Breaker) dead(now time.Time, p Permit) bool {
 	if b.s.DeadAfter < 0 {
 		return true
 	}
-	if b.answered.never() && !b.early.before(max(p.seq, b.seen+1)) {
+	if b.early.pending(max(p.seq, b.seen+1), now.Add(-b.s.DeadAfter)) {
+		return false
+	}
+	return b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter
+}
+
+// unheard reports whether the model had, at now, never answered, or
+// answered nothing for DeadAfter: whether a request granted then is
+// tracked while in flight (early), for dead to wait for its answer.
+func (b *Breaker) unheard(now time.Time) bool {
+	if b.answered.never() {
 		return true
 	}
-	return b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter
+	return b.s.DeadAfter > 0 && now.Sub(b.answered.Origin)-time.Duration(b.answered.at.Load()) >= b.s.DeadAfter
 }
 
-// grants are the closed-state permits granted before the model first
-// answered, in the order granted, while any of them is in flight. The
-// zero value has granted none.
+// grants are the closed-state permits granted while the model was
+// unheard, in the order granted, while any of them is in flight. The zero
+// value has granted none.
 type grants struct {
-	next uint64 // the seq of the latest grant; seqs start at 1
-	base uint64 // the seq of busy[0], the oldest in flight
-	busy []bool // busy[i]: the grant base+i is in flight; busy[0] is, when any is
+	next uint64      // the seq of the latest grant; seqs start at 1
+	base uint64      // the seq of busy[0], the oldest in flight
+	busy []time.Time // busy[i]: when the grant base+i was granted, zero once it ended; busy[0] is in flight, when any is
 }
 
-// add counts a grant in flight and returns its seq.
-func (g *grants) add() uint64 {
+// add counts a grant at now in flight and returns its seq.
+func (g *grants) add(now time.Time) uint64 {
 	g.next++
 	if len(g.busy) == 0 {
 		g.base = g.next
 	}
-	g.busy = append(g.busy, true)
+	g.busy = append(g.busy, now)
 	return g.next
 }
 
@@ -370,20 +388,29 @@ func (g *grants) end(seq uint64) {
 	if seq < g.base || seq-g.base >= uint64(len(g.busy)) {
 		return
 	}
-	g.busy[seq-g.base] = false
+	g.busy[seq-g.base] = time.Time{}
 	n := 0
-	for n < len(g.busy) && !g.busy[n] {
+	for n < len(g.busy) && g.busy[n].IsZero() {
 		n++
 	}
 	g.base += uint64(n)
 	if g.busy = g.busy[n:]; len(g.busy) == 0 {
-		g.busy = nil // the model answered long ago, or nothing is in flight: hold no memory
+		g.busy = nil // nothing is in flight: hold no memory
 	}
 }
 
-// before reports whether a grant older than seq is in flight.
-func (g *grants) before(seq uint64) bool {
-	return len(g.busy) > 0 && g.base < seq
+// pending reports whether a grant older than seq, granted after since, is
+// in flight.
+func (g *grants) pending(seq uint64, since time.Time) bool {
+	for i, at := range g.busy {
+		if g.base+uint64(i) >= seq {
+			break
+		}
+		if at.After(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // OpenEarly ends an open breaker's open period at now, as if OpenFor had

@@ -717,3 +717,41 @@ func TestBreakerOutageOverShortensTheOutagesOpening(t *testing.T) {
 	assert.False(t, own.OutageOver(brkT0.Add(time.Second)), "opened by its own failures: unchanged")
 	assert.Equal(t, brkT0.Add(2*time.Second), own.OpenUntil())
 }
+
+// A model that answered, failed once, then was asked nothing for 17s: a
+// burst's first failures continue that run, which has lasted half of
+// DeadAfter, but the burst's other requests, granted before those
+// failures came back, may yet answer: the breaker waits for them, and
+// one answer keeps it closed. A request in flight for longer than
+// DeadAfter is not waited for.
+func TestBreakerWaitsForABurstsAnswersAfterAQuietSpell(t *testing.T) {
+	b := New(withDefaults(Settings{}), brkT0)
+	at := func(d time.Duration) time.Time { return brkT0.Add(d) }
+	call := func(d time.Duration, o Outcome) *Transition {
+		p, _, _ := b.Allow(at(d))
+		return b.Done(p, at(d), o)
+	}
+	require.Nil(t, call(time.Second, Success))
+	require.Nil(t, call(3*time.Second, Failure), "the run of failures begins")
+
+	burst := make([]Permit, 10)
+	for i := range burst {
+		burst[i], _, _ = b.Allow(at(20 * time.Second))
+	}
+	for _, p := range burst[:5] {
+		require.Nil(t, b.Done(p, at(20*time.Second+300*time.Millisecond), Failure), "the burst's other requests are still out")
+	}
+	require.Nil(t, b.Done(burst[5], at(22*time.Second), Success), "and one answers")
+	assert.Equal(t, Closed, b.State(at(22*time.Second)))
+
+	// burst[6:] stay in flight for good. From 40s the model fails every
+	// request: it is dead once its failures have lasted half of DeadAfter,
+	// the requests granted 20s before not waited for.
+	for range 4 {
+		require.Nil(t, call(40*time.Second, Failure))
+	}
+	require.Nil(t, call(45*time.Second-1, Failure), "the run has not lasted half of DeadAfter")
+	tr := call(45*time.Second, Failure)
+	require.NotNil(t, tr, "failures for half of DeadAfter, silent for DeadAfter: dead")
+	assert.Equal(t, Open, tr.To)
+}
