@@ -339,6 +339,10 @@ func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
 // It returns the transition, nil when none.
 func (b *breaker) openTill(now, until time.Time) *transition { return b.sm.OpenTill(now, until) }
 
+// awaiting reports whether a request sent while the model was unheard may
+// yet answer (circuit.Breaker.Awaiting).
+func (b *breaker) awaiting(now time.Time) bool { return b.sm.Awaiting(now) }
+
 // closeSince closes the breaker at now because another replica's probe
 // proved the model healthy at since (a FactClosed), unless it is closed or
 // changed state after since (circuit.Breaker.CloseSince). It returns the

@@ -958,11 +958,14 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // model is dead as the breaker's own rule would on one process's: at least
 // FailureThreshold in a row across the fleet, lasting half of DeadAfter
 // (as this replica's leases saw them: failingFor), and no replica answered
-// for DeadAfter, or none ever did, or this Client is in an outage
-// (inOutage). The opening is published as the Client's own. A fleet of
-// replicas each seeing a part of the traffic so opens as soon as one
-// process would, and a burst after a quiet spell, whose fast 503s come
-// back before its answers, does not open it.
+// for DeadAfter, or none ever did, with none of this replica's requests
+// sent while the model was unheard still in flight (circuit.Breaker.
+// Awaiting); or this Client is in an outage (inOutage). The opening is
+// published as the Client's own. A fleet of replicas each seeing a part
+// of the traffic so opens as soon as one process would, and a burst after
+// a quiet spell, whose fast 503s come back before its answers, does not
+// open it, even when the model's last word before the spell was a
+// failure.
 func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	s := c.cfg.breaker
 	now := time.Now()
@@ -972,10 +975,11 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	}
 	br := m.breakers[endpointGenerate]
 	silent := s.DeadAfter < 0 || l.Answered.IsZero() || now.Sub(l.Answered) >= s.DeadAfter && 2*failing >= s.DeadAfter
-	if !silent && !c.inOutage(now) {
+	outage := c.inOutage(now)
+	if !silent && !outage {
 		return
 	}
-	if br.state(now) != StateClosed {
+	if br.state(now) != StateClosed || !outage && br.awaiting(now) { // this replica's answers to the burst may be on their way
 		return
 	}
 	tr := br.openTill(now, now.Add(br.s.OpenFor))

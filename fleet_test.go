@@ -205,6 +205,21 @@ func TestFleetBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 	})
 }
 
+// TestFleetBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers: as
+// TestBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers, over four
+// replicas sharing one store. The fleet's run of failures began with the
+// straggler's, 15s before the next burst's fast 503s: before, they opened
+// pro's breaker fleet-wide while the replicas' answers to the burst were
+// on their way (42 of the bursts' calls answered by pro, against 65 now).
+func TestFleetBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		answered, oracle := burstsAfterQuietSpells(t, true, func(srv *geminitest.Server) []*geminiguard.Client {
+			return newFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		})
+		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)
+	})
+}
+
 // flakyState is a SharedState that can be made to fail, or to hang until
 // its caller gives up, and counts the calls that reached it.
 type flakyState struct {

@@ -353,6 +353,17 @@ func (b *Breaker) dead(now time.Time, p Permit) bool {
 	return b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter
 }
 
+// Awaiting reports whether a request granted while the model was unheard
+// (never answered, or nothing for DeadAfter), within DeadAfter before now,
+// is still in flight: its answer may be on its way. A fleet's replica asks
+// it before it takes the model for dead on the fleet's failures, whose
+// first it did not see come back.
+func (b *Breaker) Awaiting(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.s.DeadAfter >= 0 && b.early.pending(b.early.next+1, now.Add(-b.s.DeadAfter))
+}
+
 // unheard reports whether the model had, at now, never answered, or
 // answered nothing for DeadAfter: whether a request granted then is
 // tracked while in flight (early), for dead to wait for its answer.
