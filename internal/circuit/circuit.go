@@ -172,7 +172,9 @@ func New(s Settings, now time.Time) *Breaker {
 // Allow asks to send one request at now. It returns a permit to hand back to
 // Done, or a *Refusal (shared and not to be modified) and no permit.
 //
-// Closed, it grants at once, without taking the lock or allocating. Open, it
+// Closed, it grants at once, without taking the lock or allocating while
+// the model is heard from (while it is unheard, the grant is tracked under
+// the lock until handed back, for dead). Open, it
 // refuses until OpenFor has passed since the breaker opened; the first call
 // at or after that moves the breaker to half-open, returns that transition
 // and grants the first probe. Half-open, it grants a probe while fewer than
@@ -368,10 +370,7 @@ func (b *Breaker) Awaiting(now time.Time) bool {
 // answered nothing for DeadAfter: whether a request granted then is
 // tracked while in flight (early), for dead to wait for its answer.
 func (b *Breaker) unheard(now time.Time) bool {
-	if b.answered.never() {
-		return true
-	}
-	return b.s.DeadAfter > 0 && now.Sub(b.answered.Origin)-time.Duration(b.answered.at.Load()) >= b.s.DeadAfter
+	return b.answered.never() || b.s.DeadAfter > 0 && b.answered.SilentFor(now, b.s.DeadAfter)
 }
 
 // grants are the closed-state permits granted while the model was
