@@ -59,15 +59,18 @@ type BreakerSettings struct {
 	// it, for its breaker to open: the breaker is for a dead model. (A
 	// burst of calls after a quiet spell gets a model's fast 503s back
 	// before its slow answers: a few failures in a row, 0.3s long, of a
-	// model silent only because nothing asked it, say nothing yet.) A degraded one, failing in bursts
+	// model silent only because nothing asked it, say nothing yet; nor
+	// does a failure before the spell.) While the model has answered
+	// nothing for DeadAfter, or never did, no failure opens it while a
+	// request to it sent before the latest failure, or before the first of
+	// the burst came back, is still out, for at most DeadAfter: its answer
+	// may be on its way. A degraded one, failing in bursts
 	// but still answering, keeps the share of traffic it can serve (see
 	// the package doc's routing); a storm of 503s that lets one request in
 	// seven through does not take it out of rotation. When every model of
 	// the Client has been failing, or refused as failing, for 2s with no
 	// answer (an outage; a Client that asked nothing is idle, not in one),
-	// or the model never answered since the Client started (and no
-	// request to it sent before the latest failure, or before the first
-	// of them came back, is still out), the
+	// or the model never answered since the Client started, the
 	// failures alone open it: for MinOpenFor, so that a brownout present
 	// from the first request takes a model that answers most of its
 	// requests out for a moment only. An outage's opening lasts up to
