@@ -85,9 +85,11 @@ type BreakerSettings struct {
 	// lets probes through (half-open), unless every model is open (see
 	// AllOpenProbeEvery). A breaker opened from closed refuses for
 	// MinOpenFor; each failed probe reopens it for twice as long as the
-	// time before, up to OpenFor: a model is not taken out for much longer
-	// than its bad spell lasts, and one that stays down costs a probe per
-	// OpenFor once the periods reach it.
+	// time before, up to OpenFor, or up to half of OpenFor while the model
+	// answered within twice OpenFor: a model is not taken out for much
+	// longer than its bad spell lasts, one in and out of bad spells is
+	// probed again within half of OpenFor, and one that stays down costs a
+	// probe per OpenFor once the periods reach it.
 	// Default: 30s.
 	OpenFor time.Duration
 	// MinOpenFor is how long a breaker opened from closed refuses requests

@@ -384,6 +384,49 @@ func TestModelIsNotOutLongerThanItsBadSpell(t *testing.T) {
 	})
 }
 
+// TestModelInBadSpellsIsProbedAgainWithinHalfOfOpenFor: from 10s on, pro
+// fails every request in bad spells, 8s long on average, with good spells
+// as long between them (drawn from a fixed seed). A failed probe doubles
+// the open period, and before, after four in a row it reached OpenFor
+// (30s): a model that had answered seconds before its opening was out for
+// several good spells (pro answered 274 calls, of the 373 an oracle's
+// would). A model that answered within the last minute is now reopened
+// for half of OpenFor at most.
+func TestModelInBadSpellsIsProbedAgainWithinHalfOfOpenFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(1, 9))
+		var spells []time.Duration // bad from spells[2i] to spells[2i+1]
+		for at := 10 * time.Second; at < 10*time.Minute; {
+			bad := time.Duration(r.ExpFloat64() * float64(8*time.Second))
+			good := time.Duration(r.ExpFloat64() * float64(8*time.Second))
+			spells = append(spells, at, at+bad)
+			at += bad + good
+		}
+		start := time.Now()
+		inBadSpell := func() bool {
+			i, found := slices.BinarySearch(spells, time.Since(start))
+			return found && i%2 == 0 || !found && i%2 == 1
+		}
+		srv := failingFast(500*time.Millisecond, func(int) bool { return inBadSpell() })
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		answered, oracle := 0, 0
+		for range 600 {
+			if !inBadSpell() {
+				oracle++
+			}
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			if rec.Model == pro {
+				answered++
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+
+		assert.GreaterOrEqual(t, float64(answered), 0.85*float64(oracle), "pro answers the calls of its good spells (%d of %d)", answered, oracle)
+	})
+}
+
 // stallingPrimary plays 200 calls, one every 250ms, on pro (stalling 45s
 // on one request in every, after its first 20; the others answer in 1s)
 // then flash (0.8s), and returns the share of them pro answered, the

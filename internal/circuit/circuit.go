@@ -529,23 +529,29 @@ func (b *Breaker) setState(to State, now time.Time) *Transition {
 		if _, from := b.load(); from == HalfOpen {
 			b.reopens++ // a failed probe: this period is longer than the last
 		}
-		until = now.Add(b.openPeriod())
+		until = now.Add(b.openPeriod(now))
 	}
 	return b.setStateUntil(to, now, until)
 }
 
-// openPeriod returns how long the breaker stays open when it opens now:
+// openPeriod returns how long the breaker stays open when it opens at now:
 // MinOpenFor from closed, doubled for each failed probe since, up to
-// OpenFor. Callers hold mu.
-func (b *Breaker) openPeriod() time.Duration {
+// OpenFor, or up to half of OpenFor while the model answered within twice
+// OpenFor before now: a model in and out of bad spells is probed again
+// sooner than one that has been silent for a minute. Callers hold mu.
+func (b *Breaker) openPeriod(now time.Time) time.Duration {
+	longest := b.s.OpenFor
+	if !b.answered.never() && !b.answered.SilentFor(now, 2*b.s.OpenFor) {
+		longest = max(b.s.OpenFor/2, b.s.MinOpenFor)
+	}
 	d := b.s.MinOpenFor
 	for range b.reopens {
-		if d >= b.s.OpenFor/2 {
-			return b.s.OpenFor
+		if d >= longest/2 {
+			return longest
 		}
 		d *= 2
 	}
-	return min(d, b.s.OpenFor)
+	return min(d, longest)
 }
 
 // openForOutage opens the breaker at now for OpenFor, an outage's opening
@@ -572,7 +578,7 @@ func (b *Breaker) OutageOver(now time.Time) bool {
 	if r == nil || !r.outage {
 		return false
 	}
-	until := r.since.Add(b.openPeriod())
+	until := r.since.Add(b.openPeriod(r.since))
 	if until.Before(now) {
 		until = now
 	}

@@ -755,3 +755,26 @@ func TestBreakerWaitsForABurstsAnswersAfterAQuietSpell(t *testing.T) {
 	require.NotNil(t, tr, "failures for half of DeadAfter, silent for DeadAfter: dead")
 	assert.Equal(t, Open, tr.To)
 }
+
+// A model that answered within twice OpenFor is reopened for half of
+// OpenFor at most: 2s, 4s, 8s, then 15s, not 16s and 30s; once it has been
+// silent for twice OpenFor, the periods grow to OpenFor again.
+func TestBreakerOpenPeriodOfAModelThatAnsweredLately(t *testing.T) {
+	b := newBreaker(Settings{FailureThreshold: 1, DeadAfter: -1})
+	now := brkT0
+	p, _, _ := b.Allow(now)
+	require.Nil(t, b.Done(p, now, Success))
+	p, _, _ = b.Allow(now)
+	require.NotNil(t, b.Done(p, now, Failure))
+	var periods []time.Duration
+	for range 8 { // each probe fails
+		until := b.Snapshot(now).OpenUntil
+		periods = append(periods, until.Sub(now))
+		now = until
+		p, _, r := b.Allow(now)
+		require.Nil(t, r)
+		require.NotNil(t, b.Done(p, now, Failure))
+	}
+	s := time.Second
+	assert.Equal(t, []time.Duration{2 * s, 4 * s, 8 * s, 15 * s, 15 * s, 15 * s, 15 * s, 30 * s}, periods, "reopened at 74s, silent for a minute: the period reaches OpenFor")
+}
