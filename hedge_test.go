@@ -784,8 +784,11 @@ func TestConcurrentAttemptsAreEachHedgedAtTheirOwnDelay(t *testing.T) {
 // after 15 of them; before, every stall until then was hedged to pro
 // (faster than flash, a second request to it a bet for its median), a
 // quarter of those hedges stalled too, and those calls waited for both
-// cuts. The last seconds' share of stalls says at once that a second
-// request to pro stalls as often.
+// cuts: over 40 runs, 11-15 calls sent pro a second request and 2-5
+// waited for both cuts. The last seconds' share of stalls says at once
+// that a second request to pro stalls as often: 4-5 and 1-2 (100 runs
+// beside two busy CPU loops; which requests stall depends on the order
+// the users' requests reach the fake).
 func TestHedgeOfABrownoutsFirstStallsGoesToTheNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -830,7 +833,7 @@ func TestHedgeOfABrownoutsFirstStallsGoesToTheNext(t *testing.T) {
 		}
 		wg.Wait()
 
-		assert.LessOrEqual(t, twice, 6, "only the first stalls of the brownout are hedged to pro (%d calls)", twice)
-		assert.LessOrEqual(t, bothCut, 1, "only a stall hedged to pro before any of them was cut waits for both cuts (%d calls)", bothCut)
+		assert.LessOrEqual(t, twice, 7, "only the first stalls of the brownout are hedged to pro (%d calls)", twice)
+		assert.LessOrEqual(t, bothCut, 2, "only the stalls hedged to pro before any of them was cut wait for both cuts (%d calls)", bothCut)
 	})
 }

@@ -192,9 +192,9 @@ func TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 // of pro before the quiet spell. The next burst's fast failures then
 // continue a run of failures that began 15s before, which has lasted half
 // of DeadAfter: before, they opened pro's breaker, its answers to the
-// burst (sent before those failures came back) still on their way, and pro
-// answered 27 of the bursts' calls. Now the breaker waits for the requests
-// sent before them.
+// burst (sent before those failures came back) still on their way, and
+// pro answered 42 of the bursts' calls. Now the breaker waits for the
+// requests sent before them: 65.
 func TestBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		answered, oracle := burstsAfterQuietSpells(t, true, func(srv *geminitest.Server) []*geminiguard.Client {
@@ -234,6 +234,7 @@ func burstsAfterQuietSpells(t *testing.T, straggler bool, newClients func(*gemin
 					n.Add(1)
 				}
 			})
+			synctest.Wait() // its request is out: user u's is the burst's u-th, so which fail does not depend on the scheduler
 		}
 		wg.Wait()
 		quiet := 20 * time.Second
