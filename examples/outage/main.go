@@ -55,6 +55,7 @@ func main() {
 	family := flag.Int("family", 0, "play the brownout family of issue 19 with this many cells (200 is the issue's size) instead of a scenario")
 	seed := flag.Uint64("seed", 1, "with -family: the family's seed")
 	worst := flag.Int("worst", 3, "with -family: how many worst cells to name for each figure")
+	cells := flag.String("cells", "", "with -family: also write geminiguard's figures in every cell to this file, a line per cell (seed, share ÷ oracle's, p99 ÷ oracle's, requests per call, success), to compare two builds cell by cell")
 	cell := flag.Uint64("cell", 0, "replay the family's cell of this seed (as the family's report names it) and print its arms' table")
 	flag.Parse()
 	if *family > 0 || *cell > 0 {
@@ -63,7 +64,7 @@ func main() {
 			if *cell > 0 {
 				return replay(bubble, *cell, *markdown)
 			}
-			return playFamily(bubble, *family, *seed, *worst, *markdown)
+			return playFamily(bubble, *family, *seed, *worst, *markdown, *cells)
 		})
 	}
 
@@ -142,8 +143,8 @@ func report(w io.Writer, res *scenario.Result, markdown bool) error {
 
 // playFamily plays n cells of the brownout family of seed, each in its own
 // bubble, and prints the family's report with the worst cells, and how
-// long it took.
-func playFamily(bubble func(func(context.Context)), n int, seed uint64, worst int, markdown bool) int {
+// long it took; with cells set, it writes every cell's figures there too.
+func playFamily(bubble func(func(context.Context)), n int, seed uint64, worst int, markdown bool, cells string) int {
 	began := time.Now()
 	fr := &scenario.FamilyReport{Seed: seed}
 	for i, c := range scenario.Family(seed, n) {
@@ -155,8 +156,26 @@ func playFamily(bubble func(func(context.Context)), n int, seed uint64, worst in
 	if err := fr.Write(os.Stdout, markdown, worst); err != nil {
 		return fail(err)
 	}
+	if cells != "" {
+		if err := writeCells(fr, cells); err != nil {
+			return fail(err)
+		}
+	}
 	fmt.Printf("played in %v of wall time\n", time.Since(began).Round(100*time.Millisecond))
 	return 0
+}
+
+// writeCells writes fr's cells to the file at path (FamilyReport.WriteCells).
+func writeCells(fr *scenario.FamilyReport, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fr.WriteCells(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // replay plays the family's cell of seed and prints its arms' table.

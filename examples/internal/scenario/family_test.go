@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -70,4 +71,12 @@ func TestFamily(t *testing.T) {
 		assert.Contains(t, out, target.name)
 	}
 	assert.Contains(t, out, "cell 7000001")
+
+	b.Reset()
+	require.NoError(t, fr.WriteCells(&b))
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	require.Len(t, lines, len(fr.Cells), "a line per cell")
+	first := fr.Cells[0]
+	assert.Equal(t, fmt.Sprintf("%d\t%.2f\t%.2f\t%.2f\t%.2f%%", first.Cell.Seed, shareRatio(first.Guard, first.Oracle),
+		p99Ratio(first.Guard, first.Oracle), first.Guard.PerCall, 100*first.Guard.Success), lines[0], "the seed, then geminiguard's figures")
 }

@@ -100,6 +100,24 @@ var familyArms = []struct {
 	{"failsafe+hedge", func(r CellResult) Summary { return r.Failsafe }},
 }
 
+// WriteCells writes geminiguard's figures in every cell, one line per
+// cell in the family's order: the cell's seed, then each of the family's
+// figures (primary share and p99 ÷ the oracle's, requests per call,
+// success in %), tab-separated. Two builds' files compare cell by cell
+// (join, diff), where the report's distributions hide which cells moved.
+func (fr *FamilyReport) WriteCells(w io.Writer) error {
+	for _, r := range fr.Cells {
+		line := fmt.Sprint(r.Cell.Seed)
+		for _, f := range familyFigures {
+			line += "\t" + fmt.Sprintf(f.format, f.of(r.Guard, r.Oracle))
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // values returns figure f of arm over the cells, in the cells' order.
 func (fr *FamilyReport) values(f familyFigure, arm func(CellResult) Summary) []float64 {
 	out := make([]float64, len(fr.Cells))
