@@ -211,21 +211,14 @@ func TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, c := stallingAtStart(t, 1)
 
-		var stalled time.Duration
-		var rec geminiguard.CallRecord
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			start := time.Now()
-			_, rec, _ = ask(t.Context(), c, "")
-			stalled = time.Since(start)
-		})
-		synctest.Wait() // pro's first request is the stalled user's
+		wait := callsAtOnce(t, c, 1) // pro's first request is the stalled user's
 		for range 12 {
 			_, r, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 			require.Equal(t, pro, r.Model)
 		}
-		wg.Wait()
+		call := wait()[0]
+		rec, stalled := call.rec, call.took
 
 		assert.Equal(t, flash, rec.Model, "the stalled call goes on to flash")
 		// The early delay is there once fewer than half of the attempts
@@ -250,31 +243,19 @@ func TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, c := stallingAtStart(t, 3)
 
-		var mu sync.Mutex
-		var stalled []time.Duration
-		var wg sync.WaitGroup
-		for range 3 {
-			wg.Go(func() {
-				start := time.Now()
-				_, rec, err := ask(t.Context(), c, "")
-				assert.NoError(t, err)
-				assert.Equal(t, flash, rec.Model)
-				mu.Lock()
-				stalled = append(stalled, time.Since(start))
-				mu.Unlock()
-			})
-		}
-		synctest.Wait() // pro's first three requests are theirs
+		wait := callsAtOnce(t, c, 3) // pro's first three requests are theirs
 		for range 8 {
 			_, rec, err := ask(t.Context(), c, "")
 			require.NoError(t, err)
 			require.Equal(t, pro, rec.Model)
 		}
-		wg.Wait()
+		stalled := wait()
 
 		require.Len(t, stalled, 3)
-		for _, d := range stalled {
-			assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), d.Seconds(), 0.4,
+		for _, s := range stalled {
+			assert.NoError(t, s.err)
+			assert.Equal(t, flash, s.rec.Model)
+			assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), s.took.Seconds(), 0.4,
 				"cut at three times the answers' lower median once overtaken, not when the stalls are under half")
 		}
 	})
@@ -286,20 +267,11 @@ func TestStallSentBeforeTheCutIsLearnedIsCutOnceItIs(t *testing.T) {
 		// three requests stall 45s, its other answers take 1s.
 		srv, c := stallingAtStart(t, 3)
 
-		var mu sync.Mutex
 		took := map[string][]time.Duration{}
-		var wg sync.WaitGroup
-		for range 20 {
-			wg.Go(func() {
-				start := time.Now()
-				_, rec, err := ask(t.Context(), c, "")
-				assert.NoError(t, err)
-				mu.Lock()
-				took[rec.Model] = append(took[rec.Model], time.Since(start))
-				mu.Unlock()
-			})
+		for _, call := range callsAtOnce(t, c, 20)() {
+			assert.NoError(t, call.err)
+			took[call.rec.Model] = append(took[call.rec.Model], call.took)
 		}
-		wg.Wait()
 
 		assert.Len(t, took[pro], 17, "pro answers every call it did not stall")
 		require.Len(t, took[flash], 3, "the three stalled calls go on to flash")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -105,6 +107,37 @@ func ask(ctx context.Context, c *geminiguard.Client, model string) (*genai.Gener
 	var rec geminiguard.CallRecord
 	resp, err := c.GenerateContent(geminiguard.RecordCall(ctx, &rec), model, genai.Text("Say hi"), nil)
 	return resp, rec, err
+}
+
+// timedCall is one call of callsAtOnce: its record, error and how long it
+// took.
+type timedCall struct {
+	rec  geminiguard.CallRecord
+	err  error
+	took time.Duration
+}
+
+// callsAtOnce starts n calls on c at the same instant, each on a goroutine
+// of its own, and returns once their requests are out (synctest.Wait: a
+// request sent after it returns is sent after theirs); wait waits for the
+// calls and returns them, in no order. It must be called inside a
+// testing/synctest bubble.
+func callsAtOnce(t *testing.T, c *geminiguard.Client, n int) (wait func() []timedCall) {
+	t.Helper()
+	calls := make([]timedCall, n)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			start := time.Now()
+			_, calls[i].rec, calls[i].err = ask(t.Context(), c, "")
+			calls[i].took = time.Since(start)
+		})
+	}
+	synctest.Wait()
+	return func() []timedCall {
+		wg.Wait()
+		return calls
+	}
 }
 
 // requireNoKey fails when the fake API key appears in s.

@@ -223,20 +223,19 @@ func burstsAfterQuietSpells(t *testing.T, straggler bool, newClients func(*gemin
 	clients := newClients(srv)
 
 	const bursts, users = 6, 20
-	var n atomic.Int64
+	n := 0
 	for b := range bursts {
-		var wg sync.WaitGroup
-		for u := range users {
-			wg.Go(func() {
-				_, rec, err := ask(t.Context(), clients[u%len(clients)], "")
-				assert.NoError(t, err)
-				if b > 0 && rec.Model == pro {
-					n.Add(1)
-				}
-			})
-			synctest.Wait() // its request is out: user u's is the burst's u-th, so which fail does not depend on the scheduler
+		waits := make([]func() []timedCall, users)
+		for u := range waits { // user u's request is the burst's u-th: which fail does not depend on the scheduler
+			waits[u] = callsAtOnce(t, clients[u%len(clients)], 1)
 		}
-		wg.Wait()
+		for _, wait := range waits {
+			call := wait()[0]
+			assert.NoError(t, call.err)
+			if b > 0 && call.rec.Model == pro {
+				n++
+			}
+		}
 		quiet := 20 * time.Second
 		if straggler {
 			time.Sleep(3 * time.Second)
@@ -248,7 +247,7 @@ func burstsAfterQuietSpells(t *testing.T, straggler bool, newClients func(*gemin
 		}
 		time.Sleep(quiet)
 	}
-	return float64(n.Load()), 2.0 / 3 * (bursts - 1) * users
+	return float64(n), 2.0 / 3 * (bursts - 1) * users
 }
 
 // failingFast returns a fake of pro, answering in latency but failing its
@@ -280,27 +279,19 @@ func TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		var answered atomic.Int64
-		var wg sync.WaitGroup
-		users := func(n int) {
-			for range n {
-				wg.Go(func() {
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if rec.Model == pro {
-						answered.Add(1)
-					}
-				})
+		first := callsAtOnce(t, c, 5) // pro's first five requests: they fail
+		rest := callsAtOnce(t, c, 9)  // sent after them, at the same instant
+		var answered int64
+		for _, call := range append(first(), rest()...) {
+			assert.NoError(t, call.err)
+			if call.rec.Model == pro {
+				answered++
 			}
-			synctest.Wait() // their requests are out: the next are sent after them, at the same instant
 		}
-		users(5) // pro's first five requests: they fail
-		users(9)
-		wg.Wait()
 		later := askEvery(t, c, 10, 250*time.Millisecond, pro)
 
 		assert.Empty(t, changes.get(), "pro's breaker never opened")
-		assert.Equal(t, int64(9), answered.Load(), "pro answers the nine calls whose request it did not fail")
+		assert.Equal(t, int64(9), answered, "pro answers the nine calls whose request it did not fail")
 		assert.Equal(t, 10, later, "and every call after")
 	})
 }
