@@ -345,7 +345,8 @@ func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
 func (b *breaker) openTill(now, until time.Time) *transition { return b.sm.OpenTill(now, until) }
 
 // awaiting reports whether a request sent while the model was unheard may
-// yet answer (circuit.Breaker.Awaiting).
+// yet answer (circuit.Breaker.Awaiting): the throttle and the fleet's dead
+// rule wait for it. It takes the breaker's lock: ask it off the fast path.
 func (b *breaker) awaiting(now time.Time) bool { return b.sm.Awaiting(now) }
 
 // closeSince closes the breaker at now because another replica's probe

@@ -30,7 +30,13 @@ import (
 // again (with every call kept back counted as one more request not
 // answered) would hold back, for more than the window, a model that
 // answers most of its requests (a start-up spell that every first
-// request fell in).
+// request fell in). And the throttle, like the breaker's dead rule, waits
+// for the answers of the requests sent while the model was unheard (it
+// never answered, or answered nothing for DeadAfter: the Client's start, a
+// burst after a quiet spell): a model's failures come back before its
+// slower answers, so until those are in the window counts the failures of
+// requests whose contemporaries' answers are on their way, and each call
+// it kept back would count as one more request not answered.
 
 // routeK is the SRE book's K: a model is throttled only once fewer than
 // 1/routeK of its requests are answered. The book's 2 protects an
@@ -285,11 +291,12 @@ func (e *throttledError) Error() string {
 func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen }
 
 // throttled reports whether the call skips m now (when it has another
-// model to go to, with the probability above), with the error to record.
+// model to go to, with the probability above, and no request sent while m
+// was unheard is still in flight), with the error to record.
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
 	p, r, acc := av.rejectProbability(now)
-	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p {
+	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p || m.breakers[call.endpoint].awaiting(now) {
 		return false, nil
 	}
 	av.kept(now)

@@ -340,6 +340,43 @@ func TestStartupSpellThatOpenedTheBreakerDoesNotThrottleTheModelAfter(t *testing
 	})
 }
 
+// TestStartupFailuresBackBeforeAnswersDoNotThrottleTheModel: from the
+// Client's start, a call every 100ms for 20s. Pro answers in 3s but fails
+// fast (0.3s) from 0.5s to 2s, then in every odd second: for its first 3s
+// only failures come back, fifteen of them, while the answers of the
+// requests sent before them are on their way. Before, the throttle read
+// that as a model answering nothing, kept calls back (each counted as one
+// more request not answered) and pro answered 62 calls; now it waits, as
+// the breaker does, for the answers of the requests sent while pro had
+// not been heard from: 95, every call sent in a good spell.
+func TestStartupFailuresBackBeforeAnswersDoNotThrottleTheModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := failingFast(3*time.Second, func(int) bool {
+			at := time.Since(start)
+			return at >= 500*time.Millisecond && at < 2*time.Second || at >= 2*time.Second && int(at/time.Second)%2 == 1
+		})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var answered atomic.Int64
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				if rec.Model == pro {
+					answered.Add(1)
+				}
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		wg.Wait()
+
+		const oracle = 5 + 9*10 // the calls before 0.5s, and those of the even seconds from 2s
+		assert.GreaterOrEqual(t, float64(answered.Load()), 0.9*oracle, "pro answers the calls of its good spells (oracle %d)", oracle)
+	})
+}
+
 func TestModelIsNotOutLongerThanItsBadSpell(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The primary answers, then is down from 10s to 25s, then answers
