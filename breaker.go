@@ -51,7 +51,14 @@ const (
 type BreakerSettings struct {
 	// FailureThreshold is the number of consecutive counted failures that
 	// opens a closed breaker, once the model has also answered nothing for
-	// DeadAfter; a success resets the count.
+	// DeadAfter; a success resets the count. A model that has answered is
+	// opened only by a run of failures that it would make with a chance
+	// under 0.1% if it still answered as often as over its latest 64 to 128
+	// requests before the run: FailureThreshold for a model that answered
+	// them all, 7 in a row for one that answered two in three, 17 for one
+	// that answered a third. A flaky model's runs are what it does; the
+	// throttle (see the package doc's routing) keeps its traffic to what
+	// it can serve.
 	// Default: 5.
 	FailureThreshold int
 	// DeadAfter is how long a model must have gone without answering, on

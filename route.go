@@ -8,41 +8,50 @@ import (
 )
 
 // Routing by recent success: client-side adaptive throttling (Google SRE
-// book, "Handling Overload"). Per model and endpoint, the Client counts over
-// the last routeWindow the requests it meant to send (sent or throttled)
-// and the accepts (answers). A call that has another model to go to skips
-// this one, without sending, with probability
+// book, "Handling Overload"), over the requests sent. Per model and
+// endpoint, the Client counts over the last routeWindow the requests it
+// sent, the accepts (answers) and the requests it kept back. A call that
+// has another model to go to skips this one, without sending, with
+// probability
 //
-//	max(0, (requests − routeK·accepts) / (requests + 1))
+//	max(0, (sent − routeK·accepts) / (sent + 1))
 //
 // on the call's first try of it (the call comes back to it in its next
 // round when the models it went to instead fail too), so the traffic a
-// model gets tracks what it can serve: one that answers a
-// quarter of its requests or more keeps all of its traffic (each failure
-// still moves that call on to the next model at once, so its answers are
-// kept), one that answers a tenth keeps about 60% of it, and one that
-// answers nothing gets one request now and then, until its breaker opens.
-// Below routeMinRequests in the window nothing is throttled. The breaker
-// is for the dead model (see BreakerSettings.DeadAfter); this is for the
-// degraded one. A breaker that closes on a model whose window holds no
-// answer but its probe's starts the window again: its failures are the
-// spell the breaker already took the model out for, and counting them
-// again (with every call kept back counted as one more request not
-// answered) would hold back, for more than the window, a model that
-// answers most of its requests (a start-up spell that every first
-// request fell in). And the throttle, like the breaker's dead rule, waits
-// for the answers of the requests sent while the model was unheard (it
-// never answered, or answered nothing for DeadAfter: the Client's start, a
-// burst after a quiet spell): a model's failures come back before its
-// slower answers, so until those are in the window counts the failures of
-// requests whose contemporaries' answers are on their way, and each call
-// it kept back would count as one more request not answered.
+// model gets tracks what it can serve: one that answers a quarter of its
+// requests or more keeps all of its traffic (each failure still moves
+// that call on to the next model at once, so its answers are kept), one
+// that answers a tenth keeps about 40% of it (1 − routeK/10 is skipped),
+// and one that answers nothing gets a few requests a window, until its
+// breaker opens. Below routeMinRequests in the window (kept ones
+// included) nothing is throttled. The book counts the requests kept back
+// as requests not accepted, to push an overloaded backend's clients
+// towards rejecting everything; counted here, each call the throttle kept
+// back made the next likelier to be kept, and a model answering a third of
+// its requests, whose window of a dozen happened to hold two answers,
+// kept losing calls for minutes after (a window's worth of skipped calls
+// is needed to dilute them): one user with such a primary got 0.6× the
+// oracle's share of its answers. The breaker is for the dead model (see
+// BreakerSettings.DeadAfter); this is for the degraded one. A breaker that
+// closes on a model whose window holds no answer but its probe's starts
+// the window again: its failures are the spell the breaker already took
+// the model out for, and counting them again would hold back a model that
+// answers most of its requests (a start-up spell that every first request
+// fell in). And the throttle, like the breaker's dead rule, waits for the
+// answers of the requests sent while the model was unheard (it never
+// answered, or answered nothing for DeadAfter: the Client's start, a burst
+// after a quiet spell): a model's failures come back before its slower
+// answers, so until those are in the window counts the failures of
+// requests whose contemporaries' answers are on their way.
 
 // routeK is the SRE book's K: a model is throttled only once fewer than
 // 1/routeK of its requests are answered. The book's 2 protects an
 // overloaded backend; 4 keeps more of a degraded primary's answers, each
 // failure costing one request to the next model (storm503: 56% of answers
-// from the primary against 48% with 2, for 1.33 requests per call).
+// from the primary against 48% with 2, for 1.33 requests per call). With
+// 6 (a throttle that reads less into a small window's noise), storm503's
+// share fell to 55.3% against 58.2% (its target: 54.8%), and the brownout
+// family's targets moved within a point or two either way.
 const routeK = 4
 
 // routeMinRequests is how many requests the window must hold before a
@@ -133,9 +142,10 @@ func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
 // answers take longer than the window is not judged on requests still in
 // flight: an answer (answered), a failure that says the model is unwell
 // (failed), an attempt abandoned at its learned deadline (slowed), a
-// request the throttle kept back (kept: a request not accepted, as the SRE
-// book counts them, and counted apart for the latency rule). Outcomes that say nothing of the model (the caller cancelled, a
-// quota answer) are not counted.
+// request the throttle kept back (kept: counted apart, so that the rules
+// read the requests sent, and towards routeMinRequests). Outcomes that say
+// nothing of the model (the caller cancelled, a quota answer) are not
+// counted.
 
 func (a *availability) answered(now time.Time) {
 	b, e := a.bucket(now)
@@ -251,8 +261,8 @@ func (a *availability) cachePast(e int64) *pastSpans {
 
 // rejectProbability returns the chance that a request at now is throttled,
 // from the window's requests before it: 0 below routeMinRequests. It is the
-// larger of the failure rule (requests − routeK·accepts)/(requests + 1) and
-// the latency rule
+// larger of the failure rule (sent − routeK·accepts)/(sent + 1) and the
+// latency rule
 //
 //	1 − routeSlowCost·sent/slow
 //
@@ -263,17 +273,18 @@ func (a *availability) cachePast(e int64) *pastSpans {
 // costs the call the cut's wait and a request to another model; a failure
 // (fast) costs the request only, and is the failure rule's, which keeps a
 // degraded model's answers however many it fails.
-// It also returns the window's requests and accepts, for the record.
-func (a *availability) rejectProbability(now time.Time) (p float64, requests, accepts int64) {
+// It also returns the window's requests sent and accepts, for the record.
+func (a *availability) rejectProbability(now time.Time) (p float64, sent, accepts int64) {
 	r, acc, slow, held := a.totals(now)
+	sent = r - held
 	if r < routeMinRequests {
-		return 0, r, acc
+		return 0, sent, acc
 	}
-	p = max(0, float64(r-routeK*acc)/float64(r+1))
-	if sent := r - held; slow > 0 {
+	p = max(0, float64(sent-routeK*acc)/float64(sent+1))
+	if slow > 0 {
 		p = max(p, 1-routeSlowCost*float64(sent)/float64(slow))
 	}
-	return p, r, acc
+	return p, sent, acc
 }
 
 // throttledError says why a model was skipped without a request: it has
@@ -295,11 +306,11 @@ func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen
 // was unheard is still in flight), with the error to record.
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
-	p, r, acc := av.rejectProbability(now)
+	p, sent, acc := av.rejectProbability(now)
 	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p || m.breakers[call.endpoint].awaiting(now) {
 		return false, nil
 	}
 	av.kept(now)
 	return true, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel},
-		Err: &throttledError{Model: m.name, Requests: r + 1, Accepted: acc}} // this request counted too
+		Err: &throttledError{Model: m.name, Requests: sent, Accepted: acc}}
 }

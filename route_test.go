@@ -114,6 +114,79 @@ func TestDeadModelGetsOnlyProbes(t *testing.T) {
 	})
 }
 
+// TestFlakyModelsRunOfFailuresIsNotTakenForDeath: one user calls for 10
+// minutes, with a second's thought between calls. Pro answers in 1s but
+// fails two requests in three, drawn at random, fast (0.3s): six failures
+// in a row leave it silent for DeadAfter, and a model answering a third of
+// its requests makes such runs every few minutes. They are what the model
+// does, not a sign that it died: the breaker stays closed. Before, such
+// runs opened it again and again (two probes in three failed), and the
+// throttle, which counted each call it kept back as one more request not
+// answered, held pro back for long after a window of a dozen requests
+// happened to hold two answers: pro answered 65 calls of 349, against 86
+// of 333 now (an oracle's third: 111).
+func TestFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := flaky(time.Now(), 0)
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		calls, answered := 0, 0
+		for start := time.Now(); time.Since(start) < 10*time.Minute; calls++ {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			if rec.Model == pro {
+				answered++
+			}
+			time.Sleep(time.Second)
+		}
+
+		assert.Empty(t, changes.get(), "pro's breaker never opened")
+		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(calls)/3, "pro answers about a third of the calls (%d of %d)", answered, calls)
+	})
+}
+
+// TestFlakyModelThatDiesIsOpened: as above, but pro dies after two
+// minutes. It is taken out once its run of failures is one that a model
+// answering a third of its requests would not make (17 in a row: about a
+// minute at this user's pace), and gets probes only after that.
+func TestFlakyModelThatDiesIsOpened(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := flaky(start, 2*time.Minute)
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+		until := func(at time.Duration) {
+			for time.Since(start) < at {
+				_, _, err := ask(t.Context(), c, "")
+				require.NoError(t, err)
+				time.Sleep(time.Second)
+			}
+		}
+
+		until(2 * time.Minute)
+		before, seen := srv.Total(pro), len(changes.get())
+		until(3 * time.Minute)
+		require.Contains(t, changes.get()[seen:], pro+":open", "within a minute of its death, pro's breaker opened")
+		until(6 * time.Minute)
+
+		dead := srv.Total(pro) - before
+		assert.LessOrEqual(t, dead, 30, "dead for four minutes, pro got %d requests", dead)
+	})
+}
+
+// flaky returns a fake of pro, answering in 1s but failing two requests in
+// three, drawn at random, fast (0.3s), and every request from dies after
+// start on when dies is above 0; then flash (0.5s).
+func flaky(start time.Time, dies time.Duration) *geminitest.Server {
+	draws := rand.New(rand.NewPCG(5, 6))
+	return failingFast(time.Second, func(int) bool {
+		return draws.Float64() < 2.0/3 || dies > 0 && time.Since(start) >= dies
+	})
+}
+
 // seeded returns a fixed jitter source: the throttle's draws repeat.
 func seeded() rand.Source { return rand.NewPCG(1, 2) }
 

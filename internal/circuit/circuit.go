@@ -11,6 +11,7 @@ package circuit
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,10 @@ type Breaker struct {
 	// answered is when the model last answered, set without mu on every
 	// success.
 	answered LastAnswer
+	// answers counts the model's answers in its record of recent outcomes
+	// (with failures, under mu: see record), added to without mu on every
+	// success.
+	answers atomic.Int64
 	// consecutive counts the counted failures in a row while closed. A
 	// success resets it without mu (the closed fast path of Done); failures
 	// add to it under mu.
@@ -153,6 +158,8 @@ type Breaker struct {
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
 	failing   time.Time  // when the latest run of consecutive failures began (set by the one that makes it 1)
+	failures  int64      // counted failures in the record of recent outcomes (with answers)
+	before    outcomes   // the record when the latest run of consecutive failures began: how often the model answered then
 	seen      uint64     // early's latest grant when that failure, or the first after half of DeadAfter without one, came back: the requests sent before the model's first word (dead)
 	failed    time.Time  // the latest counted failure, closed
 	early     grants     // closed-state permits granted while the model was unheard (never answered, or nothing for DeadAfter), in flight
@@ -229,6 +236,7 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	if o == Success {
 		b.answered.Saw(now)
+		b.answers.Add(1)
 	}
 	if !p.probe && p.seq == 0 && o == Success && b.s.FailureRate == 0 {
 		// Closed-state success: only the failure count changes. A stale
@@ -243,6 +251,10 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	defer b.mu.Unlock()
 	if p.seq != 0 {
 		b.early.end(p.seq) // whatever the generation: it is no longer in flight
+	}
+	before := b.record() // without this outcome: for a run of failures that it starts
+	if o == Failure {    // whatever the generation, as answers are; an outage's failures say nothing of how flaky the model is
+		b.failures++
 	}
 	if gen, _ := b.load(); p.gen != gen {
 		return nil
@@ -271,6 +283,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		n := b.consecutive.Add(1)
 		if n == 1 {
 			b.failing = now
+			b.before = before
 		}
 		if n == 1 || 2*now.Sub(b.failed) > b.s.DeadAfter {
 			b.seen = b.early.next // the model's first word since a quiet spell: wait for what was sent before it
@@ -337,14 +350,16 @@ func (l *LastAnswer) never() bool {
 // the model was unheard (unheard), before p or before the first of those
 // failures came back (or the first after half of DeadAfter without one:
 // the model's first word to a burst after a quiet spell), and the model
-// never answered, or has answered nothing for DeadAfter before now and
-// the failures in a row began half of DeadAfter ago or more. A model's
-// fast failures come back before its slow answers: the first requests of
-// a model that answers most of them but fails its first few fast are not
-// all in yet (whichever of a burst's requests were granted first), and a
-// burst of calls after a quiet spell finds the model silent for as long
-// as nothing asked it, its answers to the burst on their way. A request
-// in flight for longer than DeadAfter is not waited for. Callers hold mu.
+// never answered, or has answered nothing for DeadAfter before now, the
+// failures in a row began half of DeadAfter ago or more, and they are a
+// run it would hardly make answering as it did before (unlikelyRun). A
+// model's fast failures come back before its slow answers: the first
+// requests of a model that answers most of them but fails its first few
+// fast are not all in yet (whichever of a burst's requests were granted
+// first), and a burst of calls after a quiet spell finds the model silent
+// for as long as nothing asked it, its answers to the burst on their way.
+// A request in flight for longer than DeadAfter is not waited for.
+// Callers hold mu.
 func (b *Breaker) dead(now time.Time, p Permit) bool {
 	if b.s.DeadAfter < 0 {
 		return true
@@ -352,7 +367,55 @@ func (b *Breaker) dead(now time.Time, p Permit) bool {
 	if b.early.pending(max(p.seq, b.seen+1), now.Add(-b.s.DeadAfter)) {
 		return false
 	}
-	return b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter
+	return b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter &&
+		b.before.unlikelyRun(b.consecutive.Load())
+}
+
+// outcomes are a model's answers and counted failures over its latest
+// recentOutcomes to twice as many: a record kept in counts, not time, so
+// that it says as much of a model asked once a minute as of one asked a
+// hundred times a second.
+type outcomes struct{ answers, failures int64 }
+
+// recentOutcomes is about how many of a model's latest outcomes its record
+// keeps: enough to tell a model that answers a fifth of its requests from
+// one that answers half, few enough to follow a change within minutes.
+const recentOutcomes = 64
+
+// record returns the model's record of recent outcomes, first scaled down
+// to recentOutcomes when it holds more than twice as many (so that it is
+// scaled once in recentOutcomes outcomes or more, and the rounding down of
+// a scaling does not wear a small count away). An answer added while it
+// scales may be lost: the record is an estimate. Callers hold mu.
+func (b *Breaker) record() outcomes {
+	o := outcomes{b.answers.Load(), b.failures}
+	if all := o.answers + o.failures; all > 2*recentOutcomes {
+		o = outcomes{o.answers * recentOutcomes / all, o.failures * recentOutcomes / all}
+		b.answers.Store(o.answers)
+		b.failures = o.failures
+	}
+	return o
+}
+
+// deadRunChance is how unlikely a run of failures must be, for a model that
+// answers as it did before the run began, for the run to make it dead. A
+// model answering a third of its requests starts a run at one request in
+// five or so: at 1% (dead after 12 failures in a row), one user's flaky
+// primary in the brownout family (2000031) was opened by such runs every
+// few minutes; at 0.1% (17), a model that dies is opened later by as many
+// failures, each of them fast.
+const deadRunChance = 0.001
+
+// unlikelyRun reports whether n failures in a row are less likely than
+// deadRunChance from a model that answers as often as o says (Laplace's
+// estimate, (answers+1)/(all+2), so that a short record says little): a
+// model that answered every request before the run is dead after
+// FailureThreshold failures, one that answered two in three after seven,
+// one that answered a fifth after about thirty. Such a run says that the
+// model changed, not that it is as flaky as it was.
+func (o outcomes) unlikelyRun(n int64) bool {
+	fails := float64(o.failures+1) / float64(o.answers+o.failures+2)
+	return math.Pow(fails, float64(n)) < deadRunChance
 }
 
 // Awaiting reports whether a request granted while the model was unheard

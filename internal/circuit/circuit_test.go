@@ -718,12 +718,12 @@ func TestBreakerOutageOverShortensTheOutagesOpening(t *testing.T) {
 	assert.Equal(t, brkT0.Add(2*time.Second), own.OpenUntil())
 }
 
-// A model that answered, failed once, then was asked nothing for 17s: a
-// burst's first failures continue that run, which has lasted half of
-// DeadAfter, but the burst's other requests, granted before those
-// failures came back, may yet answer: the breaker waits for them, and
-// one answer keeps it closed. A request in flight for longer than
-// DeadAfter is not waited for.
+// A model that answered (20 requests), failed once, then was asked
+// nothing for 17s: a burst's first failures continue that run, which has
+// lasted half of DeadAfter, but the burst's other requests, granted
+// before those failures came back, may yet answer: the breaker waits for
+// them, and one answer keeps it closed. A request in flight for longer
+// than DeadAfter is not waited for.
 func TestBreakerWaitsForABurstsAnswersAfterAQuietSpell(t *testing.T) {
 	b := New(withDefaults(Settings{}), brkT0)
 	at := func(d time.Duration) time.Time { return brkT0.Add(d) }
@@ -731,7 +731,9 @@ func TestBreakerWaitsForABurstsAnswersAfterAQuietSpell(t *testing.T) {
 		p, _, _ := b.Allow(at(d))
 		return b.Done(p, at(d), o)
 	}
-	require.Nil(t, call(time.Second, Success))
+	for range 20 { // a model that answers most of its requests: five failures in a row are unlikely of it
+		require.Nil(t, call(time.Second, Success))
+	}
 	require.Nil(t, call(3*time.Second, Failure), "the run of failures begins")
 
 	burst := make([]Permit, 10)
@@ -777,4 +779,49 @@ func TestBreakerOpenPeriodOfAModelThatAnsweredLately(t *testing.T) {
 	}
 	s := time.Second
 	assert.Equal(t, []time.Duration{2 * s, 4 * s, 8 * s, 15 * s, 15 * s, 15 * s, 15 * s, 30 * s}, periods, "reopened at 74s, silent for a minute: the period reaches OpenFor")
+}
+
+// A run of failures makes a model dead only when a model answering as it
+// did before the run would make it with a chance under deadRunChance:
+// five for one that answered every request (FailureThreshold), seven for
+// one that answered two in three, about thirty for one that answered a
+// fifth. The run's start reads the record, so the failures of the run
+// itself do not count in it; a long record is scaled down to
+// recentOutcomes.
+func TestBreakerRunOfAFlakyModelIsNotItsDeath(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		answers, failures int
+		deadAt            int // failures in a row that open it
+	}{
+		{"answered every request", 30, 0, 5},
+		{"answered two in three", 40, 20, 7},
+		{"answered a fifth", 12, 48, 30},
+		{"answered a fifth, of a record scaled down", 120, 480, 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := New(withDefaults(Settings{}), brkT0)
+			at := brkT0
+			call := func(o Outcome) *Transition {
+				p, _, _ := b.Allow(at)
+				return b.Done(p, at, o)
+			}
+			each := (tc.failures + tc.answers - 1) / tc.answers // failures before each answer: no run of FailureThreshold
+			for left := tc.failures; left > 0 || tc.answers > 0; tc.answers-- {
+				for range min(each, left) {
+					require.Nil(t, call(Failure))
+					left--
+				}
+				require.Nil(t, call(Success))
+			}
+			at = at.Add(time.Minute) // silent for DeadAfter from the run's first failure on
+			for n := 1; n < tc.deadAt; n++ {
+				require.Nil(t, call(Failure), "failure %d in a row", n)
+				at = at.Add(2 * time.Second) // the run lasts half of DeadAfter by the fifth
+			}
+			tr := call(Failure)
+			require.NotNil(t, tr, "failure %d in a row: dead", tc.deadAt)
+			assert.Equal(t, Open, tr.To)
+		})
+	}
 }
