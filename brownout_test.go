@@ -20,14 +20,14 @@ import (
 
 func TestThrottledModelAnswersWhenTheOthersFailTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// For 20s the primary answers one request in twelve (it is throttled),
+		// For 20s the primary answers one request in twenty (it is throttled),
 		// then every request; from 20s to 30s the secondary fails every
 		// request. The throttle still remembers the primary's bad spell
 		// when the secondary goes down.
 		start := time.Now()
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
 			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				if time.Since(start) < 20*time.Second && i%12 != 0 {
+				if time.Since(start) < 20*time.Second && i%20 != 0 {
 					return geminitest.Step{Fault: geminitest.Overloaded}
 				}
 				return geminitest.Step{}

@@ -2,6 +2,7 @@ package geminiguard
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,17 +15,21 @@ import (
 // has another model to go to skips this one, without sending, with
 // probability
 //
-//	max(0, (sent − routeK·accepts) / (sent + 1))
+//	max(0, 1 − routeK·q)
 //
-// on the call's first try of it (the call comes back to it in its next
-// round when the models it went to instead fail too), so the traffic a
-// model gets tracks what it can serve: one that answers a quarter of its
+// where q is the rate at which the model answered the requests sent, at
+// the upper end of what the window's count says (answerRateBound), on the
+// call's first try of it (the call comes back to it in its next round
+// when the models it went to instead fail too), so the traffic a model
+// gets tracks what it can serve: one that answers a quarter of its
 // requests or more keeps all of its traffic (each failure still moves
 // that call on to the next model at once, so its answers are kept), one
-// that answers a tenth keeps about 40% of it (1 − routeK/10 is skipped),
-// and one that answers nothing gets a few requests a window, until its
-// breaker opens. Below routeMinRequests in the window (kept ones
-// included) nothing is throttled. The book counts the requests kept back
+// that answers a tenth keeps 40% to 60% of it (the more, the fewer
+// requests the window holds), and one that answers
+// nothing gets a few requests a window, until its breaker opens. Below
+// routeMinRequests in the window (kept ones included) nothing is
+// throttled. The book's rule is (requests − K·accepts)/(requests + 1),
+// the rate read as it is, and it counts the requests kept back
 // as requests not accepted, to push an overloaded backend's clients
 // towards rejecting everything; counted here, each call the throttle kept
 // back made the next likelier to be kept, and a model answering a third of
@@ -261,8 +266,8 @@ func (a *availability) cachePast(e int64) *pastSpans {
 
 // rejectProbability returns the chance that a request at now is throttled,
 // from the window's requests before it: 0 below routeMinRequests. It is the
-// larger of the failure rule (sent − routeK·accepts)/(sent + 1) and the
-// latency rule
+// larger of the failure rule 1 − routeK·answerRateBound(sent, accepts)
+// and the latency rule
 //
 //	1 − routeSlowCost·sent/slow
 //
@@ -280,11 +285,23 @@ func (a *availability) rejectProbability(now time.Time) (p float64, sent, accept
 	if r < routeMinRequests {
 		return 0, sent, acc
 	}
-	p = max(0, float64(sent-routeK*acc)/float64(sent+1))
+	p = max(0, 1-routeK*answerRateBound(sent, acc))
 	if slow > 0 {
 		p = max(p, 1-routeSlowCost*float64(sent)/float64(slow))
 	}
 	return p, sent, acc
+}
+
+// answerRateBound returns the upper end of the one-sigma interval of the
+// rate at which a model answered, from the accepts among the requests sent:
+// Laplace's estimate (accepts+1)/(sent+2) plus its standard deviation. A
+// window of a dozen requests from a model that answers a third of them
+// holds two answers or fewer one time in five; read as the rate itself,
+// that throttled it. With the bound, the throttle acts on a rate it is
+// sure of: at a hundred requests or more, about the rate.
+func answerRateBound(sent, accepts int64) float64 {
+	q := float64(accepts+1) / float64(sent+2)
+	return q + math.Sqrt(q*(1-q)/float64(sent+2))
 }
 
 // throttledError says why a model was skipped without a request: it has

@@ -119,12 +119,14 @@ func TestDeadModelGetsOnlyProbes(t *testing.T) {
 // fails two requests in three, drawn at random, fast (0.3s): six failures
 // in a row leave it silent for DeadAfter, and a model answering a third of
 // its requests makes such runs every few minutes. They are what the model
-// does, not a sign that it died: the breaker stays closed. Before, such
-// runs opened it again and again (two probes in three failed), and the
-// throttle, which counted each call it kept back as one more request not
-// answered, held pro back for long after a window of a dozen requests
-// happened to hold two answers: pro answered 65 calls of 349, against 86
-// of 333 now (an oracle's third: 111).
+// does, not a sign that it died: the breaker stays closed, and the
+// throttle keeps pro's traffic. Before ede66d1, such runs opened the
+// breaker again and again (two probes in three failed), and the throttle,
+// which counted each call it kept back as one more request not answered,
+// held pro back for long after a window of a dozen requests happened to
+// hold two answers: pro answered 65 calls of 349. At ede66d1, 86 of 333:
+// the throttle still read such a window's rate as it is. Now it acts only
+// on a rate it is sure of (answerRateBound): 102 of 322, the oracle's 107.
 func TestFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := flaky(time.Now(), 0)
@@ -143,7 +145,7 @@ func TestFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
 		}
 
 		assert.Empty(t, changes.get(), "pro's breaker never opened")
-		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(calls)/3, "pro answers about a third of the calls (%d of %d)", answered, calls)
+		assert.GreaterOrEqual(t, float64(answered), 0.9*float64(calls)/3, "pro answers about a third of the calls (%d of %d)", answered, calls)
 	})
 }
 
