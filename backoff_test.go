@@ -181,7 +181,7 @@ func TestRetryPolicyWithDefaults(t *testing.T) {
 		want RetryPolicy
 	}{
 		{"zero", RetryPolicy{}, RetryPolicy{
-			MaxAttempts: 3, BaseDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second,
+			MaxAttempts: 4, BaseDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second,
 			MaxRetryAfter: 60 * time.Second, Jitter: JitterFull, BudgetRatio: 0.1, BudgetMinPerSecond: 1,
 		}},
 		{"set fields are kept", RetryPolicy{
@@ -192,7 +192,7 @@ func TestRetryPolicyWithDefaults(t *testing.T) {
 			MaxRetryAfter: time.Nanosecond, Jitter: JitterDecorrelated, BudgetRatio: 0.2, BudgetMinPerSecond: 10,
 		}},
 		{"MaxDelay follows a long BaseDelay", RetryPolicy{BaseDelay: 20 * time.Second}, RetryPolicy{
-			MaxAttempts: 3, BaseDelay: 20 * time.Second, MaxDelay: 20 * time.Second,
+			MaxAttempts: 4, BaseDelay: 20 * time.Second, MaxDelay: 20 * time.Second,
 			MaxRetryAfter: 60 * time.Second, Jitter: JitterFull, BudgetRatio: 0.1, BudgetMinPerSecond: 1,
 		}},
 		{"negatives are kept for validate", RetryPolicy{MaxAttempts: -1, BaseDelay: -time.Second, BudgetRatio: -1}, RetryPolicy{
@@ -219,7 +219,7 @@ func TestRetryPolicyValidate(t *testing.T) {
 		{"defaults are valid", RetryPolicy{}.withDefaults(), nil},
 		{"one attempt is valid", RetryPolicy{MaxAttempts: 1, MaxRetryAfter: time.Nanosecond}, nil},
 		{"negative attempts", RetryPolicy{MaxAttempts: -2},
-			[]string{"geminiguard: RetryPolicy.MaxAttempts (-2) is negative: use 1 to never retry, or 0 for the default (3)"}},
+			[]string{"geminiguard: RetryPolicy.MaxAttempts (-2) is negative: use 1 to never retry, or 0 for the default (4)"}},
 		{"MaxDelay below BaseDelay", RetryPolicy{BaseDelay: 2 * time.Second, MaxDelay: time.Second},
 			[]string{"geminiguard: RetryPolicy.MaxDelay (1s) is below BaseDelay (2s): raise MaxDelay or lower BaseDelay"}},
 		{"negative delays", RetryPolicy{BaseDelay: -time.Second, MaxDelay: -time.Second, MaxRetryAfter: -time.Second},

@@ -415,10 +415,10 @@ func TestCallWithNothingLeftProbesTheOpenModel(t *testing.T) {
 
 				time.Sleep(5 * time.Second)
 				srv.SetModel(geminitest.Model{Name: pro})
-				srv.SetModel(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}}})
+				srv.SetModel(geminitest.Model{Name: flash, Script: []geminitest.Step{{Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}, {Fault: geminitest.Overloaded}}})
 				_, rec, err := ask(t.Context(), c, "")
 
-				assert.Equal(t, 4+3, srv.Total(flash), "flash failed its 3 attempts (and stays closed)")
+				assert.Equal(t, 4+4, srv.Total(flash), "flash failed its 4 attempts (and stays closed)")
 				if every < 0 {
 					require.ErrorIs(t, err, geminiguard.ErrAllModelsFailed)
 					assert.Equal(t, 4, srv.Total(pro), "pro stays open until OpenFor")

@@ -27,7 +27,7 @@ func TestDecide(t *testing.T) {
 		{name: "bad request", v: base(ClassBadRequest), tries: 1, step: stepStop},
 		{name: "spend cap", v: base(ClassSpendCap), tries: 1, step: stepProject},
 		{name: "daily quota", v: base(ClassDailyQuota), tries: 1, step: stepNext},
-		{name: "attempts spent", v: retryable, tries: 3, only: true, step: stepNext},
+		{name: "attempts spent", v: retryable, tries: 4, only: true, step: stepNext},
 		{name: "another model free", v: retryable, tries: 1, step: stepLater},
 		{name: "nothing else: retry", v: retryable, tries: 1, only: true, step: stepRetry, wait: true},
 		{

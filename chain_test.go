@@ -163,22 +163,22 @@ func TestQuietSuccessesAreTypedErrors(t *testing.T) {
 		fault  geminitest.Fault
 		kind   error
 		reason string
-		hits   int // SAFETY is final; empty answers are worth a retry
+		hits   int // SAFETY is final; empty answers are worth a retry: the default's four attempts
 	}{
 		{geminitest.PromptBlocked, geminiguard.ErrBlocked, "SAFETY", 1},
 		{geminitest.FinishSafety, geminiguard.ErrBlocked, "SAFETY", 1},
 		{geminitest.FinishRecitation, geminiguard.ErrBlocked, "RECITATION", 1},
-		{geminitest.FinishOther, geminiguard.ErrEmptyResponse, "OTHER", 3},
-		{geminitest.FinishMalformedFunctionCall, geminiguard.ErrEmptyResponse, "MALFORMED_FUNCTION_CALL", 3},
+		{geminitest.FinishOther, geminiguard.ErrEmptyResponse, "OTHER", 4},
+		{geminitest.FinishMalformedFunctionCall, geminiguard.ErrEmptyResponse, "MALFORMED_FUNCTION_CALL", 4},
 		{geminitest.MaxTokensEmpty, geminiguard.ErrEmptyResponse, "MAX_TOKENS", 1},
-		{geminitest.StopNoParts, geminiguard.ErrEmptyResponse, "NO_PARTS", 3},
-		{geminitest.NoCandidates, geminiguard.ErrEmptyResponse, "NO_CANDIDATES", 3},
+		{geminitest.StopNoParts, geminiguard.ErrEmptyResponse, "NO_PARTS", 4},
+		{geminitest.NoCandidates, geminiguard.ErrEmptyResponse, "NO_CANDIDATES", 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				step := geminitest.Step{Fault: tc.fault}
-				srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{step, step, step}})
+				srv := geminitest.New(geminitest.Model{Name: flash, Script: []geminitest.Step{step, step, step, step}})
 				logs := &logBuffer{}
 				c := newClient(t, srv, logs, geminiguard.WithCascade(flash))
 

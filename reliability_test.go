@@ -129,7 +129,7 @@ func TestFailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
 		srv := geminitest.New(
-			geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}, overloaded, overloaded, overloaded}},
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}, overloaded, overloaded, overloaded, overloaded}},
 			geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithFallback(geminiguard.TextFallback("We're busy")))
 
@@ -143,7 +143,7 @@ func TestFailedContinuationHopNeverTakesTheFallback(t *testing.T) {
 		assert.Equal(t, pro, se.Model)
 		assert.Equal(t, halfOf(srv.FullText(pro)), se.Partial, "the error carries the text so far")
 		assert.Equal(t, geminiguard.ClassOverloaded, geminiguard.Classify(err).Class)
-		assert.Equal(t, 4, srv.Total(pro), "the hop retried on pro alone")
+		assert.Equal(t, 5, srv.Total(pro), "the hop retried on pro alone, four attempts")
 		assert.Zero(t, srv.Total(flash), "pro's token is no use to flash")
 		assert.False(t, rec.Fallback)
 		assert.Empty(t, rec.Model)
@@ -174,7 +174,7 @@ func TestStreamedContinuationHopStaysOnTheAnsweringModel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		overloaded := geminitest.Step{Fault: geminitest.Overloaded}
 		srv := geminitest.New(
-			geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}, overloaded, overloaded, overloaded}},
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Continuation: true}, overloaded, overloaded, overloaded, overloaded}},
 			geminitest.Model{Name: flash})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithFallback(geminiguard.TextFallback("We're busy")))
 
