@@ -351,6 +351,11 @@ func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
 // It returns the transition, nil when none.
 func (b *breaker) openTill(now, until time.Time) *transition { return b.sm.OpenTill(now, until) }
 
+// runUnlikely reports whether n failures in a row are a run the model would
+// hardly make answering as it did (circuit.Breaker.RunUnlikely). It takes
+// the breaker's lock.
+func (b *breaker) runUnlikely(n int) bool { return b.sm.RunUnlikely(n) }
+
 // awaiting reports whether a request sent while the model was unheard may
 // yet answer (circuit.Breaker.Awaiting): the throttle and the fleet's dead
 // rule wait for it. It takes the breaker's lock: ask it off the fast path.

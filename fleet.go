@@ -960,7 +960,9 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // (as this replica's leases saw them: failingFor), and no replica answered
 // for DeadAfter, or none ever did, with none of this replica's requests
 // sent while the model was unheard still in flight (circuit.Breaker.
-// Awaiting); or this Client is in an outage (inOutage). The opening is
+// Awaiting) and, when one did, the run one that the model would hardly
+// make answering as this replica saw it answer (circuit.Breaker.
+// RunUnlikely); or this Client is in an outage (inOutage). The opening is
 // published as the Client's own. A fleet of replicas each seeing a part
 // of the traffic so opens as soon as one process would, and a burst after
 // a quiet spell, whose fast 503s come back before its answers, does not
@@ -979,7 +981,8 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	if !silent && !outage {
 		return
 	}
-	if br.state(now) != StateClosed || !outage && br.awaiting(now) { // this replica's answers to the burst may be on their way
+	if br.state(now) != StateClosed || !outage && (br.awaiting(now) || // this replica's answers to the burst may be on their way
+		!l.Answered.IsZero() && !br.runUnlikely(l.Failures)) { // a flaky model's run, as one process reads it
 		return
 	}
 	tr := br.openTill(now, now.Add(br.s.OpenFor))

@@ -220,6 +220,35 @@ func TestFleetBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers(t *testin
 	})
 }
 
+// TestFleetFlakyModelsRunOfFailuresIsNotTakenForDeath: as
+// TestFlakyModelsRunOfFailuresIsNotTakenForDeath, the user's calls on two
+// replicas in turn. Each replica sees half of a run of failures, the fleet
+// all of it: the fleet's dead rule reads the run against the model's
+// record as one process's does. Before, it opened pro on any run that left
+// it silent for DeadAfter (19 openings in 10 minutes), and pro answered 40
+// calls of 367; now 90 of 330, the oracle's 110. The three openings left
+// come of runs of 8 and 14 read against one replica's half of the record,
+// which held 12 answers of 20 and 41 of 102 at those times (a model that
+// answers a third of its requests).
+func TestFleetFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := flaky(time.Now(), 0)
+		clients := newFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		calls, answered := 0, 0
+		for start := time.Now(); time.Since(start) < 10*time.Minute; calls++ {
+			_, rec, err := ask(t.Context(), clients[calls%2], "")
+			require.NoError(t, err)
+			if rec.Model == pro {
+				answered++
+			}
+			time.Sleep(time.Second)
+		}
+
+		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(calls)/3, "pro answers about a third of the calls (%d of %d)", answered, calls)
+	})
+}
+
 // flakyState is a SharedState that can be made to fail, or to hang until
 // its caller gives up, and counts the calls that reached it.
 type flakyState struct {

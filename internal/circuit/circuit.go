@@ -418,6 +418,20 @@ func (o outcomes) unlikelyRun(n int64) bool {
 	return math.Pow(fails, float64(n)) < deadRunChance
 }
 
+// RunUnlikely reports whether n failures in a row are a run that the model
+// would hardly make answering as it did before it (unlikelyRun): before
+// the run of failures in a row it is in, or now when it is in none. A
+// fleet's replica asks it of the fleet's run, of which it saw a part.
+func (b *Breaker) RunUnlikely(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.before
+	if b.consecutive.Load() == 0 {
+		o = b.record()
+	}
+	return o.unlikelyRun(int64(n))
+}
+
 // Awaiting reports whether a request granted while the model was unheard
 // (never answered, or nothing for DeadAfter), within DeadAfter before now,
 // is still in flight: its answer may be on its way. A fleet's replica asks

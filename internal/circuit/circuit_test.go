@@ -825,3 +825,28 @@ func TestBreakerRunOfAFlakyModelIsNotItsDeath(t *testing.T) {
 		})
 	}
 }
+
+// RunUnlikely reads a run of which the breaker saw a part (a fleet's)
+// against the record before the run it is in, or against the record now
+// when it is in none.
+func TestBreakerRunUnlikelyReadsTheRecordBeforeTheRun(t *testing.T) {
+	b := New(withDefaults(Settings{}), brkT0)
+	call := func(o Outcome) {
+		p, _, _ := b.Allow(brkT0)
+		b.Done(p, brkT0, o)
+	}
+	for range 20 { // a third answered: 20 answers, 40 failures, two in a row at most
+		call(Success)
+		call(Failure)
+		call(Failure)
+	}
+	call(Success)
+	assert.False(t, b.RunUnlikely(16), "a model answering a third of its requests makes 16 failures in a row about one time in a thousand")
+	assert.True(t, b.RunUnlikely(17))
+
+	for range 4 { // in a run now: its failures are not in the record it is read against
+		call(Failure)
+	}
+	assert.False(t, b.RunUnlikely(16))
+	assert.True(t, b.RunUnlikely(17))
+}
