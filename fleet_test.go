@@ -235,15 +235,7 @@ func TestFleetFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
 		srv := flaky(time.Now(), 0)
 		clients := newFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		calls, answered := 0, 0
-		for start := time.Now(); time.Since(start) < 10*time.Minute; calls++ {
-			_, rec, err := ask(t.Context(), clients[calls%2], "")
-			require.NoError(t, err)
-			if rec.Model == pro {
-				answered++
-			}
-			time.Sleep(time.Second)
-		}
+		calls, answered := oneUser(t, 10*time.Minute, clients...)
 
 		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(calls)/3, "pro answers about a third of the calls (%d of %d)", answered, calls)
 	})

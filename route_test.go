@@ -134,15 +134,7 @@ func TestFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		calls, answered := 0, 0
-		for start := time.Now(); time.Since(start) < 10*time.Minute; calls++ {
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			if rec.Model == pro {
-				answered++
-			}
-			time.Sleep(time.Second)
-		}
+		calls, answered := oneUser(t, 10*time.Minute, c)
 
 		assert.Empty(t, changes.get(), "pro's breaker never opened")
 		assert.GreaterOrEqual(t, float64(answered), 0.9*float64(calls)/3, "pro answers about a third of the calls (%d of %d)", answered, calls)
@@ -177,6 +169,23 @@ func TestFlakyModelThatDiesIsOpened(t *testing.T) {
 		dead := srv.Total(pro) - before
 		assert.LessOrEqual(t, dead, 30, "dead for four minutes, pro got %d requests", dead)
 	})
+}
+
+// oneUser has one user call for d, with a second's thought after each
+// call, each call on the next of clients in turn; it returns the calls
+// made and how many of them pro answered. It must be called inside a
+// testing/synctest bubble.
+func oneUser(t *testing.T, d time.Duration, clients ...*geminiguard.Client) (calls, answered int) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < d; calls++ {
+		_, rec, err := ask(t.Context(), clients[calls%len(clients)], "")
+		require.NoError(t, err)
+		if rec.Model == pro {
+			answered++
+		}
+		time.Sleep(time.Second)
+	}
+	return calls, answered
 }
 
 // flaky returns a fake of pro, answering in 1s but failing two requests in
