@@ -56,7 +56,11 @@ type BreakerSettings struct {
 	// under 0.1% if it still answered as often as over its latest 64 to 128
 	// requests before the run: FailureThreshold for a model that answered
 	// them all, 7 in a row for one that answered two in three, 17 for one
-	// that answered a third. A flaky model's runs are what it does; the
+	// that answered a third. The run is counted in draws: failures of
+	// requests sent together (before the failure counted last came back,
+	// and within DeadAfter/FailureThreshold of its request) count once, for
+	// they met the model in the same moment: a wave of users meeting one
+	// bad spell is one draw. A flaky model's runs are what it does; the
 	// throttle (see the package doc's routing) keeps its traffic to what
 	// it can serve.
 	// Default: 5.

@@ -624,3 +624,53 @@ func TestOutageOverTheModelIsOutOnlyForItsOwnSpell(t *testing.T) {
 		assert.Less(t, back, 21*time.Second, "pro answers again within its own open periods of its spell's end (16s), not OpenFor after the outage: %v", changes)
 	})
 }
+
+// TestWavesMeetingABadSpellTogetherAreOneDrawEach: twelve users call
+// together every ten seconds (a batch that fans out), and pro is in and
+// out of bad spells of five seconds, half of the time: each wave meets
+// one spell, its twelve requests fail together (fast, 0.3s) or answer
+// together. Two waves in a row in bad spells are 24 failures in a row:
+// before, a run a model answering half of its requests would hardly make
+// one request at a time, so pro was taken for dead and each later wave
+// met its breaker open (one probe, the rest to flash). A run is now
+// counted in draws: the failures of requests sent together are one.
+func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const users, waves, slot = 12, 60, 5 * time.Second
+		start := time.Now()
+		draws := rand.New(rand.NewPCG(7, 8))
+		bad := make([]bool, 2*waves+2)
+		for i := 1; i < len(bad); i++ { // the first spell is good: a start-up spell is another rule's
+			bad[i] = draws.Float64() < 0.5
+		}
+		srv := failingFast(time.Second, func(int) bool { return bad[time.Since(start)/slot] })
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		var answered atomic.Int64
+		var wg sync.WaitGroup
+		for range users {
+			wg.Go(func() {
+				for k := range waves {
+					time.Sleep(time.Until(start.Add(time.Duration(k) * 2 * slot)))
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if rec.Model == pro {
+						answered.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		oracle := 0
+		for k := range waves {
+			if !bad[2*k] {
+				oracle += users
+			}
+		}
+
+		assert.Empty(t, changes.get(), "pro's breaker never opened")
+		assert.GreaterOrEqual(t, float64(answered.Load()), 0.9*float64(oracle), "pro answers the waves that meet a good spell (%d calls of the oracle's %d)", answered.Load(), oracle)
+	})
+}

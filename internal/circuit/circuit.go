@@ -86,6 +86,7 @@ type Permit struct {
 	gen   uint64 // breaker generation when granted
 	seq   uint64 // its place among the permits granted while the model was unheard (Breaker.early); 0: not one
 	probe bool   // granted in half-open: it holds a probe slot
+	sent  int64  // when granted, since the breaker's origin
 }
 
 // Probe reports whether p was granted in half-open: it holds a probe slot.
@@ -159,6 +160,8 @@ type Breaker struct {
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
 	failing   time.Time  // when the latest run of consecutive failures began (set by the one that makes it 1)
 	failures  int64      // counted failures in the record of recent outcomes (with answers)
+	draws     int64      // the latest run's failures that are draws of their own (see Done)
+	drawNext  int64      // since the origin: a failure of the run whose request was sent from then on is a draw
 	before    outcomes   // the record when the latest run of consecutive failures began: how often the model answered then
 	seen      uint64     // early's latest grant when that failure, or the first after half of DeadAfter without one, came back: the requests sent before the model's first word (dead)
 	failed    time.Time  // the latest counted failure, closed
@@ -189,7 +192,7 @@ func New(s Settings, now time.Time) *Breaker {
 // unless this call changed the state.
 func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	if c := b.cur.Load(); State(c&3) == Closed && !b.unheard(now) {
-		return Permit{gen: c >> 2}, nil, nil
+		return Permit{gen: c >> 2, sent: int64(now.Sub(b.answered.Origin))}, nil, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -197,7 +200,7 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	gen, st := b.load()
 	switch st {
 	case Closed: // closed since the load above, or the model is unheard
-		p := Permit{gen: gen}
+		p := Permit{gen: gen, sent: int64(now.Sub(b.answered.Origin))}
 		if b.unheard(now) {
 			p.seq = b.early.add(now)
 		}
@@ -223,6 +226,16 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 // permit never handed back holds its slot for good, and a half-open breaker
 // whose slots are all held refuses every request. A permit from an older
 // generation (the state changed since Allow granted it) changes nothing.
+//
+// A run of failures in a row is counted in draws too, for dead: a failure
+// is a draw of its own when its request was sent once the run's latest
+// draw came back, or DeadAfter/FailureThreshold after that draw's request
+// was sent, whichever is sooner. Requests sent together meet the model in
+// the same moment, and a model whose failures come in spells fails them
+// together: twelve users who call at once every ten seconds, meeting two
+// bad spells in a row, are 24 failures in a row but two draws. (The
+// second bound keeps a hung model's run, whose failures come back at the
+// attempt timeout, counting as its requests are sent.)
 //
 // Closed: a success resets the consecutive failures; a failure that makes
 // FailureThreshold in a row, the first of them half of DeadAfter ago or more,
@@ -284,6 +297,11 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		if n == 1 {
 			b.failing = now
 			b.before = before
+			b.draws, b.drawNext = 0, p.sent
+		}
+		if p.sent >= b.drawNext {
+			b.draws++
+			b.drawNext = p.sent + min(int64(now.Sub(b.answered.Origin))-p.sent, int64(b.s.DeadAfter)/int64(b.s.FailureThreshold))
 		}
 		if n == 1 || 2*now.Sub(b.failed) > b.s.DeadAfter {
 			b.seen = b.early.next // the model's first word since a quiet spell: wait for what was sent before it
@@ -352,7 +370,8 @@ func (l *LastAnswer) never() bool {
 // the model's first word to a burst after a quiet spell), and the model
 // never answered, or has answered nothing for DeadAfter before now, the
 // failures in a row began half of DeadAfter ago or more, and they are a
-// run it would hardly make answering as it did before (unlikelyRun). A
+// run it would hardly make answering as it did before (unlikelyRun),
+// counted in draws (Done: requests sent together are one). A
 // model's fast failures come back before its slow answers: the first
 // requests of a model that answers most of them but fails its first few
 // fast are not all in yet (whichever of a burst's requests were granted
@@ -368,7 +387,7 @@ func (b *Breaker) dead(now time.Time, p Permit) bool {
 		return false
 	}
 	return b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter &&
-		b.before.unlikelyRun(b.consecutive.Load())
+		b.before.unlikelyRun(b.draws)
 }
 
 // outcomes are a model's answers and counted failures over its latest

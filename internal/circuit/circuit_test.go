@@ -826,6 +826,61 @@ func TestBreakerRunOfAFlakyModelIsNotItsDeath(t *testing.T) {
 	}
 }
 
+// A run is counted in draws: requests sent together meet the model in the
+// same moment, and a model whose failures come in spells fails them
+// together. A failure is a draw of its own when its request was sent once
+// the run's latest draw came back, or DeadAfter/FailureThreshold (2s at the
+// defaults) after that draw's request was sent, whichever is sooner.
+func TestBreakerRunCountsRequestsSentTogetherAsOneDraw(t *testing.T) {
+	halfAnswered := func() (*Breaker, time.Time) {
+		b := New(withDefaults(Settings{}), brkT0)
+		for range 30 { // half answered, one failure in a row at most: dead after 10 draws
+			for _, o := range []Outcome{Failure, Success} {
+				p, _, _ := b.Allow(brkT0)
+				b.Done(p, brkT0, o)
+			}
+		}
+		return b, brkT0.Add(time.Minute)
+	}
+
+	t.Run("waves of requests sent together", func(t *testing.T) {
+		b, at := halfAnswered()
+		for wave := 1; ; wave++ {
+			var ps [4]Permit
+			for i := range ps {
+				ps[i], _, _ = b.Allow(at)
+			}
+			back := at.Add(300 * time.Millisecond)
+			for i, p := range ps {
+				if tr := b.Done(p, back, Failure); tr != nil {
+					assert.Equal(t, Open, tr.To)
+					assert.Equal(t, []int{10, 0}, []int{wave, i}, "opened by the tenth wave's first failure")
+					return
+				}
+			}
+			at = at.Add(2 * time.Second)
+		}
+	})
+	t.Run("requests that hang", func(t *testing.T) {
+		b, at := halfAnswered()
+		var ps []Permit
+		for range 40 { // one a second, each failing at the 60s timeout
+			p, _, _ := b.Allow(at)
+			ps = append(ps, p)
+			at = at.Add(time.Second)
+		}
+		at = at.Add(20 * time.Second) // the first is back at 60s
+		for i, p := range ps {
+			if tr := b.Done(p, at.Add(time.Duration(i)*time.Second), Failure); tr != nil {
+				assert.Equal(t, Open, tr.To)
+				assert.Equal(t, 18, i, "sent two seconds apart, the 1st, 3rd, ..., 19th are draws: the 19th makes 10")
+				return
+			}
+		}
+		t.Fatal("never opened")
+	})
+}
+
 // RunUnlikely reads a run of which the breaker saw a part (a fleet's)
 // against the record before the run it is in, or against the record now
 // when it is in none.
