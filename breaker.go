@@ -21,7 +21,12 @@ const (
 	// OpenFor).
 	StateOpen
 	// StateHalfOpen: up to HalfOpenProbes trial requests are let through; their
-	// successes close the breaker, a failure opens it again.
+	// successes close the breaker, a failure opens it again. Once the probes
+	// in flight have been out for twice as long as the slowest failure that
+	// opened the breaker took (a model failing fast, answering slow: it is
+	// answering them, most likely), the calls meanwhile ride along: sent,
+	// an answer closing the breaker, a failure counting only once no probe
+	// is out.
 	StateHalfOpen
 )
 
@@ -110,7 +115,8 @@ type BreakerSettings struct {
 	MinOpenFor time.Duration
 	// HalfOpenProbes is both the number of probes a half-open breaker lets
 	// through at a time and the number of probe successes that close it: a
-	// model that just came back gets that many requests, not the flood.
+	// model that just came back gets that many requests, not the flood,
+	// until its probes outlive the failures that opened it (StateHalfOpen).
 	// Default: 1.
 	HalfOpenProbes int
 	// FailureRate, when above 0, also opens a closed breaker when the counted

@@ -674,3 +674,47 @@ func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 		assert.GreaterOrEqual(t, float64(answered.Load()), 0.9*float64(oracle), "pro answers the waves that meet a good spell (%d calls of the oracle's %d)", answered.Load(), oracle)
 	})
 }
+
+// TestCallsRideAHalfOpenProbeOfASlowModel: pro fails fast (0.3s) for its
+// first 5s, then answers in 4s; four users call, with a second's thought.
+// The start-up failures open pro's breaker; its probe after the spell takes
+// 4s to answer. Before, every call of those 4s went to flash (a half-open
+// breaker lets one probe through): pro answered 12 of the 21 calls begun
+// after its spell. Now, once the probe has been out for twice as long as
+// the failures took, the calls ride along to pro: 12 of 15 (pro is slower
+// than flash, so the users make fewer calls), the three it misses the
+// calls that came with the probe.
+func TestCallsRideAHalfOpenProbeOfASlowModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const spell = 5 * time.Second
+		start := time.Now()
+		srv := failingFast(4*time.Second, func(int) bool { return time.Since(start) < spell })
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		var after, answered atomic.Int64 // calls begun after the spell, and those pro answered
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for time.Since(start) < 20*time.Second {
+					began := time.Since(start)
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if began >= spell {
+						after.Add(1)
+						if rec.Model == pro {
+							answered.Add(1)
+						}
+					}
+					time.Sleep(time.Second)
+				}
+			})
+		}
+		wg.Wait()
+
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get(), "opened by the spell, closed by its probe")
+		assert.GreaterOrEqual(t, answered.Load(), after.Load()-3,
+			"pro answers every call begun after its spell but the three that came with its probe (%d of %d)", answered.Load(), after.Load())
+	})
+}
