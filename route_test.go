@@ -188,6 +188,34 @@ func oneUser(t *testing.T, d time.Duration, clients ...*geminiguard.Client) (cal
 	return calls, answered
 }
 
+// usersCalling has n users call c until d has passed since start, each
+// with a second's thought after each call; it returns how many calls began
+// at a time (since start) that counts reports true for, and how many of
+// those pro answered. It must be called inside a testing/synctest bubble.
+func usersCalling(t *testing.T, n int, start time.Time, d time.Duration, c *geminiguard.Client, counts func(began time.Duration) bool) (calls, answered int64) {
+	t.Helper()
+	var nc, na atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for time.Since(start) < d {
+				began := time.Since(start)
+				_, rec, err := ask(t.Context(), c, "")
+				assert.NoError(t, err)
+				if counts(began) {
+					nc.Add(1)
+					if rec.Model == pro {
+						na.Add(1)
+					}
+				}
+				time.Sleep(time.Second)
+			}
+		})
+	}
+	wg.Wait()
+	return nc.Load(), na.Load()
+}
+
 // flaky returns a fake of pro, answering in 1s but failing two requests in
 // three, drawn at random, fast (0.3s), and every request from dies after
 // start on when dies is above 0; then flash (0.5s).
@@ -397,30 +425,13 @@ func TestStartupSpellThatOpenedTheBreakerDoesNotThrottleTheModelAfter(t *testing
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		const users = 20
-		var calls, answered atomic.Int64
-		var wg sync.WaitGroup
-		for range users {
-			wg.Go(func() {
-				for time.Since(start) < 40*time.Second {
-					at := time.Since(start)
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if at >= 5*time.Second && at < 25*time.Second {
-						calls.Add(1)
-						if rec.Model == pro {
-							answered.Add(1)
-						}
-					}
-					time.Sleep(time.Second)
-				}
-			})
-		}
-		wg.Wait()
+		calls, answered := usersCalling(t, 20, start, 40*time.Second, c, func(began time.Duration) bool {
+			return began >= 5*time.Second && began < 25*time.Second
+		})
 
 		require.Contains(t, changes.get(), pro+":open", "every request of its first second failed: its breaker opened")
-		share := float64(answered.Load()) / float64(calls.Load())
-		assert.GreaterOrEqual(t, share, 0.6, "from 5s to 25s pro answers about two calls in three (got %.2f of %d calls)", share, calls.Load())
+		share := float64(answered) / float64(calls)
+		assert.GreaterOrEqual(t, share, 0.6, "from 5s to 25s pro answers about two calls in three (got %.2f of %d calls)", share, calls)
 	})
 }
 
@@ -693,28 +704,10 @@ func TestCallsRideAHalfOpenProbeOfASlowModel(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		var after, answered atomic.Int64 // calls begun after the spell, and those pro answered
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for time.Since(start) < 20*time.Second {
-					began := time.Since(start)
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if began >= spell {
-						after.Add(1)
-						if rec.Model == pro {
-							answered.Add(1)
-						}
-					}
-					time.Sleep(time.Second)
-				}
-			})
-		}
-		wg.Wait()
+		after, answered := usersCalling(t, 4, start, 20*time.Second, c, func(began time.Duration) bool { return began >= spell })
 
 		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get(), "opened by the spell, closed by its probe")
-		assert.GreaterOrEqual(t, answered.Load(), after.Load()-3,
-			"pro answers every call begun after its spell but the three that came with its probe (%d of %d)", answered.Load(), after.Load())
+		assert.GreaterOrEqual(t, answered, after-3,
+			"pro answers every call begun after its spell but the three that came with its probe (%d of %d)", answered, after)
 	})
 }
