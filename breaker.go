@@ -303,8 +303,23 @@ type breaker struct {
 // newBreaker returns a closed breaker. s must pass validate; zero fields take
 // their defaults.
 func newBreaker(s BreakerSettings) *breaker {
+	return newBreakerRiding(s, false)
+}
+
+// newModelBreaker returns a closed breaker of a model (newBreaker): half-open,
+// its calls ride along a probe that outlived the failures (circuit.Breaker.
+// Allow), for a model's probe that has not failed as fast as its failures
+// did is answering, most likely. (The fleet's store breaker does not let
+// round trips ride: a probe of a store that hangs would hold each of them
+// for the longest round trip.)
+func newModelBreaker(s BreakerSettings) *breaker {
+	return newBreakerRiding(s, true)
+}
+
+func newBreakerRiding(s BreakerSettings, riders bool) *breaker {
 	s = s.withDefaults()
 	return &breaker{s: s, sm: circuit.New(circuit.Settings{
+		Riders:           riders,
 		FailureThreshold: s.FailureThreshold,
 		DeadAfter:        s.DeadAfter,
 		OpenFor:          s.OpenFor,

@@ -63,6 +63,7 @@ type Settings struct {
 	FailureRate      float64       // failure fraction over Window that opens a closed breaker; 0: off
 	Window           time.Duration // the failure rate's span (FailureRate > 0)
 	MinRequests      int           // calls within Window below which the rate is not judged (FailureRate > 0)
+	Riders           bool          // half-open, grant riders once the probes outlived the failures (Allow)
 }
 
 // Refusal is what Allow returns when it refuses a request. Until is when the
@@ -93,6 +94,10 @@ type Permit struct {
 // Probe reports whether p was granted in half-open: a probe, which holds a
 // probe slot, or a rider (Allow).
 func (p Permit) Probe() bool { return p.probe }
+
+// Rider reports whether p was granted in half-open as a rider (Allow): a
+// probe of its breaker's is out.
+func (p Permit) Rider() bool { return p.rider }
 
 // Outcome is what a permitted request said about the model's health. The
 // zero value is Ignore.
@@ -192,9 +197,9 @@ func New(s Settings, now time.Time) *Breaker {
 // refuses until OpenFor has passed since the breaker opened; the first call
 // at or after that moves the breaker to half-open, returns that transition
 // and grants the first probe. Half-open, it grants a probe while fewer than
-// HalfOpenProbes are in flight, and a rider once the earliest of them has
-// been out for twice as long as the slowest failure of the run that opened
-// the breaker (and of the failed probes since) took: a model whose
+// HalfOpenProbes are in flight, and, with Riders, a rider once the earliest
+// of them has been out for twice as long as the slowest failure of the run
+// that opened the breaker (and of the failed probes since) took: a model whose
 // failures came back fast and whose probe has not is answering it, most
 // likely, so the calls meanwhile need not go elsewhere. It refuses
 // otherwise. The transition is nil unless this call changed the state.
@@ -222,7 +227,7 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	}
 	sent := int64(now.Sub(b.answered.Origin))
 	if b.probes >= b.s.HalfOpenProbes {
-		if b.slowest == 0 || sent-b.probing <= 2*b.slowest {
+		if !b.s.Riders || b.slowest == 0 || sent-b.probing <= 2*b.slowest {
 			return Permit{}, nil, probesBusy
 		}
 		return Permit{gen: gen, probe: true, rider: true, sent: sent}, tr, nil

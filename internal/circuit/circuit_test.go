@@ -533,7 +533,7 @@ func TestBreakerConcurrent(t *testing.T) {
 					refused.Add(1)
 					continue
 				}
-				if p.probe && !p.rider { // a rider holds no probe slot
+				if p.probe {
 					mu.Lock()
 					inFlight[p.gen]++
 					maxInFlight = max(maxInFlight, inFlight[p.gen])
@@ -545,7 +545,7 @@ func TestBreakerConcurrent(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					o = Failure
 				}
-				if p.probe && !p.rider {
+				if p.probe {
 					mu.Lock()
 					inFlight[p.gen]--
 					mu.Unlock()
@@ -572,12 +572,14 @@ func TestBreakerConcurrent(t *testing.T) {
 // failures came back in 0.3s and whose probe has not is answering it, most
 // likely. A rider's answer closes the breaker; its failure, while the
 // probe is out, changes nothing (the probe decides), and opens it again
-// once none is. A model whose failures were hangs gets no rider.
+// once none is. A model whose failures were hangs gets no rider, nor a
+// breaker without Riders (the fleet's store's).
 func TestBreakerHalfOpenCallsRideAProbeThatOutlivedTheFailures(t *testing.T) {
 	// opened returns a breaker opened by a failure that took failTook, its
 	// probe, and when that was granted.
+	riders := true
 	opened := func(failTook time.Duration) (*Breaker, Permit, time.Time) {
-		b := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1}), brkT0)
+		b := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1, Riders: riders}), brkT0)
 		p, _, _ := b.Allow(brkT0)
 		require.NotNil(t, b.Done(p, brkT0.Add(failTook), Failure))
 		at := b.Snapshot(brkT0).OpenUntil
@@ -591,6 +593,7 @@ func TestBreakerHalfOpenCallsRideAProbeThatOutlivedTheFailures(t *testing.T) {
 		p, _, r := b.Allow(at)
 		require.Nil(t, r, "the call rides along")
 		require.True(t, p.Probe(), "a rider is a half-open grant: no hedge rides on it")
+		require.True(t, p.Rider())
 		return p
 	}
 
@@ -617,6 +620,12 @@ func TestBreakerHalfOpenCallsRideAProbeThatOutlivedTheFailures(t *testing.T) {
 		b, _, at := opened(time.Minute)
 		_, _, r := b.Allow(at.Add(90 * time.Second))
 		assert.Equal(t, probesBusy, r, "a probe out for less than twice a hang's minute: refused")
+	})
+	t.Run("without Riders", func(t *testing.T) {
+		riders = false
+		b, _, at := opened(300 * time.Millisecond)
+		_, _, r := b.Allow(at.Add(time.Minute))
+		assert.Equal(t, probesBusy, r, "one probe at a time, however long it is out")
 	})
 }
 
