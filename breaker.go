@@ -376,6 +376,10 @@ func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
 // It returns the transition, nil when none.
 func (b *breaker) openTill(now, until time.Time) *transition { return b.sm.OpenTill(now, until) }
 
+// trip opens a closed breaker at now for its own open period, as its rule
+// would (circuit.Breaker.Trip).
+func (b *breaker) trip(now time.Time) *transition { return b.sm.Trip(now) }
+
 // runUnlikely reports whether n failures in a row are a run the model would
 // hardly make answering as it did (circuit.Breaker.RunUnlikely). It takes
 // the breaker's lock.

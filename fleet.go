@@ -962,8 +962,10 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // sent while the model was unheard still in flight (circuit.Breaker.
 // Awaiting) and, when one did, the run one that the model would hardly
 // make answering as this replica saw it answer (circuit.Breaker.
-// RunUnlikely); or this Client is in an outage (inOutage). The opening is
-// published as the Client's own. A fleet of replicas each seeing a part
+// RunUnlikely); or this Client is in an outage (inOutage). It opens for
+// the breaker's own open period (MinOpenFor from closed, doubled for each
+// failed probe since), or OpenFor in an outage, as one process's rules do,
+// and the opening is published as the Client's own. A fleet of replicas each seeing a part
 // of the traffic so opens as soon as one process would, and a burst after
 // a quiet spell, whose fast 503s come back before its answers, does not
 // open it, even when the model's last word before the spell was a
@@ -985,7 +987,12 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 		!l.Answered.IsZero() && !br.runUnlikely(l.Failures)) { // a flaky model's run, as one process reads it
 		return
 	}
-	tr := br.openTill(now, now.Add(br.s.OpenFor))
+	var tr *transition
+	if outage {
+		tr = br.openTill(now, now.Add(br.s.OpenFor)) // an outage's opening, as one process's
+	} else {
+		tr = br.trip(now) // for its own open period, as one process's rule opens it
+	}
 	c.stateChanged(ctx, m.name, endpointGenerate, tr)
 	c.publishTransition(ctx, m, endpointGenerate, br, tr)
 }

@@ -190,6 +190,38 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 	})
 }
 
+// TestFleetOpensADeadModelForItsOwnOpenPeriod: pro fails fast (0.3s) for
+// its first 3s, then answers. Three replicas each see two of its failures
+// at once:
+// none opens it on its own (FailureThreshold is 5), the fleet's six do. It
+// is opened for the breaker's own period (MinOpenFor, 2s, from closed), as
+// one process opens it, not for OpenFor (30s): at 4s pro answers again.
+func TestFleetOpensADeadModelForItsOwnOpenPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := failingFast(time.Second, func(int) bool { return time.Since(start) < 3*time.Second })
+		changes := &stateChanges{}
+		fleet := newFleet(t, srv, 3, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
+		var wg sync.WaitGroup
+		for _, c := range fleet {
+			for range 2 {
+				wg.Go(func() {
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					assert.Equal(t, flash, rec.Model)
+				})
+			}
+		}
+		wg.Wait()
+		require.Contains(t, changes.get(), pro+":open", "the fleet's six failures opened pro")
+
+		time.Sleep(time.Until(start.Add(4 * time.Second)))
+		_, rec, err := ask(t.Context(), fleet[0], "")
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "open for 2s: probed at 4s, and pro answered")
+	})
+}
+
 // TestFleetBurstAfterAQuietSpellKeepsAModelThatAnswersMost: as
 // TestBurstAfterAQuietSpellKeepsAModelThatAnswersMost, with the 20 users
 // spread over four replicas sharing one store. The fleet's failures in a

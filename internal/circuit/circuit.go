@@ -765,6 +765,19 @@ func (b *Breaker) OpenTill(now, until time.Time) *Transition {
 	return b.setStateUntil(Open, now, until)
 }
 
+// Trip opens a closed breaker at now as its own rule would on a run of
+// failures (for its open period: MinOpenFor from closed), because the
+// failures of a fleet's replicas say the model is dead. It returns the
+// transition, nil when the breaker is not closed.
+func (b *Breaker) Trip(now time.Time) *Transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateAt(now) != Closed {
+		return nil
+	}
+	return b.setState(Open, now)
+}
+
 // CloseSince closes the breaker at now because a probe proved the model
 // healthy at since (another replica's: a FactClosed), unless the breaker is
 // closed or changed state after since (it then knows better). It returns
