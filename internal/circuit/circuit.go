@@ -205,7 +205,7 @@ func New(s Settings, now time.Time) *Breaker {
 // otherwise. The transition is nil unless this call changed the state.
 func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	if c := b.cur.Load(); State(c&3) == Closed && !b.unheard(now) {
-		return Permit{gen: c >> 2, sent: int64(now.Sub(b.answered.Origin))}, nil, nil
+		return Permit{gen: c >> 2, sent: b.since(now)}, nil, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -213,7 +213,7 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	gen, st := b.load()
 	switch st {
 	case Closed: // closed since the load above, or the model is unheard
-		p := Permit{gen: gen, sent: int64(now.Sub(b.answered.Origin))}
+		p := Permit{gen: gen, sent: b.since(now)}
 		if b.unheard(now) {
 			p.seq = b.early.add(now)
 		}
@@ -225,7 +225,7 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 		tr = b.setState(HalfOpen, now)
 		gen, _ = b.load()
 	}
-	sent := int64(now.Sub(b.answered.Origin))
+	sent := b.since(now)
 	if b.probes >= b.s.HalfOpenProbes {
 		if !b.s.Riders || b.slowest == 0 || sent-b.probing <= 2*b.slowest {
 			return Permit{}, nil, probesBusy
@@ -238,6 +238,10 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	b.probes++
 	return Permit{gen: gen, probe: true, sent: sent}, tr, nil
 }
+
+// since returns t as nanoseconds since the breaker's origin: a permit's
+// sending, kept in an int64.
+func (b *Breaker) since(t time.Time) int64 { return int64(t.Sub(b.answered.Origin)) }
 
 // Done reports the outcome at now of a request that Allow permitted, and
 // returns the transition it caused, nil when none. Each permit must be
@@ -307,7 +311,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 			if p.rider && b.probes > 0 {
 				return nil // a probe granted before it is still out, most likely answering: it decides
 			}
-			b.slowest = max(b.slowest, int64(now.Sub(b.answered.Origin))-p.sent)
+			b.slowest = max(b.slowest, b.since(now)-p.sent)
 			return b.setState(Open, now)
 		case Outage:
 			return b.openForOutage(now)
@@ -327,10 +331,10 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 			b.before = before
 			b.draws, b.drawNext, b.slowest = 0, p.sent, 0
 		}
-		b.slowest = max(b.slowest, int64(now.Sub(b.answered.Origin))-p.sent)
+		b.slowest = max(b.slowest, b.since(now)-p.sent)
 		if p.sent >= b.drawNext {
 			b.draws++
-			b.drawNext = p.sent + min(int64(now.Sub(b.answered.Origin))-p.sent, int64(b.s.DeadAfter)/int64(b.s.FailureThreshold))
+			b.drawNext = p.sent + min(b.since(now)-p.sent, int64(b.s.DeadAfter)/int64(b.s.FailureThreshold))
 		}
 		if n == 1 || 2*now.Sub(b.failed) > b.s.DeadAfter {
 			b.seen = b.early.next // the model's first word since a quiet spell: wait for what was sent before it
