@@ -21,12 +21,7 @@ const (
 	// OpenFor).
 	StateOpen
 	// StateHalfOpen: up to HalfOpenProbes trial requests are let through; their
-	// successes close the breaker, a failure opens it again. Once the probes
-	// in flight have been out for twice as long as the slowest failure that
-	// opened the breaker took (a model failing fast, answering slow: it is
-	// answering them, most likely), the calls meanwhile ride along: sent,
-	// an answer closing the breaker, a failure counting only once no probe
-	// is out.
+	// successes close the breaker, a failure opens it again.
 	StateHalfOpen
 )
 
@@ -115,8 +110,7 @@ type BreakerSettings struct {
 	MinOpenFor time.Duration
 	// HalfOpenProbes is both the number of probes a half-open breaker lets
 	// through at a time and the number of probe successes that close it: a
-	// model that just came back gets that many requests, not the flood,
-	// until its probes outlive the failures that opened it (StateHalfOpen).
+	// model that just came back gets that many requests, not the flood.
 	// Default: 1.
 	HalfOpenProbes int
 	// FailureRate, when above 0, also opens a closed breaker when the counted
@@ -303,23 +297,8 @@ type breaker struct {
 // newBreaker returns a closed breaker. s must pass validate; zero fields take
 // their defaults.
 func newBreaker(s BreakerSettings) *breaker {
-	return newBreakerRiding(s, false)
-}
-
-// newModelBreaker returns a closed breaker of a model (newBreaker): half-open,
-// its calls ride along a probe that outlived the failures (circuit.Breaker.
-// Allow), for a model's probe that has not failed as fast as its failures
-// did is answering, most likely. (The fleet's store breaker does not let
-// round trips ride: a probe of a store that hangs would hold each of them
-// for the longest round trip.)
-func newModelBreaker(s BreakerSettings) *breaker {
-	return newBreakerRiding(s, true)
-}
-
-func newBreakerRiding(s BreakerSettings, riders bool) *breaker {
 	s = s.withDefaults()
 	return &breaker{s: s, sm: circuit.New(circuit.Settings{
-		Riders:           riders,
 		FailureThreshold: s.FailureThreshold,
 		DeadAfter:        s.DeadAfter,
 		OpenFor:          s.OpenFor,

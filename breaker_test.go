@@ -157,30 +157,6 @@ func TestBreakerRefusalError(t *testing.T) {
 	assert.Equal(t, "geminiguard: circuit half-open: probes in flight", err.Error())
 }
 
-// A model's breaker lets calls ride along a half-open probe that outlived
-// the failures that opened it; the fleet's store breaker (newBreaker) does
-// not: a round trip riding along a hanging store's probe would be held for
-// the longest round trip.
-func TestBreakerRidersAreTheModels(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		new    func(BreakerSettings) *breaker
-		riders bool
-	}{{"model", newModelBreaker, true}, {"store", newBreaker, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := tc.new(BreakerSettings{FailureThreshold: 1, DeadAfter: -1})
-			p, _, _ := b.allow(brkT0)
-			require.NotNil(t, b.done(p, brkT0.Add(100*time.Millisecond), outcomeFailure))
-			probeAt := brkT0.Add(100*time.Millisecond + defaultMinOpenFor)
-			_, tr, err := b.allow(probeAt)
-			require.NoError(t, err)
-			require.NotNil(t, tr, "half-open: the probe")
-			_, _, err = b.allow(probeAt.Add(time.Second)) // the probe out for ten times the failure's time
-			assert.Equal(t, tc.riders, err == nil, "a call rides along: %v", err)
-		})
-	}
-}
-
 func TestBreakerAllocs(t *testing.T) {
 	for _, s := range []BreakerSettings{{}, {FailureRate: 0.5}} {
 		b := newBreaker(s)

@@ -273,41 +273,6 @@ func TestFleetFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
 	})
 }
 
-// TestFleetCallsRideTheirReplicasHalfOpenProbe: as
-// TestCallsRideAHalfOpenProbeOfASlowModel, on a replica of a fleet: its
-// calls ride along the probe it holds for the fleet, without asking the
-// store for a probe of their own (before, each rider cost a round trip
-// asking for one: three for the one half-open spell).
-func TestFleetCallsRideTheirReplicasHalfOpenProbe(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const spell = 5 * time.Second
-		start := time.Now()
-		srv := failingFast(4*time.Second, func(int) bool { return time.Since(start) < spell })
-		store := &probeCounter{SharedState: fleet.NewMemoryState()}
-		c := newFleet(t, srv, 1, store, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))[0]
-
-		after, answered := usersCalling(t, 4, start, 20*time.Second, c, func(began time.Duration) bool { return began >= spell })
-
-		assert.GreaterOrEqual(t, answered, after-3,
-			"pro answers every call begun after its spell but the three that came with its probe (%d of %d)", answered, after)
-		assert.Equal(t, int64(1), store.probes.Load(), "the store was asked for pro's probe once")
-	})
-}
-
-// probeCounter is a SharedState that counts the leases asking for a
-// model's probe.
-type probeCounter struct {
-	fleet.SharedState
-	probes atomic.Int64
-}
-
-func (p *probeCounter) Lease(ctx context.Context, r fleet.LeaseRequest) (fleet.Lease, error) {
-	if r.Probe > 0 {
-		p.probes.Add(1)
-	}
-	return p.SharedState.Lease(ctx, r)
-}
-
 // flakyState is a SharedState that can be made to fail, or to hang until
 // its caller gives up, and counts the calls that reached it.
 type flakyState struct {

@@ -195,13 +195,12 @@ func (call *call[R]) takeLease(ctx context.Context, sl *retrySlot, a *admission)
 }
 
 // takePermit takes the breaker's permit (breaker.go): a probe's slot when
-// half-open, which in fleet mode only one replica of the fleet takes (a
-// rider rides along its replica's probe: that replica took it).
+// half-open, which in fleet mode only one replica of the fleet takes.
 func (call *call[R]) takePermit(ctx context.Context, sl *retrySlot, a *admission) (step, error) {
 	m := sl.m
 	br := m.breakers[call.endpoint]
 	p, tr, err := br.allow(call.now)
-	if err == nil && p.Probe() && !p.Rider() && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
+	if err == nil && p.Probe() && call.c.fleet != nil && !call.fleetProbe(ctx, m) {
 		br.done(p, call.now, outcomeIgnore) // another replica probes the model
 		err = ErrCircuitOpen
 	}

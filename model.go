@@ -74,7 +74,7 @@ func (c *Client) newModelState(name string) *modelState {
 	m := &modelState{name: name, lim: newLimiter(c.cfg.limits[name], c.cfg.headroom), lat: latency.New(latencyClasses), prices: c.prices[name], adjust: c.cfg.adjust[name]}
 	m.spent.budget = c.spending
 	for e := range m.breakers {
-		m.breakers[e] = newModelBreaker(c.cfg.breaker)
+		m.breakers[e] = newBreaker(c.cfg.breaker)
 		m.routes[e] = newAvailability()
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}

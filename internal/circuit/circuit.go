@@ -63,7 +63,6 @@ type Settings struct {
 	FailureRate      float64       // failure fraction over Window that opens a closed breaker; 0: off
 	Window           time.Duration // the failure rate's span (FailureRate > 0)
 	MinRequests      int           // calls within Window below which the rate is not judged (FailureRate > 0)
-	Riders           bool          // half-open, grant riders once the probes outlived the failures (Allow)
 }
 
 // Refusal is what Allow returns when it refuses a request. Until is when the
@@ -86,18 +85,12 @@ var probesBusy = &Refusal{}
 type Permit struct {
 	gen   uint64 // breaker generation when granted
 	seq   uint64 // its place among the permits granted while the model was unheard (Breaker.early); 0: not one
-	probe bool   // granted in half-open: it holds a probe slot, unless a rider
-	rider bool   // granted in half-open beyond the probe slots (Allow): the probes decide while one is out
-	sent  int64  // when granted, since the breaker's origin
+	probe bool   // granted in half-open: it holds a probe slot
+	sent  int64  // when granted, since the breaker's origin (closed)
 }
 
-// Probe reports whether p was granted in half-open: a probe, which holds a
-// probe slot, or a rider (Allow).
+// Probe reports whether p was granted in half-open: it holds a probe slot.
 func (p Permit) Probe() bool { return p.probe }
-
-// Rider reports whether p was granted in half-open as a rider (Allow): a
-// probe of its breaker's is out.
-func (p Permit) Rider() bool { return p.rider }
 
 // Outcome is what a permitted request said about the model's health. The
 // zero value is Ignore.
@@ -162,8 +155,6 @@ type Breaker struct {
 	mu        sync.Mutex // guards the fields below (and writes to cur and open)
 	changed   time.Time  // when the state last changed; zero: never
 	probes    int        // probes in flight, half-open
-	probing   int64      // since the origin: when the first of the probes in flight was granted
-	slowest   int64      // the longest a failure of the latest run in a row (and the failed probes after it) took to come back
 	successes int        // probe successes, half-open
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
@@ -197,12 +188,8 @@ func New(s Settings, now time.Time) *Breaker {
 // refuses until OpenFor has passed since the breaker opened; the first call
 // at or after that moves the breaker to half-open, returns that transition
 // and grants the first probe. Half-open, it grants a probe while fewer than
-// HalfOpenProbes are in flight, and, with Riders, a rider once the earliest
-// of them has been out for twice as long as the slowest failure of the run
-// that opened the breaker (and of the failed probes since) took: a model whose
-// failures came back fast and whose probe has not is answering it, most
-// likely, so the calls meanwhile need not go elsewhere. It refuses
-// otherwise. The transition is nil unless this call changed the state.
+// HalfOpenProbes are in flight and refuses otherwise. The transition is nil
+// unless this call changed the state.
 func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	if c := b.cur.Load(); State(c&3) == Closed && !b.unheard(now) {
 		return Permit{gen: c >> 2, sent: b.since(now)}, nil, nil
@@ -225,18 +212,11 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 		tr = b.setState(HalfOpen, now)
 		gen, _ = b.load()
 	}
-	sent := b.since(now)
 	if b.probes >= b.s.HalfOpenProbes {
-		if !b.s.Riders || b.slowest == 0 || sent-b.probing <= 2*b.slowest {
-			return Permit{}, nil, probesBusy
-		}
-		return Permit{gen: gen, probe: true, rider: true, sent: sent}, tr, nil
-	}
-	if b.probes == 0 {
-		b.probing = sent
+		return Permit{}, nil, probesBusy
 	}
 	b.probes++
-	return Permit{gen: gen, probe: true, sent: sent}, tr, nil
+	return Permit{gen: gen, probe: true}, tr, nil
 }
 
 // since returns t as nanoseconds since the breaker's origin: a permit's
@@ -266,11 +246,9 @@ func (b *Breaker) since(t time.Time) int64 { return int64(t.Sub(b.answered.Origi
 // when the model has answered nothing for DeadAfter, or brings the failure rate
 // over Window to FailureRate, opens the breaker for MinOpenFor. Half-open: the
 // probe's slot is freed; HalfOpenProbes successes close the breaker (every
-// count starts again), a rider's counting as a probe's; a failure opens it
-// again for twice the previous open period, up to OpenFor, but a rider's
-// while a probe is out (the probe, most likely answering, decides). An
-// outage's failure (no model answers: the Client's early probes find its
-// end, AllOpenProbeEvery) opens it for OpenFor at once.
+// count starts again); a failure opens it again for twice the previous open
+// period, up to OpenFor. An outage's failure (no model answers: the Client's
+// early probes find its end, AllOpenProbeEvery) opens it for OpenFor at once.
 // Ignore only frees the slot.
 func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	if o == Success {
@@ -299,19 +277,13 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		return nil
 	}
 	if p.probe {
-		if !p.rider {
-			b.probes--
-		}
+		b.probes--
 		switch o {
 		case Success:
 			if b.successes++; b.successes >= b.s.HalfOpenProbes {
 				return b.setState(Closed, now)
 			}
 		case Failure:
-			if p.rider && b.probes > 0 {
-				return nil // a probe granted before it is still out, most likely answering: it decides
-			}
-			b.slowest = max(b.slowest, b.since(now)-p.sent)
 			return b.setState(Open, now)
 		case Outage:
 			return b.openForOutage(now)
@@ -329,9 +301,8 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		if n == 1 {
 			b.failing = now
 			b.before = before
-			b.draws, b.drawNext, b.slowest = 0, p.sent, 0
+			b.draws, b.drawNext = 0, p.sent
 		}
-		b.slowest = max(b.slowest, b.since(now)-p.sent)
 		if p.sent >= b.drawNext {
 			b.draws++
 			b.drawNext = p.sent + min(b.since(now)-p.sent, int64(b.s.DeadAfter)/int64(b.s.FailureThreshold))
@@ -741,7 +712,7 @@ func (b *Breaker) set(to State, now time.Time, open *Refusal) *Transition {
 	b.probes, b.successes = 0, 0
 	b.window.reset()
 	if to == Closed {
-		b.reopens, b.slowest = 0, 0
+		b.reopens = 0
 	}
 	b.changed = now
 	b.open.Store(open)

@@ -567,68 +567,6 @@ func TestBreakerConcurrent(t *testing.T) {
 	t.Logf("transitions %d, probes %d (max %d in flight), refused %d", transitions.Load(), probesSeen, maxInFlight, refused.Load())
 }
 
-// Half-open, calls ride along once the probe has been out for twice as
-// long as the slowest failure that opened the breaker took: a model whose
-// failures came back in 0.3s and whose probe has not is answering it, most
-// likely. A rider's answer closes the breaker; its failure, while the
-// probe is out, changes nothing (the probe decides), and opens it again
-// once none is. A model whose failures were hangs gets no rider, nor a
-// breaker without Riders (the fleet's store's).
-func TestBreakerHalfOpenCallsRideAProbeThatOutlivedTheFailures(t *testing.T) {
-	// opened returns a breaker opened by a failure that took failTook, its
-	// probe, and when that was granted.
-	riders := true
-	opened := func(failTook time.Duration) (*Breaker, Permit, time.Time) {
-		b := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1, Riders: riders}), brkT0)
-		p, _, _ := b.Allow(brkT0)
-		require.NotNil(t, b.Done(p, brkT0.Add(failTook), Failure))
-		at := b.Snapshot(brkT0).OpenUntil
-		probe, tr, r := b.Allow(at)
-		require.Nil(t, r)
-		require.Equal(t, HalfOpen, tr.To)
-		return b, probe, at
-	}
-	ride := func(b *Breaker, at time.Time) Permit {
-		t.Helper()
-		p, _, r := b.Allow(at)
-		require.Nil(t, r, "the call rides along")
-		require.True(t, p.Probe(), "a rider is a half-open grant: no hedge rides on it")
-		require.True(t, p.Rider())
-		return p
-	}
-
-	t.Run("once the probe outlived the failures", func(t *testing.T) {
-		b, _, at := opened(300 * time.Millisecond)
-		_, _, r := b.Allow(at.Add(600 * time.Millisecond))
-		assert.Equal(t, probesBusy, r, "the probe out for twice the failure's 0.3s: refused")
-		rider := ride(b, at.Add(700*time.Millisecond))
-		assert.Nil(t, b.Done(rider, at.Add(time.Second), Failure), "its failure while the probe is out changes nothing")
-		rider = ride(b, at.Add(time.Second))
-		tr := b.Done(rider, at.Add(2*time.Second), Success)
-		require.NotNil(t, tr)
-		assert.Equal(t, Closed, tr.To, "a rider's answer closes the breaker")
-	})
-	t.Run("no probe out", func(t *testing.T) {
-		b, probe, at := opened(300 * time.Millisecond)
-		rider := ride(b, at.Add(time.Second))
-		assert.Nil(t, b.Done(probe, at.Add(time.Second), Ignore), "the probe's caller gave up")
-		tr := b.Done(rider, at.Add(2*time.Second), Failure)
-		require.NotNil(t, tr, "no probe out: the rider's failure opens the breaker again")
-		assert.Equal(t, Open, tr.To)
-	})
-	t.Run("failures that were hangs", func(t *testing.T) {
-		b, _, at := opened(time.Minute)
-		_, _, r := b.Allow(at.Add(90 * time.Second))
-		assert.Equal(t, probesBusy, r, "a probe out for less than twice a hang's minute: refused")
-	})
-	t.Run("without Riders", func(t *testing.T) {
-		riders = false
-		b, _, at := opened(300 * time.Millisecond)
-		_, _, r := b.Allow(at.Add(time.Minute))
-		assert.Equal(t, probesBusy, r, "one probe at a time, however long it is out")
-	})
-}
-
 // The open period starts at MinOpenFor, doubles with each failed probe up to
 // OpenFor, and starts again from MinOpenFor once a probe closes the breaker.
 func TestBreakerOpenPeriodGrows(t *testing.T) {
