@@ -965,11 +965,11 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // RunUnlikely); or this Client is in an outage (inOutage). It opens for
 // the breaker's own open period (MinOpenFor from closed, doubled for each
 // failed probe since), or OpenFor in an outage, as one process's rules do,
-// and the opening is published as the Client's own. A fleet of replicas each seeing a part
-// of the traffic so opens as soon as one process would, and a burst after
-// a quiet spell, whose fast 503s come back before its answers, does not
-// open it, even when the model's last word before the spell was a
-// failure.
+// and the opening is published as the Client's own. A fleet of replicas
+// each seeing a part of the traffic so opens as soon as one process would,
+// and a burst after a quiet spell, whose fast 503s come back before its
+// answers, does not open it, even when the model's last word before the
+// spell was a failure.
 func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	s := c.cfg.breaker
 	now := time.Now()

@@ -7,7 +7,6 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,11 +54,10 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-// stateChanges records the breaker state changes a Client reports, as
-// "model:state".
+// stateChanges records the breaker state changes a Client reports.
 type stateChanges struct {
 	mu   sync.Mutex
-	list []string
+	list []geminiguard.StateChangeEvent
 }
 
 // hooks returns the Hooks that record into s.
@@ -67,15 +65,32 @@ func (s *stateChanges) hooks() geminiguard.Hooks {
 	return geminiguard.Hooks{OnStateChange: func(_ context.Context, e geminiguard.StateChangeEvent) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.list = append(s.list, e.Model+":"+e.To.String())
+		s.list = append(s.list, e)
 	}}
 }
 
-// get returns the changes so far.
+// get returns the changes so far, as "model:state".
 func (s *stateChanges) get() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.list)
+	out := make([]string, len(s.list))
+	for i, e := range s.list {
+		out[i] = e.Model + ":" + e.To.String()
+	}
+	return out
+}
+
+// trips returns how many times model's breaker opened from closed.
+func (s *stateChanges) trips(model string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.list {
+		if e.Model == model && e.From == geminiguard.StateClosed && e.To == geminiguard.StateOpen {
+			n++
+		}
+	}
+	return n
 }
 
 // newClient builds a Client on the fake's in-memory transport (usable inside

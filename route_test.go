@@ -662,7 +662,7 @@ func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 			bad[i] = draws.Float64() < 0.5
 		}
 		srv := failingFast(time.Second, func(int) bool { return bad[time.Since(start)/slot] })
-		changes := &breakerEvents{}
+		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
@@ -733,32 +733,4 @@ func TestModelThatHangsAfterItsSpellHoldsOnlyItsProbesCall(t *testing.T) {
 
 		assert.Len(t, waited, 1, "only the probe's call waits for the hang: %v", waited)
 	})
-}
-
-// breakerEvents records the breakers' changes.
-type breakerEvents struct {
-	mu   sync.Mutex
-	list []geminiguard.StateChangeEvent
-}
-
-// hooks returns the Hooks that record into e.
-func (e *breakerEvents) hooks() geminiguard.Hooks {
-	return geminiguard.Hooks{OnStateChange: func(_ context.Context, ev geminiguard.StateChangeEvent) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.list = append(e.list, ev)
-	}}
-}
-
-// trips returns how many times model's breaker opened from closed.
-func (e *breakerEvents) trips(model string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.list {
-		if ev.Model == model && ev.From == geminiguard.StateClosed && ev.To == geminiguard.StateOpen {
-			n++
-		}
-	}
-	return n
 }

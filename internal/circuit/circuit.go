@@ -528,12 +528,19 @@ func (g *grants) pending(seq uint64, since time.Time) bool {
 // returns that transition. It does nothing and returns nil unless the
 // breaker is open at now.
 func (b *Breaker) OpenEarly(now time.Time) *Transition {
+	return b.moveFrom(Open, HalfOpen, now)
+}
+
+// moveFrom moves the breaker from from to to at now (setState), and returns
+// that transition; it does nothing and returns nil unless it is in from at
+// now.
+func (b *Breaker) moveFrom(from, to State, now time.Time) *Transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stateAt(now) != Open {
+	if b.stateAt(now) != from {
 		return nil
 	}
-	return b.setState(HalfOpen, now)
+	return b.setState(to, now)
 }
 
 // OpenUntil returns when an open breaker turns half-open, read without the
@@ -745,12 +752,7 @@ func (b *Breaker) OpenTill(now, until time.Time) *Transition {
 // failures of a fleet's replicas say the model is dead. It returns the
 // transition, nil when the breaker is not closed.
 func (b *Breaker) Trip(now time.Time) *Transition {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.stateAt(now) != Closed {
-		return nil
-	}
-	return b.setState(Open, now)
+	return b.moveFrom(Closed, Open, now)
 }
 
 // CloseSince closes the breaker at now because a probe proved the model
