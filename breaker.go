@@ -21,7 +21,11 @@ const (
 	// OpenFor).
 	StateOpen
 	// StateHalfOpen: up to HalfOpenProbes trial requests are let through; their
-	// successes close the breaker, a failure opens it again.
+	// successes close the breaker, a failure opens it again. A breaker that
+	// opened from closed on a model that has answered, and that nobody asked
+	// for longer than it was open, lets every call through until its first
+	// probe comes back: a wave of users after a silence meets the model as
+	// a closed breaker would let it.
 	StateHalfOpen
 )
 

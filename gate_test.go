@@ -64,10 +64,23 @@ func TestAdmit(t *testing.T) {
 			arrange: func(c *Client, call *generateCall) {
 				br := c.states[0].breakers[endpointGenerate]
 				trip(br, call.now.Add(-time.Hour))
-				_, _, err := br.allow(call.now)
+				_, _, err := br.allow(br.snapshot(call.now.Add(-time.Hour)).OpenUntil) // probed as it turned half-open
 				require.NoError(t, err)
 			},
 			step: stepNext, class: ClassCircuitOpen, is: ErrCircuitOpen,
+		},
+		{
+			name: "half-open after a silence longer than it was open, a probe in flight",
+			arrange: func(c *Client, call *generateCall) {
+				br := c.states[0].breakers[endpointGenerate]
+				p, _, err := br.allow(call.now.Add(-2 * time.Hour))
+				require.NoError(t, err)
+				br.done(p, call.now.Add(-2*time.Hour), outcomeSuccess) // the model has answered
+				require.NotNil(t, br.sm.Trip(call.now.Add(-time.Hour)))
+				_, _, err = br.allow(call.now)
+				require.NoError(t, err)
+			},
+			step: stepGo,
 		},
 		{
 			name: "out of requests for a minute, the next model free",

@@ -693,6 +693,103 @@ func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 	})
 }
 
+// TestWaveAfterASilenceMeetsTheModelTogether: twelve users call together
+// every 30s; pro answers in 1s, but fails fast (0.3s) from 20s to 100s, and
+// the waves that meet its bad spell open its breaker. The wave after the
+// spell meets a breaker that has heard nothing for far longer than it was
+// open: every call of the wave goes to pro (before, one probe did, and the
+// other eleven went to flash).
+func TestWaveAfterASilenceMeetsTheModelTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const users, waves, every = 12, 6, 30 * time.Second
+		start := time.Now()
+		srv := failingFast(time.Second, func(int) bool {
+			at := time.Since(start)
+			return at >= 20*time.Second && at < 100*time.Second
+		})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+
+		var mu sync.Mutex
+		answeredBy := make([]map[string]int, waves)
+		for k := range answeredBy {
+			answeredBy[k] = map[string]int{}
+		}
+		var wg sync.WaitGroup
+		for range users {
+			wg.Go(func() {
+				for k := range waves {
+					time.Sleep(time.Until(start.Add(time.Duration(k) * every)))
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					mu.Lock()
+					answeredBy[k][rec.Model]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+
+		assert.Equal(t, []map[string]int{{pro: users}, {flash: users}, {flash: users}, {flash: users}, {pro: users}, {pro: users}},
+			answeredBy, "the wave after the bad spell meets pro together")
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get())
+		assert.Len(t, srv.Requests(pro), waves*users, "every call asked pro once")
+	})
+}
+
+// TestWaveAfterASilenceMeetsAHangOnceForItsLearnedCut: what the door of
+// TestWaveAfterASilenceMeetsTheModelTogether costs when pro hangs after
+// its bad spell (from 100s on): the wave after the spell goes to pro as a
+// closed breaker would let it, and each of its calls waits pro's learned
+// cut (2s) before flash
+// answers. The first outcome shut the door: the waves after send one probe
+// at most, which the throttle's latency rule keeps away in the end (one
+// call waited, before the door).
+func TestWaveAfterASilenceMeetsAHangOnceForItsLearnedCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const users, waves, every = 12, 20, 30 * time.Second
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+			at := time.Since(start)
+			switch {
+			case at >= 20*time.Second && at < 100*time.Second:
+				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+			case at >= 100*time.Second:
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		changes := &stateChanges{}
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
+			geminiguard.WithJitterSource(seeded()))
+		var mu sync.Mutex
+		var slow []time.Duration
+		var wg sync.WaitGroup
+		for range users {
+			wg.Go(func() {
+				for k := range waves {
+					time.Sleep(time.Until(start.Add(time.Duration(k) * every)))
+					began := time.Now()
+					_, _, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if took := time.Since(began); took > 2*time.Second {
+						mu.Lock()
+						slow = append(slow, took.Round(100*time.Millisecond))
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		assert.Len(t, slow, users, "one wave met the hang: %v", slow)
+		for _, took := range slow {
+			assert.LessOrEqual(t, took, 3*time.Second, "pro's learned cut (2s) and flash's answer bound each call")
+		}
+		assert.Equal(t, []string{pro + ":open", pro + ":half-open"}, changes.get(), "a cut probe says nothing: half-open after")
+	})
+}
+
 // TestModelThatHangsAfterItsSpellHoldsOnlyItsProbesCall: pro fails fast
 // (0.3s) for its first 5s, then hangs; four users call, with a second's
 // thought. Its probe after the spell hangs to the attempt timeout (60s),

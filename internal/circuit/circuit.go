@@ -155,6 +155,7 @@ type Breaker struct {
 	mu        sync.Mutex // guards the fields below (and writes to cur and open)
 	changed   time.Time  // when the state last changed; zero: never
 	probes    int        // probes in flight, half-open
+	door      bool       // half-open after a silence: every call is a probe until the first comes back (Allow)
 	successes int        // probe successes, half-open
 	trips     int        // times opened
 	reopens   int        // failed probes since the breaker last closed: the open period doubles with each
@@ -188,8 +189,17 @@ func New(s Settings, now time.Time) *Breaker {
 // refuses until OpenFor has passed since the breaker opened; the first call
 // at or after that moves the breaker to half-open, returns that transition
 // and grants the first probe. Half-open, it grants a probe while fewer than
-// HalfOpenProbes are in flight and refuses otherwise. The transition is nil
-// unless this call changed the state.
+// HalfOpenProbes are in flight and refuses otherwise, but for its door: a
+// breaker that opened from closed (no failed probe since) on a model that
+// has answered, and that nobody asked for longer than it was open once its
+// open period ended, knows nothing newer than the run that opened it, so
+// it grants every call a probe, as a closed breaker would, until the first
+// probe comes back (any outcome). Calls that come together after a silence
+// (a wave of users) then meet the model together instead of one of them
+// alone; were the model hanging, each waits its learned cut, once per
+// opening. A model that never answered has no learned cut to bound that
+// wait: it gets no door. The transition is nil unless this call changed
+// the state.
 func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 	if c := b.cur.Load(); State(c&3) == Closed && !b.unheard(now) {
 		return Permit{gen: c >> 2, sent: b.since(now)}, nil, nil
@@ -206,13 +216,15 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 		}
 		return p, nil, nil
 	case Open:
-		if r := b.open.Load(); now.Before(r.Until) {
+		r := b.open.Load()
+		if now.Before(r.Until) {
 			return Permit{}, nil, r
 		}
 		tr = b.setState(HalfOpen, now)
 		gen, _ = b.load()
+		b.door = b.reopens == 0 && !b.answered.never() && now.Sub(r.Until) > r.Until.Sub(r.since)
 	}
-	if b.probes >= b.s.HalfOpenProbes {
+	if b.probes >= b.s.HalfOpenProbes && !b.door {
 		return Permit{}, nil, probesBusy
 	}
 	b.probes++
@@ -278,6 +290,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 	}
 	if p.probe {
 		b.probes--
+		b.door = false
 		switch o {
 		case Success:
 			if b.successes++; b.successes >= b.s.HalfOpenProbes {
@@ -716,7 +729,7 @@ func (b *Breaker) setOpen(now time.Time, r *Refusal) *Transition {
 func (b *Breaker) set(to State, now time.Time, open *Refusal) *Transition {
 	gen, from := b.load()
 	b.consecutive.Store(0)
-	b.probes, b.successes = 0, 0
+	b.probes, b.successes, b.door = 0, 0, false
 	b.window.reset()
 	if to == Closed {
 		b.reopens = 0

@@ -905,3 +905,56 @@ func TestBreakerRunUnlikelyReadsTheRecordBeforeTheRun(t *testing.T) {
 	assert.False(t, b.RunUnlikely(16))
 	assert.True(t, b.RunUnlikely(17))
 }
+
+// A breaker that has heard nothing for longer than it was open, since it
+// opened from closed on a model that has answered, lets every call through
+// until its first probe comes back: calls that come together after a
+// silence (a wave) meet the model as a closed breaker would let them.
+// Turned half-open sooner, after a failed probe, or on a model that never
+// answered (no learned cut would bound a hang's wait), it lets one probe
+// through at a time.
+func TestBreakerHalfOpenAfterASilenceLetsCallsThroughUntilTheFirstOutcome(t *testing.T) {
+	s := time.Second
+	opened := func(answered bool) *Breaker {
+		b := newBreaker(Settings{FailureThreshold: 1, DeadAfter: -1})
+		if answered {
+			p, _, _ := b.Allow(brkT0)
+			require.Nil(t, b.Done(p, brkT0, Success))
+		}
+		p, _, _ := b.Allow(brkT0)
+		require.NotNil(t, b.Done(p, brkT0, Failure))
+		require.Equal(t, brkT0.Add(2*s), b.Snapshot(brkT0).OpenUntil)
+		return b
+	}
+	probes := func(b *Breaker, at time.Duration, n int) (granted []Permit) {
+		t.Helper()
+		for range n {
+			if p, _, r := b.Allow(brkT0.Add(at)); r == nil {
+				require.True(t, p.Probe())
+				granted = append(granted, p)
+			}
+		}
+		return granted
+	}
+
+	b := opened(true)
+	assert.Len(t, probes(b, 4*s, 3), 1, "half-open 2s after 2s open: one probe")
+	b = opened(false)
+	assert.Len(t, probes(b, time.Hour, 3), 1, "a model that never answered: one probe however long the silence")
+
+	b = opened(true)
+	ps := probes(b, 4*s+time.Millisecond, 12)
+	require.Len(t, ps, 12, "half-open after more than its 2s open: every call")
+	assert.Nil(t, b.Done(ps[0], brkT0.Add(5*s), Ignore))
+	assert.Empty(t, probes(b, 5*s, 1), "the first outcome, even an ignored one, shuts the door: 11 probes out")
+	tr := b.Done(ps[1], brkT0.Add(5*s), Success)
+	require.NotNil(t, tr)
+	assert.Equal(t, Closed, tr.To, "a probe's answer closes it")
+
+	b = opened(true)
+	ps = probes(b, 10*s, 2)
+	require.Len(t, ps, 2)
+	require.NotNil(t, b.Done(ps[0], brkT0.Add(10*s), Failure), "a failed probe opens it again, for 4s")
+	assert.Nil(t, b.Done(ps[1], brkT0.Add(10*s), Failure), "the generation changed: nothing")
+	assert.Len(t, probes(b, time.Hour, 3), 1, "after a failed probe, one probe at a time however long the silence")
+}
