@@ -11,6 +11,7 @@
 //	GEMINI_API_KEY=... go run ./examples/outage     # then a live smoke test against the real API
 //	go run ./examples/outage -family 200 -seed 1    # the brownout family: 200 cells drawn from seed 1
 //	go run ./examples/outage -cell 1000017          # replay one cell of it, arm by arm
+//	go run ./examples/outage -family 200 -hangs     # the hang family: the primary hangs, after fast failures or not
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
 // streamCut, slowBrownout, longThinking, batchFlood, and the fleet scenarios
@@ -56,6 +57,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "with -family: the family's seed")
 	worst := flag.Int("worst", 3, "with -family: how many worst cells to name for each figure")
 	cells := flag.String("cells", "", "with -family: also write geminiguard's figures in every cell to this file, a line per cell (seed, share ÷ oracle's, p99 ÷ oracle's, requests per call, success), to compare two builds cell by cell")
+	hangs := flag.Bool("hangs", false, "with -family: play the hang family instead (the primary sheds load, or not, then hangs on a share of its requests)")
 	cell := flag.Uint64("cell", 0, "replay the family's cell of this seed (as the family's report names it) and print its arms' table")
 	flag.Parse()
 	if *family > 0 || *cell > 0 {
@@ -64,7 +66,7 @@ func main() {
 			if *cell > 0 {
 				return replay(bubble, *cell, *markdown)
 			}
-			return playFamily(bubble, *family, *seed, *worst, *markdown, *cells)
+			return playFamily(bubble, *family, *seed, *hangs, *worst, *markdown, *cells)
 		})
 	}
 
@@ -141,13 +143,18 @@ func report(w io.Writer, res *scenario.Result, markdown bool) error {
 	return err
 }
 
-// playFamily plays n cells of the brownout family of seed, each in its own
+// playFamily plays n cells of the brownout family of seed (the hang family
+// with hangs), each in its own
 // bubble, and prints the family's report with the worst cells, and how
 // long it took; with cells set, it writes every cell's figures there too.
-func playFamily(bubble func(func(context.Context)), n int, seed uint64, worst int, markdown bool, cells string) int {
+func playFamily(bubble func(func(context.Context)), n int, seed uint64, hangs bool, worst int, markdown bool, cells string) int {
 	began := time.Now()
-	fr := &scenario.FamilyReport{Seed: seed}
-	for i, c := range scenario.Family(seed, n) {
+	fr := &scenario.FamilyReport{Seed: seed, Hangs: hangs}
+	draw := scenario.Family
+	if hangs {
+		draw = scenario.HangFamily
+	}
+	for i, c := range draw(seed, n) {
 		bubble(func(ctx context.Context) { fr.Cells = append(fr.Cells, scenario.PlayCell(ctx, c)) })
 		if (i+1)%20 == 0 {
 			fmt.Fprintf(os.Stderr, "outage: %d of %d cells played\n", i+1, n)

@@ -55,6 +55,13 @@ type Cell struct {
 	// Onset is the brownout's start since the run's; 0: it is there from
 	// the Client's start.
 	Onset time.Duration
+	// Hang cells (HangFamily) only: from Onset+HangAfter, for HangFor, a
+	// share Hang of the primary's requests hang (familyHangLatency, past
+	// any attempt timeout); before it, from Onset, the primary fails fast
+	// as Fail and Burst say (a model that sheds load, then hangs). Their
+	// stall fields are zero.
+	HangAfter, HangFor time.Duration
+	Hang               float64
 }
 
 // The family's ranges (issue 19) and bounds.
@@ -93,6 +100,21 @@ const (
 	// the rest: both errors and stalls
 )
 
+// The hang cells' ranges (HangFamily): how long a hang lasts, and the
+// fast-failure lead-in before it.
+const (
+	familyHangMin, familyHangMax   = 10 * time.Second, 5 * time.Minute
+	familyHangShareMin             = 0.3
+	familyLeadInMin, familyLeadMax = 2 * time.Second, time.Minute
+	familyLeadFailMin              = 0.3
+	// familyHangLatency is how long a hanging request takes to answer:
+	// past geminiguard's and failsafe-go's attempt timeouts.
+	familyHangLatency = 10 * time.Minute
+	// hangCellOffset sets hang cells' seeds apart from the family's
+	// (HangCellSeed): DrawCell tells them by it.
+	hangCellOffset = 500_000
+)
+
 // CellSeed returns the seed of cell i (from 0) of the family of seed:
 // seed·1,000,000 + i + 1, so that it reads as both.
 func CellSeed(seed uint64, i int) uint64 {
@@ -109,13 +131,58 @@ func Family(seed uint64, n int) []Cell {
 	return out
 }
 
+// HangCellSeed returns the seed of hang cell i (from 0) of the hang family
+// of seed: seed·1,000,000 + 500,000 + i + 1.
+func HangCellSeed(seed uint64, i int) uint64 {
+	return seed*1_000_000 + hangCellOffset + uint64(i) + 1
+}
+
+// HangFamily returns the n hang cells of seed, drawn by DrawCell from
+// HangCellSeed(seed, i): brownouts in which the primary hangs, a share of
+// its requests never answering, for 10 s to 5 min, from the Client's start
+// or later, half of them after a lead-in of fast failures (2 s to a
+// minute, 30–100% of the requests failing, independently or in bad
+// spells). The brownout family draws stalls up to 60 s on at most 30% of
+// the requests, never a model that sheds load and then hangs: a rule that
+// lets calls to a model a probe or a silence vouches for is judged on
+// these too.
+func HangFamily(seed uint64, n int) []Cell {
+	out := make([]Cell, n)
+	for i := range out {
+		out[i] = DrawCell(HangCellSeed(seed, i))
+	}
+	return out
+}
+
 // DrawCell returns the cell of seed: each parameter drawn from its range
 // (uniform, or log-uniform for scales: bursts, latencies, callers, runs).
+// A seed of HangCellSeed's draws a hang cell.
 func DrawCell(seed uint64) Cell {
 	r := rng(seed, "cell")
 	logUniform := func(lo, hi float64) float64 { return lo * math.Exp(r.Float64()*math.Log(hi/lo)) }
 	uniform := func(lo, hi float64) float64 { return lo + r.Float64()*(hi-lo) }
 	c := Cell{Seed: seed, Ratio: 1}
+	if seed%1_000_000 > hangCellOffset {
+		c.Run = time.Duration(logUniform(float64(familyRunMin), float64(familyRunMax))).Round(time.Second)
+		c.Secondary = time.Duration(logUniform(float64(familySecondaryMin), float64(familySecMax))).Round(10 * time.Millisecond)
+		c.Ratio = math.Round(100*logUniform(familyRatioMin, familyRatioMax)) / 100
+		c.SecondaryFail = uniform(0, familySecondaryFailMax)
+		if r.Float64() >= 0.5 {
+			c.Onset = time.Duration(uniform(0.1, 0.6) * float64(c.Run)).Round(time.Second)
+		}
+		if r.Float64() < 0.5 {
+			c.HangAfter = time.Duration(uniform(float64(familyLeadInMin), float64(familyLeadMax))).Round(time.Second)
+			c.Fail = uniform(familyLeadFailMin, 1)
+			if r.Float64() < 0.5 {
+				c.Burst = math.Round(10*logUniform(familyBurstMin, familyBurstMax)) / 10
+			}
+		}
+		c.HangFor = time.Duration(logUniform(float64(familyHangMin), float64(familyHangMax))).Round(time.Second)
+		c.Hang = uniform(familyHangShareMin, 1)
+		load := logUniform(1, familyCallersMax+1)
+		c.familyCalls(int(load), load, r.Float64() < 0.5)
+		return c
+	}
 	c.Run = time.Duration(logUniform(float64(familyRunMin), float64(familyRunMax))).Round(time.Second)
 	kind := r.Float64()
 	switch {
@@ -197,6 +264,13 @@ func (c Cell) params() string {
 		if c.Stall > 0 {
 			parts = append(parts, fmt.Sprintf("stall %.0f%%×%v", 100*c.Stall, c.StallFor))
 		}
+		if c.Hang > 0 {
+			lead := ""
+			if c.HangAfter > 0 {
+				lead = fmt.Sprintf(" after %v of 503s", c.HangAfter)
+			}
+			parts = append(parts, fmt.Sprintf("hang %.0f%% for %v%s", 100*c.Hang, c.HangFor, lead))
+		}
 		onset := "from start"
 		if c.Onset > 0 {
 			onset = "from " + c.Onset.String()
@@ -263,6 +337,14 @@ func (c Cell) script(sc *Scenario) Script {
 			}
 			return step
 		case r.At < c.Onset:
+			return step
+		case c.Hang > 0:
+			switch at := r.At - c.Onset; {
+			case at < c.HangAfter && c.fails(spells, r):
+				return overloaded()
+			case at >= c.HangAfter && at < c.HangAfter+c.HangFor && draw(c.Seed, "hang", r.Model, r.Call, r.At) < c.Hang:
+				step.Latency = familyHangLatency
+			}
 			return step
 		case c.fails(spells, r):
 			return overloaded()

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/geminiguard/geminiguard/geminitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -79,4 +81,58 @@ func TestFamily(t *testing.T) {
 	first := fr.Cells[0]
 	assert.Equal(t, fmt.Sprintf("%d\t%.2f\t%.2f\t%.2f\t%.2f%%", first.Cell.Seed, shareRatio(first.Guard, first.Oracle),
 		p99Ratio(first.Guard, first.Oracle), first.Guard.PerCall, 100*first.Guard.Success), lines[0], "the seed, then geminiguard's figures")
+}
+
+// TestHangFamily: hang cells are drawn from their seeds alone, apart from
+// the family's; the primary fails fast in a cell's lead-in and hangs a
+// share of its requests after it, for HangFor, past any attempt timeout;
+// the oracle sends none of its calls into a hang.
+func TestHangFamily(t *testing.T) {
+	const seed = 7
+	cells := HangFamily(seed, familyTestSize)
+	require.Equal(t, cells, HangFamily(seed, familyTestSize), "the same seed draws the same cells")
+	var leadIn *Cell
+	for i, c := range cells {
+		require.Equal(t, c, DrawCell(c.Seed), "a hang cell is drawn from its seed alone")
+		assert.Equal(t, HangCellSeed(seed, i), c.Seed)
+		assert.Positive(t, c.Hang, c.String())
+		assert.Contains(t, c.String(), "hang ")
+		if c.HangAfter > 0 && leadIn == nil {
+			leadIn = &cells[i]
+		}
+	}
+	assert.NotContains(t, Family(seed, familyTestSize), cells[0], "the family draws no hang cell")
+	require.NotNil(t, leadIn, "a cell of %d with a lead-in of fast failures", familyTestSize)
+
+	c := *leadIn
+	sc := c.Scenario()
+	script := sc.Script
+	steps := func(from, to time.Duration) (failed, hung, answered int) {
+		for i := range 400 {
+			at := from + time.Duration(i)*(to-from)/400
+			switch st := script(Request{Model: sc.Models[0].Name, Call: i, At: at}); {
+			case st.Fault != geminitest.OK:
+				failed++
+			case st.Latency == familyHangLatency:
+				hung++
+			default:
+				answered++
+			}
+		}
+		return failed, hung, answered
+	}
+	failed, hung, _ := steps(c.Onset, c.Onset+c.HangAfter)
+	assert.Positive(t, failed, "fast failures in the lead-in: %s", c)
+	assert.Zero(t, hung, "no hang in the lead-in: %s", c)
+	failed, hung, answered := steps(c.Onset+c.HangAfter, c.Onset+c.HangAfter+c.HangFor)
+	assert.Zero(t, failed, "no failure in the hang: %s", c)
+	assert.InDelta(t, c.Hang, float64(hung)/400, 0.1, "a share Hang hangs: %s", c)
+	assert.Equal(t, 400, hung+answered)
+	_, hung, _ = steps(c.Onset+c.HangAfter+c.HangFor, c.Onset+c.HangAfter+c.HangFor+time.Minute)
+	assert.Zero(t, hung, "the hang ends: %s", c)
+
+	var r CellResult
+	synctest.Test(t, func(t *testing.T) { r = PlayCell(t.Context(), cells[0]) })
+	assert.Equal(t, cells[0].Calls, r.Oracle.Calls)
+	assert.Less(t, r.Oracle.P99, time.Minute, "the oracle waits for no hang: %s", cells[0])
 }

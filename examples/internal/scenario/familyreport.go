@@ -13,6 +13,8 @@ import (
 type FamilyReport struct {
 	Seed  uint64
 	Cells []CellResult
+	// Hangs: the cells are HangFamily's, not Family's.
+	Hangs bool
 }
 
 // familyFigure is one of the per-cell figures of an arm the family reports.
@@ -181,8 +183,12 @@ func (fr *FamilyReport) Write(w io.Writer, markdown bool, worst int) error {
 			thinking++
 		}
 	}
-	fmt.Fprintf(w, "brownout family, seed %d: %d cells (%d long thinking); geminiguard at its defaults, failsafe-go with its HedgePolicy (p%.0f, budget), oracle\n\n",
-		fr.Seed, len(fr.Cells), thinking, 100*FamilyHedgeQuantile)
+	family := "brownout family"
+	if fr.Hangs {
+		family = "hang family"
+	}
+	fmt.Fprintf(w, "%s, seed %d: %d cells (%d long thinking); geminiguard at its defaults, failsafe-go with its HedgePolicy (p%.0f, budget), oracle\n\n",
+		family, fr.Seed, len(fr.Cells), thinking, 100*FamilyHedgeQuantile)
 	rows := [][]string{{"figure", "arm", "p10", "p50", "p90", "worst"}}
 	for _, f := range familyFigures {
 		for _, a := range familyArms {
