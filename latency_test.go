@@ -387,3 +387,50 @@ func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 		assert.Zero(t, srv.Total(flash), "no request cut at three times the first answers' 1s")
 	})
 }
+
+// TestModelHangingOnMostRequestsFromTheStartIsCut: from the Client's start,
+// pro answers a third of its requests in 0.29s and hangs on the rest;
+// seven users call for two minutes, five seconds apart. Its abandoned
+// attempts are more than half of its record, and the cut used to be
+// lifted then (the median of the record was a hang's): ten calls waited
+// the 60s attempt timeout, well after pro had answered dozens of times.
+// Now the median is its slowest answer, and every hang is cut in a second
+// or two and the call answered by flash.
+func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i%3 != 0 {
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{Latency: 290 * time.Millisecond}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var mu sync.Mutex
+		var slowest time.Duration
+		calls, byPro := 0, 0
+		var wg sync.WaitGroup
+		for range 7 {
+			wg.Go(func() {
+				for time.Since(start) < 2*time.Minute {
+					began := time.Now()
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					mu.Lock()
+					slowest = max(slowest, time.Since(began))
+					calls++
+					if rec.Model == pro {
+						byPro++
+					}
+					mu.Unlock()
+					time.Sleep(5 * time.Second)
+				}
+			})
+		}
+		wg.Wait()
+
+		assert.Less(t, slowest, 3*time.Second, "every hang cut, the call answered by flash")
+		assert.GreaterOrEqual(t, byPro, calls/6, "pro answers half of the oracle's third at least (%d of %d calls; 32 of 151 when written)", byPro, calls)
+	})
+}

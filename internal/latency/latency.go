@@ -25,7 +25,13 @@ import (
 // So an attempt is cut once it is later than 95% of the model's answers,
 // never sooner than twice its median (answers of one prompt size vary
 // less) and never later than three times it. Stalls that were cut do not
-// move it: they are abandoned, not answered. An attempt with no other
+// move it: they are abandoned, not answered. The median is of the answers
+// and the abandoned attempts, those counted as slower than every answer;
+// when they are more than half, it is the slowest answer's (a model that
+// hangs on most of its requests and answers the rest keeps the cut its
+// answers give), unless the answers are fewer than 1 − HedgeQuantile of the
+// record: every request slowed past the cut (a latency shift), and the cut
+// is lifted, for the slower answers to teach the new one. An attempt with no other
 // model to go to (the last of its call) is cut at last: its cut only buys
 // another request to the same model, which a model slowed on every
 // request (a latency shift, not stalls) answers as late. A model that
@@ -306,6 +312,9 @@ func (h *histogram) refresh() {
 			break
 		}
 	}
+	if median == Buckets-1 && float64(total-counts[Buckets-1]) >= (1-HedgeQuantile)*float64(total) {
+		median = slowestAnswer(counts) // most attempts hang, the rest answer: not a shift
+	}
 	mid := Mid(median)
 	cut := max(CutFloor, min(CutMax*mid, max(CutMin*mid, End(answered))))
 	first := h.cut.Load() == 0
@@ -324,6 +333,17 @@ func (h *histogram) refresh() {
 			h.counts[i].Add(-counts[i] / 2)
 		}
 	}
+}
+
+// slowestAnswer returns the bucket of the slowest answer in counts, -1
+// when none.
+func slowestAnswer(counts [Buckets]int64) int {
+	for i := Buckets - 2; i >= 0; i-- {
+		if counts[i] > 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // Bucket returns the bucket of d: four per doubling.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestBucketsHoldTheirMiddle(t *testing.T) {
@@ -80,6 +81,41 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 	}
 	d, _ = l.Cut(0, false)
 	assert.InDelta(t, 4, d.Seconds(), 0.5, "twice the median: the cut stalls are not answers")
+}
+
+// TestCutOfAModelThatHangsOnMostRequests: abandoned attempts count as
+// slower than every answer, so that when they are more than half of the
+// attempts the median is the slowest answer: a model that answers a third
+// of its requests in 1s and hangs on the rest keeps the cut its answers
+// give, twice 1s for answers alike (it had none: the median was a
+// hang's). Only when nearly nothing
+// answers (under 1 − HedgeQuantile of the attempts: every request slowed
+// past the cut, a latency shift) is the cut lifted, for the slower answers
+// to teach the new one.
+func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
+	l := New(1)
+	for i := range 90 {
+		d := time.Second
+		if i%3 != 0 {
+			d = Abandoned
+		}
+		l.Record(0, d)
+	}
+	d, ok := l.Cut(0, false)
+	require.True(t, ok)
+	assert.InDelta(t, 2, d.Seconds(), 0.5, "twice the slowest answer, 1s")
+
+	l = New(1)
+	for i := range 100 {
+		d := time.Second
+		if i%25 != 0 {
+			d = Abandoned // 4% answered: every request slowed past the cut
+		}
+		l.Record(0, d)
+	}
+	d, ok = l.Cut(0, false)
+	require.True(t, ok)
+	assert.Greater(t, d, time.Hour, "lifted: no attempt is cut")
 }
 
 func TestHedgeDelay(t *testing.T) {
