@@ -395,7 +395,12 @@ func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 // lifted then (the median of the record was a hang's): ten calls waited
 // the 60s attempt timeout, well after pro had answered dozens of times.
 // Now the median is its slowest answer, and every hang is cut in a second
-// or two and the call answered by flash.
+// or two and the call answered by flash; but for the first calls' when
+// half of them or more hang (a flood's would answer: see
+// TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned), cut once a
+// later request has answered, about six seconds in, as the users whose
+// first calls pro answered come back (depending on which request gets which
+// answer: 1.79s or 6.29s, the slowest).
 func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -430,7 +435,7 @@ func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 		}
 		wg.Wait()
 
-		assert.Less(t, slowest, 3*time.Second, "every hang cut, the call answered by flash")
+		assert.Less(t, slowest, 7*time.Second, "every hang cut, the call answered by flash")
 		assert.GreaterOrEqual(t, byPro, calls/6, "pro answers half of the oracle's third at least (%d of %d calls; 32 of 151 when written)", byPro, calls)
 	})
 }
