@@ -29,15 +29,15 @@ import (
 // and the abandoned attempts, those counted as slower than every answer;
 // when they are more than half, it is the slowest answer's (a model that
 // hangs on most of its requests and answers the rest keeps the cut its
-// answers give), unless the answers are fewer than 1 − HedgeQuantile of the
-// record: every request slowed past the cut (a latency shift), and the cut
-// is lifted, for the slower answers to teach the new one. An attempt with no other
-// model to go to (the last of its call) is cut at last: its cut only buys
-// another request to the same model, which a model slowed on every
-// request (a latency shift, not stalls) answers as late. A model that
-// stalls on more than 5% of its requests (their p95 is a stall) is hedged
-// once an attempt is later than 95% of its answers: each stall costs a
-// second request at the cut anyway, and the hedge, which keeps the
+// answers give), unless the answers are fewer than 1 − HedgeQuantile of
+// the record: every request slowed past the cut (a latency shift), and the
+// cut is lifted, for the slower answers to teach the new one. An attempt
+// with no other model to go to (the last of its call) is cut at last: its
+// cut only buys another request to the same model, which a model slowed
+// on every request (a latency shift, not stalls) answers as late. A model
+// that stalls on more than 5% of its requests (their p95 is a stall) is
+// hedged once an attempt is later than 95% of its answers: each stall
+// costs a second request at the cut anyway, and the hedge, which keeps the
 // original, sends it sooner (the brownout family's p99 ≤ 2× the oracle's
 // in 1.5 more points of the cells of each seed; BENCHMARKS.md). A model
 // that does not (long thinking) keeps the spread's floor, and is not
