@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -154,33 +155,27 @@ func HangFamily(seed uint64, n int) []Cell {
 	return out
 }
 
+// cellDraws draws a cell's parameters from its seed's stream: uniform
+// within a range, or log-uniform for scales (bursts, latencies, callers,
+// runs).
+type cellDraws struct{ r *rand.Rand }
+
+func (d cellDraws) uniform(lo, hi float64) float64 { return lo + d.r.Float64()*(hi-lo) }
+
+func (d cellDraws) logUniform(lo, hi float64) float64 {
+	return lo * math.Exp(d.r.Float64()*math.Log(hi/lo))
+}
+
 // DrawCell returns the cell of seed: each parameter drawn from its range
 // (uniform, or log-uniform for scales: bursts, latencies, callers, runs).
-// A seed of HangCellSeed's draws a hang cell.
+// A seed of HangCellSeed's draws a hang cell (drawHang).
 func DrawCell(seed uint64) Cell {
 	r := rng(seed, "cell")
-	logUniform := func(lo, hi float64) float64 { return lo * math.Exp(r.Float64()*math.Log(hi/lo)) }
-	uniform := func(lo, hi float64) float64 { return lo + r.Float64()*(hi-lo) }
+	d := cellDraws{r}
+	logUniform, uniform := d.logUniform, d.uniform
 	c := Cell{Seed: seed, Ratio: 1}
 	if seed%1_000_000 > hangCellOffset {
-		c.Run = time.Duration(logUniform(float64(familyRunMin), float64(familyRunMax))).Round(time.Second)
-		c.Secondary = time.Duration(logUniform(float64(familySecondaryMin), float64(familySecMax))).Round(10 * time.Millisecond)
-		c.Ratio = math.Round(100*logUniform(familyRatioMin, familyRatioMax)) / 100
-		c.SecondaryFail = uniform(0, familySecondaryFailMax)
-		if r.Float64() >= 0.5 {
-			c.Onset = time.Duration(uniform(0.1, 0.6) * float64(c.Run)).Round(time.Second)
-		}
-		if r.Float64() < 0.5 {
-			c.HangAfter = time.Duration(uniform(float64(familyLeadInMin), float64(familyLeadMax))).Round(time.Second)
-			c.Fail = uniform(familyLeadFailMin, 1)
-			if r.Float64() < 0.5 {
-				c.Burst = math.Round(10*logUniform(familyBurstMin, familyBurstMax)) / 10
-			}
-		}
-		c.HangFor = time.Duration(logUniform(float64(familyHangMin), float64(familyHangMax))).Round(time.Second)
-		c.Hang = uniform(familyHangShareMin, 1)
-		load := logUniform(1, familyCallersMax+1)
-		c.familyCalls(int(load), load, r.Float64() < 0.5)
+		c.drawHang(d)
 		return c
 	}
 	c.Run = time.Duration(logUniform(float64(familyRunMin), float64(familyRunMax))).Round(time.Second)
@@ -234,6 +229,30 @@ func (c *Cell) familyCalls(callers int, load float64, closed bool) {
 	}
 	c.Calls = max(familyMinCalls, min(int(load/latency*run), familyMaxCalls))
 	c.Rate = float64(c.Calls) / run
+}
+
+// drawHang draws the parameters of hang cell c (HangFamily) from d: the
+// family's latencies, secondary and workload, a hang and, for half of the
+// cells, a lead-in of fast failures before it.
+func (c *Cell) drawHang(d cellDraws) {
+	c.Run = time.Duration(d.logUniform(float64(familyRunMin), float64(familyRunMax))).Round(time.Second)
+	c.Secondary = time.Duration(d.logUniform(float64(familySecondaryMin), float64(familySecMax))).Round(10 * time.Millisecond)
+	c.Ratio = math.Round(100*d.logUniform(familyRatioMin, familyRatioMax)) / 100
+	c.SecondaryFail = d.uniform(0, familySecondaryFailMax)
+	if d.r.Float64() >= 0.5 {
+		c.Onset = time.Duration(d.uniform(0.1, 0.6) * float64(c.Run)).Round(time.Second)
+	}
+	if d.r.Float64() < 0.5 {
+		c.HangAfter = time.Duration(d.uniform(float64(familyLeadInMin), float64(familyLeadMax))).Round(time.Second)
+		c.Fail = d.uniform(familyLeadFailMin, 1)
+		if d.r.Float64() < 0.5 {
+			c.Burst = math.Round(10*d.logUniform(familyBurstMin, familyBurstMax)) / 10
+		}
+	}
+	c.HangFor = time.Duration(d.logUniform(float64(familyHangMin), float64(familyHangMax))).Round(time.Second)
+	c.Hang = d.uniform(familyHangShareMin, 1)
+	load := d.logUniform(1, familyCallersMax+1)
+	c.familyCalls(int(load), load, d.r.Float64() < 0.5)
 }
 
 // primaryLatency is the primary's median latency.
