@@ -666,3 +666,31 @@ func TestFleetLostReplyCountsFailuresOnce(t *testing.T) {
 		assert.Equal(t, 3, srv.Hits(pro, geminitest.VerbGenerate), "the primary gets the third call")
 	})
 }
+
+// TestFleetWaveAfterASilenceGoesThroughTheReplicaHoldingTheProbe: as
+// TestWaveAfterASilenceMeetsTheModelTogether, with six users on each of
+// two replicas sharing one store, and pro failing fast from 20s to 70s.
+// The wave after its bad spell meets half-open breakers after a silence on
+// both; the fleet grants its probe slot to one replica, whose six calls
+// all go to pro (the door; one before), while the other's, refused the
+// slot, go to flash: the fleet sends an open model one replica's calls,
+// not every replica's.
+func TestFleetWaveAfterASilenceGoesThroughTheReplicaHoldingTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const users, waves, every = 6, 6, 30 * time.Second
+		start := time.Now()
+		srv := failingFastBetween(start, 20*time.Second, 70*time.Second)
+		replicas := newFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		byPro := make([][2]int, waves) // per wave, per replica: calls pro answered
+		for _, w := range callInWaves(t, replicas, users, waves, every, start) {
+			if w.rec.Model == pro {
+				byPro[w.wave][w.replica]++
+			}
+		}
+
+		door := byPro[3]
+		assert.ElementsMatch(t, []int{users, 0}, door[:], "one replica's wave meets pro: %v", byPro)
+		assert.Equal(t, [][2]int{{users, users}, {0, 0}, {0, 0}, door, {users, users}, {users, users}}, byPro)
+	})
+}

@@ -374,6 +374,15 @@ func failingFast(latency time.Duration, fails func(i int) bool) *geminitest.Serv
 		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 }
 
+// failingFastBetween is failingFast with pro answering in 1s but failing
+// fast from from to to since start.
+func failingFastBetween(start time.Time, from, to time.Duration) *geminitest.Server {
+	return failingFast(time.Second, func(int) bool {
+		at := time.Since(start)
+		return at >= from && at < to
+	})
+}
+
 // TestStartupFailuresSentAlongsideAnswersDoNotOpenTheBreaker: at the
 // Client's start, 14 users call at once. Pro's first five requests fail
 // fast (0.3s), the other nine answer in 1s: five failures in a row of a
@@ -693,6 +702,41 @@ func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 	})
 }
 
+// wave is one call of callInWaves: the replica (index of its Client) and
+// the wave (from 0) it was made in, its record and how long it took.
+type wave struct {
+	replica, wave int
+	rec           geminiguard.CallRecord
+	took          time.Duration
+}
+
+// callInWaves has users users of each of clients call together every every
+// from start, waves times, and returns their calls once all are done, in
+// no order. It must be called inside a testing/synctest bubble.
+func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, every time.Duration, start time.Time) []wave {
+	t.Helper()
+	var mu sync.Mutex
+	var out []wave
+	var wg sync.WaitGroup
+	for r, c := range clients {
+		for range users {
+			wg.Go(func() {
+				for k := range waves {
+					time.Sleep(time.Until(start.Add(time.Duration(k) * every)))
+					began := time.Now()
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					mu.Lock()
+					out = append(out, wave{replica: r, wave: k, rec: rec, took: time.Since(began)})
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return out
+}
+
 // TestWaveAfterASilenceMeetsTheModelTogether: twelve users call together
 // every 30s; pro answers in 1s, but fails fast (0.3s) from 20s to 100s, and
 // the waves that meet its bad spell open its breaker. The wave after the
@@ -703,33 +747,18 @@ func TestWaveAfterASilenceMeetsTheModelTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const users, waves, every = 12, 6, 30 * time.Second
 		start := time.Now()
-		srv := failingFast(time.Second, func(int) bool {
-			at := time.Since(start)
-			return at >= 20*time.Second && at < 100*time.Second
-		})
+		srv := failingFastBetween(start, 20*time.Second, 100*time.Second)
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		var mu sync.Mutex
 		answeredBy := make([]map[string]int, waves)
 		for k := range answeredBy {
 			answeredBy[k] = map[string]int{}
 		}
-		var wg sync.WaitGroup
-		for range users {
-			wg.Go(func() {
-				for k := range waves {
-					time.Sleep(time.Until(start.Add(time.Duration(k) * every)))
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					mu.Lock()
-					answeredBy[k][rec.Model]++
-					mu.Unlock()
-				}
-			})
+		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, every, start) {
+			answeredBy[w.wave][w.rec.Model]++
 		}
-		wg.Wait()
 
 		assert.Equal(t, []map[string]int{{pro: users}, {flash: users}, {flash: users}, {flash: users}, {pro: users}, {pro: users}},
 			answeredBy, "the wave after the bad spell meets pro together")
@@ -763,25 +792,12 @@ func TestWaveAfterASilenceMeetsAHangOnceForItsLearnedCut(t *testing.T) {
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
-		var mu sync.Mutex
 		var slow []time.Duration
-		var wg sync.WaitGroup
-		for range users {
-			wg.Go(func() {
-				for k := range waves {
-					time.Sleep(time.Until(start.Add(time.Duration(k) * every)))
-					began := time.Now()
-					_, _, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if took := time.Since(began); took > 2*time.Second {
-						mu.Lock()
-						slow = append(slow, took.Round(100*time.Millisecond))
-						mu.Unlock()
-					}
-				}
-			})
+		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, every, start) {
+			if w.took > 2*time.Second {
+				slow = append(slow, w.took.Round(100*time.Millisecond))
+			}
 		}
-		wg.Wait()
 		assert.Len(t, slow, users, "one wave met the hang: %v", slow)
 		for _, took := range slow {
 			assert.LessOrEqual(t, took, 3*time.Second, "pro's learned cut (2s) and flash's answer bound each call")
