@@ -439,3 +439,49 @@ func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 		assert.GreaterOrEqual(t, byPro, calls/6, "pro answers half of the oracle's third at least (%d of %d calls; 32 of 151 when written)", byPro, calls)
 	})
 }
+
+// TestLatencyShiftPastTheCutIsRelearned: pro answers in 1s for two minutes,
+// then in 8s, every request; eight users call back to back. Its attempts
+// are cut at its learned deadline and answered by flash, until 32 of them
+// in a row were cut with no answer between: every request slowed past the
+// cut, which is then lifted for pro's slower answers to teach the new one.
+// From the fifth minute on, pro answers every call again. (Lifted only
+// once answers were under 5% of its record, the cut held pro off for five
+// minutes; a model that hangs on most requests and answers the rest keeps
+// its cut: TestModelHangingOnMostRequestsFromTheStartIsCut.)
+func TestLatencyShiftPastTheCutIsRelearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(geminitest.Request, int) geminitest.Step {
+			if time.Since(start) < 2*time.Minute {
+				return geminitest.Step{Latency: time.Second}
+			}
+			return geminitest.Step{Latency: 8 * time.Second}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var mu sync.Mutex
+		var calls, byPro int // begun in the fifth and sixth minutes
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for time.Since(start) < 6*time.Minute {
+					began := time.Since(start)
+					_, rec, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+					if began >= 4*time.Minute {
+						mu.Lock()
+						calls++
+						if rec.Model == pro {
+							byPro++
+						}
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+
+		assert.Equal(t, calls, byPro, "pro's slower answers learned: it answers every call")
+	})
+}

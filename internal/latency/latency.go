@@ -30,8 +30,9 @@ import (
 // when they are more than half, it is the slowest answer's (a model that
 // hangs on most of its requests and answers the rest keeps the cut its
 // answers give), unless the answers are fewer than 1 − HedgeQuantile of
-// the record: every request slowed past the cut (a latency shift), and the
-// cut is lifted, for the slower answers to teach the new one. An attempt
+// the record, or the latest refreshEvery attempts were all abandoned: every
+// request slowed past the cut (a latency shift), and the cut is lifted,
+// for the slower answers to teach the new one. An attempt
 // with no other model to go to (the last of its call) is cut at last: its
 // cut only buys another request to the same model, which a model slowed
 // on every request (a latency shift, not stalls) answers as late. A model
@@ -112,6 +113,7 @@ type histogram struct {
 	learned       chan struct{} // closed by the refresh that first stores the deadlines
 	early         chan struct{} // closed by the EarlyHedgeAfter-th answer (WhenEarly)
 	answers       atomic.Int64  // answers recorded (not Abandoned), up to EarlyHedgeAfter
+	abandonedRun  atomic.Int64  // attempts abandoned in a row, latest last: reset by an answer
 	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
 	sent          atomic.Int64  // the latest of those attempts' places in the order sent (Sent)
@@ -124,6 +126,11 @@ type histogram struct {
 func (l *Learner) Record(class int, d time.Duration) {
 	h := &l.classes[class]
 	h.counts[Bucket(d)].Add(1)
+	if d == Abandoned {
+		h.abandonedRun.Add(1)
+	} else if h.abandonedRun.Load() != 0 {
+		h.abandonedRun.Store(0)
+	}
 	if d != Abandoned && h.answers.Load() < EarlyHedgeAfter && h.answers.Add(1) == EarlyHedgeAfter {
 		close(h.early)
 	}
@@ -312,7 +319,7 @@ func (h *histogram) refresh() {
 			break
 		}
 	}
-	if median == Buckets-1 && float64(total-counts[Buckets-1]) >= (1-HedgeQuantile)*float64(total) {
+	if median == Buckets-1 && h.abandonedRun.Load() < refreshEvery && float64(total-counts[Buckets-1]) >= (1-HedgeQuantile)*float64(total) {
 		median = slowestAnswer(counts) // most attempts hang, the rest answer: not a shift
 	}
 	mid := Mid(median)

@@ -87,11 +87,11 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 // slower than every answer, so that when they are more than half of the
 // attempts the median is the slowest answer: a model that answers a third
 // of its requests in 1s and hangs on the rest keeps the cut its answers
-// give, twice 1s for answers alike (it had none: the median was a
-// hang's). Only when nearly nothing
-// answers (under 1 − HedgeQuantile of the attempts: every request slowed
-// past the cut, a latency shift) is the cut lifted, for the slower answers
-// to teach the new one.
+// give, twice 1s for answers alike (it had none: the median was a hang's).
+// Only when nearly nothing answers (under 1 − HedgeQuantile of the
+// attempts), or the latest refreshEvery attempts were all cut (every
+// request slowed past the cut: a latency shift), is the cut lifted, for
+// the slower answers to teach the new one.
 func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	l := New(1)
 	for i := range 90 {
@@ -116,6 +116,17 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	d, ok = l.Cut(0, false)
 	require.True(t, ok)
 	assert.Greater(t, d, time.Hour, "lifted: no attempt is cut")
+
+	l = New(1)
+	for range 100 {
+		l.Record(0, time.Second)
+	}
+	for range 4 * refreshEvery {
+		l.Record(0, Abandoned) // every request slowed past the cut
+	}
+	d, ok = l.Cut(0, false)
+	require.True(t, ok)
+	assert.Greater(t, d, time.Hour, "lifted once refreshEvery were cut in a row, answers still 44% of the record")
 }
 
 func TestHedgeDelay(t *testing.T) {
