@@ -113,7 +113,7 @@ type histogram struct {
 	learned       chan struct{} // closed by the refresh that first stores the deadlines
 	early         chan struct{} // closed by the EarlyHedgeAfter-th answer (WhenEarly)
 	answers       atomic.Int64  // answers recorded (not Abandoned), up to EarlyHedgeAfter
-	abandonedRun  atomic.Int64  // attempts abandoned in a row, latest last: reset by an answer
+	abandonedRun  atomic.Int64  // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
 	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
 	sent          atomic.Int64  // the latest of those attempts' places in the order sent (Sent)
