@@ -3,6 +3,7 @@ package geminiguard
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -52,7 +53,7 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := inertClient(t, inert.New())
+				c := inertClient(t, inert.New(), WithJitterSource(rand.NewPCG(1, 2))) // the backoff over the 1ms left, every run
 				call := newTestCall(c)
 				call.only = tt.only
 				if tt.arrange != nil {
