@@ -771,10 +771,9 @@ func TestWaveAfterASilenceMeetsTheModelTogether(t *testing.T) {
 // TestWaveAfterASilenceMeetsTheModelTogether costs when pro hangs after
 // its bad spell (from 100s on): the wave after the spell goes to pro as a
 // closed breaker would let it, and each of its calls waits pro's learned
-// cut (2s) before flash
-// answers. The first outcome shut the door: the waves after send one probe
-// at most, which the throttle's latency rule keeps away in the end (one
-// call waited, before the door).
+// cut (2s) before flash answers (one call waited, before the door). The
+// first outcome shut the door: the waves after send one probe at most,
+// which the throttle's latency rule keeps away in the end.
 func TestWaveAfterASilenceMeetsAHangOnceForItsLearnedCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const users, waves, every = 12, 20, 30 * time.Second
