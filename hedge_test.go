@@ -802,36 +802,25 @@ func TestHedgeOfABrownoutsFirstStallsGoesToTheNext(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
 			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true, Budget: 1}))
 
-		var mu sync.Mutex
 		twice := 0   // calls of the brownout that sent pro a second request
 		bothCut := 0 // calls that waited for pro's two requests to be cut
-		var wg sync.WaitGroup
-		for range 10 {
-			wg.Go(func() {
-				for time.Since(start) < 40*time.Second {
-					at := time.Since(start)
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					n := 0
-					for _, a := range rec.Attempts {
-						if a.Model == pro && !a.Skipped {
-							n++
-						}
-					}
-					if at >= 30*time.Second {
-						mu.Lock()
-						if n > 1 {
-							twice++
-						}
-						if time.Since(start)-at > 5*time.Second {
-							bothCut++
-						}
-						mu.Unlock()
-					}
+		for _, u := range usersCalling(t, c, 10, start, 40*time.Second, 0) {
+			if u.began < 30*time.Second {
+				continue
+			}
+			n := 0
+			for _, a := range u.rec.Attempts {
+				if a.Model == pro && !a.Skipped {
+					n++
 				}
-			})
+			}
+			if n > 1 {
+				twice++
+			}
+			if u.took > 5*time.Second {
+				bothCut++
+			}
 		}
-		wg.Wait()
 
 		assert.LessOrEqual(t, twice, 7, "only the first stalls of the brownout are hedged to pro (%d calls)", twice)
 		assert.LessOrEqual(t, bothCut, 2, "only the stalls hedged to pro before any of them was cut wait for both cuts (%d calls)", bothCut)

@@ -412,31 +412,18 @@ func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		var mu sync.Mutex
 		var slowest time.Duration
-		calls, byPro := 0, 0
-		var wg sync.WaitGroup
-		for range 7 {
-			wg.Go(func() {
-				for time.Since(start) < 2*time.Minute {
-					began := time.Now()
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					mu.Lock()
-					slowest = max(slowest, time.Since(began))
-					calls++
-					if rec.Model == pro {
-						byPro++
-					}
-					mu.Unlock()
-					time.Sleep(5 * time.Second)
-				}
-			})
+		calls := usersCalling(t, c, 7, start, 2*time.Minute, 5*time.Second)
+		byPro := 0
+		for _, u := range calls {
+			slowest = max(slowest, u.took)
+			if u.rec.Model == pro {
+				byPro++
+			}
 		}
-		wg.Wait()
 
 		assert.Less(t, slowest, 7*time.Second, "every hang cut, the call answered by flash")
-		assert.GreaterOrEqual(t, byPro, calls/6, "pro answers half of the oracle's third at least (%d of %d calls; 32 of 151 when written)", byPro, calls)
+		assert.GreaterOrEqual(t, byPro, len(calls)/6, "pro answers half of the oracle's third at least (%d of %d calls; 32 of 151 when written)", byPro, len(calls))
 	})
 }
 
@@ -460,27 +447,15 @@ func TestLatencyShiftPastTheCutIsRelearned(t *testing.T) {
 		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		var mu sync.Mutex
 		var calls, byPro int // begun in the fifth and sixth minutes
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for time.Since(start) < 6*time.Minute {
-					began := time.Since(start)
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if began >= 4*time.Minute {
-						mu.Lock()
-						calls++
-						if rec.Model == pro {
-							byPro++
-						}
-						mu.Unlock()
-					}
+		for _, u := range usersCalling(t, c, 8, start, 6*time.Minute, 0) {
+			if u.began >= 4*time.Minute {
+				calls++
+				if u.rec.Model == pro {
+					byPro++
 				}
-			})
+			}
 		}
-		wg.Wait()
 
 		assert.Equal(t, calls, byPro, "pro's slower answers learned: it answers every call")
 	})

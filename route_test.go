@@ -188,32 +188,38 @@ func oneUser(t *testing.T, d time.Duration, clients ...*geminiguard.Client) (cal
 	return calls, answered
 }
 
+// userCall is one call of usersCalling or callInWaves: when it began
+// (since start) and how long it took, its record and, for callInWaves, the
+// index of its Client (replica) and its wave (from 0).
+type userCall struct {
+	began, took   time.Duration
+	rec           geminiguard.CallRecord
+	replica, wave int
+}
+
 // usersCalling has n users call c until d has passed since start, each
-// with a second's thought after each call; it returns how many calls began
-// at a time (since start) that counts reports true for, and how many of
-// those pro answered. It must be called inside a testing/synctest bubble.
-func usersCalling(t *testing.T, n int, start time.Time, d time.Duration, c *geminiguard.Client, counts func(began time.Duration) bool) (calls, answered int64) {
+// thinking think after each call, and returns their calls once all are
+// done, in no order. It must be called inside a testing/synctest bubble.
+func usersCalling(t *testing.T, c *geminiguard.Client, n int, start time.Time, d, think time.Duration) []userCall {
 	t.Helper()
-	var nc, na atomic.Int64
+	var mu sync.Mutex
+	var out []userCall
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			for time.Since(start) < d {
-				began := time.Since(start)
+				began := time.Now()
 				_, rec, err := ask(t.Context(), c, "")
 				assert.NoError(t, err)
-				if counts(began) {
-					nc.Add(1)
-					if rec.Model == pro {
-						na.Add(1)
-					}
-				}
-				time.Sleep(time.Second)
+				mu.Lock()
+				out = append(out, userCall{began: began.Sub(start), took: time.Since(began), rec: rec})
+				mu.Unlock()
+				time.Sleep(think)
 			}
 		})
 	}
 	wg.Wait()
-	return nc.Load(), na.Load()
+	return out
 }
 
 // flaky returns a fake of pro, answering in 1s but failing two requests in
@@ -434,9 +440,15 @@ func TestStartupSpellThatOpenedTheBreakerDoesNotThrottleTheModelAfter(t *testing
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		calls, answered := usersCalling(t, 20, start, 40*time.Second, c, func(began time.Duration) bool {
-			return began >= 5*time.Second && began < 25*time.Second
-		})
+		calls, answered := 0, 0 // begun from 5s to 25s
+		for _, u := range usersCalling(t, c, 20, start, 40*time.Second, time.Second) {
+			if u.began >= 5*time.Second && u.began < 25*time.Second {
+				calls++
+				if u.rec.Model == pro {
+					answered++
+				}
+			}
+		}
 
 		require.Contains(t, changes.get(), pro+":open", "every request of its first second failed: its breaker opened")
 		share := float64(answered) / float64(calls)
@@ -702,21 +714,13 @@ func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 	})
 }
 
-// wave is one call of callInWaves: the replica (index of its Client) and
-// the wave (from 0) it was made in, its record and how long it took.
-type wave struct {
-	replica, wave int
-	rec           geminiguard.CallRecord
-	took          time.Duration
-}
-
 // callInWaves has users users of each of clients call together every every
 // from start, waves times, and returns their calls once all are done, in
 // no order. It must be called inside a testing/synctest bubble.
-func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, every time.Duration, start time.Time) []wave {
+func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, every time.Duration, start time.Time) []userCall {
 	t.Helper()
 	var mu sync.Mutex
-	var out []wave
+	var out []userCall
 	var wg sync.WaitGroup
 	for r, c := range clients {
 		for range users {
@@ -727,7 +731,7 @@ func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, 
 					_, rec, err := ask(t.Context(), c, "")
 					assert.NoError(t, err)
 					mu.Lock()
-					out = append(out, wave{replica: r, wave: k, rec: rec, took: time.Since(began)})
+					out = append(out, userCall{began: began.Sub(start), took: time.Since(began), rec: rec, replica: r, wave: k})
 					mu.Unlock()
 				}
 			})
@@ -823,25 +827,12 @@ func TestModelThatHangsAfterItsSpellHoldsOnlyItsProbesCall(t *testing.T) {
 		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		var mu sync.Mutex
 		var waited []time.Duration // calls that took longer than 3s
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for time.Since(start) < 60*time.Second {
-					began := time.Now()
-					_, _, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if took := time.Since(began); took > 3*time.Second {
-						mu.Lock()
-						waited = append(waited, took)
-						mu.Unlock()
-					}
-					time.Sleep(time.Second)
-				}
-			})
+		for _, u := range usersCalling(t, c, 4, start, 60*time.Second, time.Second) {
+			if u.took > 3*time.Second {
+				waited = append(waited, u.took)
+			}
 		}
-		wg.Wait()
 
 		assert.Len(t, waited, 1, "only the probe's call waits for the hang: %v", waited)
 	})
