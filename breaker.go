@@ -368,6 +368,11 @@ func (b *breaker) trip(now time.Time) *transition { return b.sm.Trip(now) }
 // the breaker's lock.
 func (b *breaker) runUnlikely(n int) bool { return b.sm.RunUnlikely(n) }
 
+// draw returns, for a failure at now of p's request, when it was sent and
+// when a later request's failure is a draw of its own after it
+// (circuit.Breaker.Draw): the replica's report to its fleet.
+func (b *breaker) draw(p permit, now time.Time) (sent, until time.Time) { return b.sm.Draw(p, now) }
+
 // awaiting reports whether a request sent while the model was unheard may
 // yet answer (circuit.Breaker.Awaiting): the throttle and the fleet's dead
 // rule wait for it. It takes the breaker's lock: ask it off the fast path.

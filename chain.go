@@ -456,7 +456,7 @@ func (c *Client) settle(a *admission, now time.Time, err error, v Verdict) {
 	}
 	a.m.count(err, v)
 	c.stateChanged(a.ctx, a.m.name, a.endpoint, tr)
-	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
+	c.reportOutcome(a.ctx, a.m, a.endpoint, a.br, a.permit, o, tr != nil, now) // first: a replica told of a close must not count the failures before it
 	c.publishTransition(a.ctx, a.m, a.endpoint, a.br, tr)
 }
 

@@ -482,10 +482,19 @@ type modelLease struct {
 	refusedDim   string
 
 	// The generate endpoint's outcomes not yet reported to the fleet, and
-	// the fleet's consecutive failures at the last report.
+	// the fleet's consecutive failures at the last report: the failures,
+	// how many of them are draws of their own (circuit.Breaker.Draw) and
+	// when the earliest of their requests was sent (fleet.LeaseRequest.
+	// Draws, FailedSince; zero when none failed), the latest answer.
 	failed        int
+	draws         int
+	failedSince   time.Time
 	answered      time.Time
 	fleetFailures int
+	// drawsUntil is when a request sent from then on is a draw of its own
+	// after the latest failure counted as one since the model last
+	// answered (zero: none since).
+	drawsUntil time.Time
 
 	// The fleet's run of consecutive failures as this replica's leases saw
 	// it (failingFor): its count at the latest, and when the first lease
@@ -529,11 +538,27 @@ func (l *modelLease) refused() (time.Time, string) {
 	return l.refusedUntil, l.refusedDim
 }
 
-// failure records a counted failure of the model, to report.
-func (l *modelLease) failure() {
+// failure records a counted failure of the model, to report: of a
+// request sent at sent, a draw of its own unless sent before the latest
+// draw's until (its own until being until: circuit.Breaker.Draw).
+func (l *modelLease) failure(sent, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.failed++
+	l.failedSince = earlier(l.failedSince, sent)
+	if !sent.Before(l.drawsUntil) {
+		l.draws++
+		l.drawsUntil = until
+	}
+}
+
+// earlier returns the earlier of a and b, a zero time being later than
+// any other.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) && !b.IsZero() {
+		return b
+	}
+	return a
 }
 
 // answer records an answer of the model at now, to report; the failures
@@ -543,7 +568,7 @@ func (l *modelLease) answer(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answered = window.Later(l.answered, now)
-	l.failed = 0
+	l.failed, l.draws, l.failedSince, l.drawsUntil = 0, 0, time.Time{}, time.Time{}
 	return l.fleetFailures > 0
 }
 
@@ -556,10 +581,11 @@ func (l *modelLease) report(now time.Time, r *fleet.LeaseRequest) {
 	defer l.mu.Unlock()
 	l.lapse(now)
 	r.Debt, r.Alone, r.Failures, r.Answered = l.debt, l.unleased, l.failed, l.answered
+	r.Draws, r.FailedSince, r.DrawsUntil = l.draws, l.failedSince, l.drawsUntil
 	if l.unusedDay.Equal(r.DayEnd) {
 		r.Unused, r.UnusedTokens = l.unused, l.unusedTokens
 	}
-	l.debt, l.unleased, l.failed, l.answered = 0, 0, 0, time.Time{}
+	l.debt, l.unleased, l.failed, l.draws, l.failedSince, l.answered = 0, 0, 0, 0, time.Time{}, time.Time{}
 	l.unused, l.unusedTokens = 0, 0
 }
 
@@ -581,7 +607,11 @@ func (l *modelLease) reported(ok, lost bool, r fleet.LeaseRequest, fl fleet.Leas
 		if lost {
 			return
 		}
-		l.failed += r.Failures
+		if r.Failures > 0 {
+			l.failed += r.Failures
+			l.draws += r.Draws
+			l.failedSince = earlier(l.failedSince, r.FailedSince)
+		}
 		if r.Unused > 0 && (l.unused == 0 || l.unusedDay.Equal(r.DayEnd)) {
 			l.unused, l.unusedTokens, l.unusedDay = l.unused+r.Unused, l.unusedTokens+r.UnusedTokens, r.DayEnd
 		}
@@ -962,7 +992,9 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // sent while the model was unheard still in flight (circuit.Breaker.
 // Awaiting) and, when one did, the run one that the model would hardly
 // make answering as this replica saw it answer (circuit.Breaker.
-// RunUnlikely); or this Client is in an outage (inOutage). It opens for
+// RunUnlikely), counted in draws across the fleet (fleet.Lease.Draws:
+// requests the replicas sent together are one, as one process counts
+// them); or this Client is in an outage (inOutage). It opens for
 // the breaker's own open period (MinOpenFor from closed, doubled for each
 // failed probe since), or OpenFor in an outage, as one process's rules do,
 // and the opening is published as the Client's own. A fleet of replicas
@@ -983,8 +1015,12 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	if !silent && !outage {
 		return
 	}
+	draws := l.Draws
+	if draws == 0 { // a SharedState that does not count draws: each failure is one
+		draws = l.Failures
+	}
 	if br.state(now) != StateClosed || !outage && (br.awaiting(now) || // this replica's answers to the burst may be on their way
-		!l.Answered.IsZero() && !br.runUnlikely(l.Failures)) { // a flaky model's run, as one process reads it
+		!l.Answered.IsZero() && !br.runUnlikely(draws)) { // a flaky model's run, counted in draws as one process counts it
 		return
 	}
 	var tr *transition
@@ -1099,7 +1135,7 @@ func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoin
 // while m's breaker is closed, an answer while the fleet counts failures or
 // that changed the breaker's state (a probe closed it). Other outcomes ride
 // on the next round trip.
-func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, br *breaker, o outcome, changed bool, now time.Time) {
+func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, br *breaker, p permit, o outcome, changed bool, now time.Time) {
 	if c.fleet == nil || e != endpointGenerate {
 		return
 	}
@@ -1109,7 +1145,7 @@ func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, b
 			return
 		}
 	case outcomeFailure, outcomeOutage:
-		m.lease.failure()
+		m.lease.failure(br.draw(p, now))
 		if br.state(now) != StateClosed {
 			return
 		}

@@ -3,6 +3,7 @@ package geminiguard_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,18 @@ func newFleet(t *testing.T, srv *geminitest.Server, n int, store fleet.SharedSta
 	for i := range fleet {
 		fleet[i] = newClient(t, srv, nil, append([]geminiguard.Option{geminiguard.WithStartupCheck(false)}, opts...)...)
 		t.Cleanup(func() { fleet[i].Close() })
+	}
+	return fleet
+}
+
+// newSeededFleet is newFleet with each Client drawing its retry jitter
+// from a seeded source of its own (WithJitterSource: nothing else may draw
+// from a Client's source), so that a fleet's run repeats.
+func newSeededFleet(t *testing.T, srv *geminitest.Server, n int, store fleet.SharedState, opts ...geminiguard.Option) []*geminiguard.Client {
+	t.Helper()
+	fleet := make([]*geminiguard.Client, n)
+	for i := range fleet {
+		fleet[i] = newFleet(t, srv, 1, store, append(opts, geminiguard.WithJitterSource(rand.NewPCG(1, 2+uint64(i))))...)[0]
 	}
 	return fleet
 }
@@ -231,7 +244,7 @@ func TestFleetOpensADeadModelForItsOwnOpenPeriod(t *testing.T) {
 func TestFleetBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		answered, oracle := burstsAfterQuietSpells(t, false, func(srv *geminitest.Server) []*geminiguard.Client {
-			return newFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+			return newSeededFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 		})
 		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)
 	})
@@ -246,7 +259,7 @@ func TestFleetBurstAfterAQuietSpellKeepsAModelThatAnswersMost(t *testing.T) {
 func TestFleetBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		answered, oracle := burstsAfterQuietSpells(t, true, func(srv *geminitest.Server) []*geminiguard.Client {
-			return newFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+			return newSeededFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 		})
 		assert.GreaterOrEqual(t, answered, 0.9*oracle, "pro answers about two calls in three of each burst (%.0f)", answered)
 	})
@@ -265,7 +278,7 @@ func TestFleetBurstAfterAFailureAndAQuietSpellWaitsForTheBurstsAnswers(t *testin
 func TestFleetFlakyModelsRunOfFailuresIsNotTakenForDeath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := flaky(time.Now(), 0)
-		clients := newFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		clients := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 
 		calls, answered := oneUser(t, 10*time.Minute, clients...)
 
@@ -669,7 +682,10 @@ func TestFleetLostReplyCountsFailuresOnce(t *testing.T) {
 
 // TestFleetWaveAfterASilenceGoesThroughTheReplicaHoldingTheProbe: as
 // TestWaveAfterASilenceMeetsTheModelTogether, with six users on each of
-// two replicas sharing one store, and pro failing fast from 20s to 70s.
+// two replicas sharing one store. Pro fails fast from 20s to 130s: its
+// four bad waves open it (two did, when the fleet counted its run in
+// requests: TestFleetWavesMeetingABadSpellTogetherAreOneDrawEach; one
+// process's three do, its record of outcomes holding twice a replica's).
 // The wave after its bad spell meets half-open breakers after a silence on
 // both; the fleet grants its probe slot to one replica, whose six calls
 // all go to pro (the door; one before), while the other's, refused the
@@ -677,10 +693,10 @@ func TestFleetLostReplyCountsFailuresOnce(t *testing.T) {
 // not every replica's.
 func TestFleetWaveAfterASilenceGoesThroughTheReplicaHoldingTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const users, waves, every = 6, 6, 30 * time.Second
+		const users, waves, every = 6, 7, 30 * time.Second
 		start := time.Now()
-		srv := failingFastBetween(start, 20*time.Second, 70*time.Second)
-		replicas := newFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		srv := failingFastBetween(start, 20*time.Second, 130*time.Second)
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 
 		byPro := make([][2]int, waves) // per wave, per replica: calls pro answered
 		for _, w := range callInWaves(t, replicas, users, waves, every, start) {
@@ -689,8 +705,40 @@ func TestFleetWaveAfterASilenceGoesThroughTheReplicaHoldingTheProbe(t *testing.T
 			}
 		}
 
-		door := byPro[3]
+		door := byPro[5]
 		assert.ElementsMatch(t, []int{users, 0}, door[:], "one replica's wave meets pro: %v", byPro)
-		assert.Equal(t, [][2]int{{users, users}, {0, 0}, {0, 0}, door, {users, users}, {users, users}}, byPro)
+		assert.Equal(t, [][2]int{{users, users}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, door, {users, users}}, byPro)
+	})
+}
+
+// TestFleetWavesMeetingABadSpellTogetherAreOneDrawEach: as
+// TestWavesMeetingABadSpellTogetherAreOneDrawEach, with six users on each
+// of two replicas sharing one store. The fleet counts its run in draws as
+// one process does: the twelve requests of a wave, sent together from two
+// replicas, are one draw, and two waves in a row in bad spells do not make
+// a flaky model dead. Before, the fleet counted the run in requests (24
+// failures in a row) and opened pro as one process did before it counted
+// draws.
+func TestFleetWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const users, waves = 6, 60
+		start := time.Now()
+		spells := newBadSpells(start, waves)
+		srv := failingFast(time.Second, spells.bad)
+		changes := &stateChanges{}
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash),
+			geminiguard.WithHooks(changes.hooks()))
+
+		answered := 0
+		for _, w := range callInWaves(t, replicas, users, waves, spellWaves, start) {
+			if w.rec.Model == pro {
+				answered++
+			}
+		}
+		oracle := 2 * users * spells.goodWaves()
+		t.Logf("pro answered %d calls of the oracle's %d; its breakers opened from closed %d times", answered, oracle, changes.trips(pro))
+
+		assert.LessOrEqual(t, changes.trips(pro), 2, "pro's breaker opened from closed at most once (on each replica), in the seven bad waves in a row")
+		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(oracle), "pro answers the waves that meet a good spell (%d calls of the oracle's %d)", answered, oracle)
 	})
 }

@@ -675,43 +675,65 @@ func TestOutageOverTheModelIsOutOnlyForItsOwnSpell(t *testing.T) {
 // busy CPU loops it did once in about thirty runs of the suite.
 func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const users, waves, slot = 12, 60, 5 * time.Second
+		const users, waves = 12, 60
 		start := time.Now()
-		draws := rand.New(rand.NewPCG(7, 8))
-		bad := make([]bool, 2*waves+2)
-		for i := 1; i < len(bad); i++ { // the first spell is good: a start-up spell is another rule's
-			bad[i] = draws.Float64() < 0.5
-		}
-		srv := failingFast(time.Second, func(int) bool { return bad[time.Since(start)/slot] })
+		spells := newBadSpells(start, waves)
+		srv := failingFast(time.Second, spells.bad)
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 
-		var answered atomic.Int64
-		var wg sync.WaitGroup
-		for range users {
-			wg.Go(func() {
-				for k := range waves {
-					time.Sleep(time.Until(start.Add(time.Duration(k) * 2 * slot)))
-					_, rec, err := ask(t.Context(), c, "")
-					assert.NoError(t, err)
-					if rec.Model == pro {
-						answered.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		oracle := 0
-		for k := range waves {
-			if !bad[2*k] {
-				oracle += users
+		answered := 0
+		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, spellWaves, start) {
+			if w.rec.Model == pro {
+				answered++
 			}
 		}
+		oracle := users * spells.goodWaves()
 
 		assert.LessOrEqual(t, changes.trips(pro), 1, "pro's breaker opened from closed at most once, in the seven bad waves in a row")
-		assert.GreaterOrEqual(t, float64(answered.Load()), 0.75*float64(oracle), "pro answers the waves that meet a good spell (%d calls of the oracle's %d)", answered.Load(), oracle)
+		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(oracle), "pro answers the waves that meet a good spell (%d calls of the oracle's %d)", answered, oracle)
 	})
+}
+
+// badSpells are pro's spells of five seconds from start, each bad or not
+// at random (half of them, from a seeded source) but the first (a
+// start-up spell is another rule's), for waves of users every spellWaves:
+// each wave meets one spell, its requests failing together or answering
+// together.
+type badSpells struct {
+	start time.Time
+	spell []bool // spell[i]: the one from start+5s×i is bad
+}
+
+// spellWaves is how often the waves meeting badSpells come: every second
+// spell.
+const spellWaves = 10 * time.Second
+
+// newBadSpells draws the spells of waves waves from start.
+func newBadSpells(start time.Time, waves int) badSpells {
+	draws := rand.New(rand.NewPCG(7, 8))
+	bad := make([]bool, 2*waves+2)
+	for i := 1; i < len(bad); i++ {
+		bad[i] = draws.Float64() < 0.5
+	}
+	return badSpells{start, bad}
+}
+
+// bad reports whether pro is in a bad spell now; its argument (the
+// request's index, failingFast's) is ignored.
+func (b badSpells) bad(int) bool { return b.spell[time.Since(b.start)/(spellWaves/2)] }
+
+// goodWaves returns how many of the waves meet a good spell: the calls an
+// oracle sends pro, per user.
+func (b badSpells) goodWaves() int {
+	n := 0
+	for k := 0; 2*k < len(b.spell)-2; k++ {
+		if !b.spell[2*k] {
+			n++
+		}
+	}
+	return n
 }
 
 // callInWaves has users users of each of clients call together every every

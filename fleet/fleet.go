@@ -163,6 +163,20 @@ type LeaseRequest struct {
 	// Both are counted even when nothing is granted.
 	Failures int
 	Answered time.Time
+	// Draws is how many of Failures are draws of their own, as the
+	// replica's breaker counts a run (failures of requests sent together
+	// count once: they met the model in the same moment); FailedSince is
+	// when the earliest of Failures' requests was sent, and DrawsUntil when
+	// a request sent from then on is a draw of its own after the replica's
+	// latest. The store counts the model's run across the fleet in draws
+	// too: it adds Draws, less one when FailedSince is before the fleet's
+	// DrawsUntil (the first of them met the model in a draw counted
+	// already), counts a run's first failure as a draw, and keeps the
+	// latest DrawsUntil reported; an Answered that resets the failures
+	// resets both.
+	Draws       int
+	FailedSince time.Time
+	DrawsUntil  time.Time
 
 	// Spent is what this replica's priced responses cost since its last
 	// report (geminiguard.WithBudget), less the reservations (Reserve) of
@@ -205,11 +219,11 @@ type LeaseRequest struct {
 	// the first model refuses falls through in the same round trip. Its
 	// model's fields are read as this request's are — Model, Requests,
 	// Tokens, Debt, RPM, TPM, RPD, DayEnd, Probe, Endpoint, Failures,
-	// Answered, Alone, Unused and UnusedTokens — and the rest is the
-	// first request's, counted once (the replica, the version, the
-	// spend, the reservation); Next.Next is ignored. In the same atomic
-	// step, the store counts Next's report (Debt, Alone, Unused,
-	// Failures, Answered) in every case, and evaluates Next.Requests only
+	// Answered, Draws, FailedSince, DrawsUntil, Alone, Unused and
+	// UnusedTokens — and the rest is the first request's, counted once
+	// (the replica, the version, the spend, the reservation); Next.Next
+	// is ignored. In the same atomic step, the store counts Next's report
+	// (Debt, Alone, Unused, Failures, Answered, Draws) in every case, and evaluates Next.Requests only
 	// when this request asked for requests and was granted none (refused
 	// by a limit or the probe slot): a first model that grants takes
 	// nothing of the next one's limits.
@@ -230,9 +244,12 @@ type Lease struct {
 	// from LeaseRequest.Version (possibly none); nil otherwise.
 	Facts []Fact
 	// Failures is Model's consecutive failures across the fleet, this
-	// request's report included, and Answered when Model last answered any
-	// replica (zero: never, or not in the last hour).
+	// request's report included, Draws how many of them are draws of their
+	// own (LeaseRequest.Draws; at least one when Failures is), and
+	// Answered when Model last answered any replica (zero: never, or not in
+	// the last hour).
 	Failures int
+	Draws    int
 	Answered time.Time
 	// DaySpent and MonthSpent are the project's spend in the windows
 	// LeaseRequest.SpendDay and SpendMonth name, this report and the
@@ -245,8 +262,8 @@ type Lease struct {
 	BudgetRefused string
 	// Next is, when LeaseRequest.Next was given, the answer for its
 	// model: Requests (0 unless the first model granted none),
-	// RetryAfter and Dimension when Next.Requests were refused, Failures
-	// and Answered; its other fields are zero. Nil when no Next was
+	// RetryAfter and Dimension when Next.Requests were refused, Failures,
+	// Draws and Answered; its other fields are zero. Nil when no Next was
 	// asked.
 	Next *Lease
 }

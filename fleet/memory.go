@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/geminiguard/geminiguard/internal/window"
 )
 
 // NewMemoryState returns a SharedState kept in this process's memory: the
@@ -69,11 +71,13 @@ const dayKeep = time.Hour
 
 // memModel is one model's fleet-wide counts.
 type memModel struct {
-	failures int       // consecutive failures across the fleet
-	answered time.Time // the latest answer any replica reported
-	secs     [windowSeconds]memSecond
-	days     map[int64]int       // DayEnd (unix s) → requests in the day ending then
-	probes   map[string]memProbe // endpoint → the slot's holder
+	failures   int       // consecutive failures across the fleet
+	draws      int       // how many of them are draws of their own (LeaseRequest.Draws)
+	drawsUntil time.Time // the latest DrawsUntil reported in the run
+	answered   time.Time // the latest answer any replica reported
+	secs       [windowSeconds]memSecond
+	days       map[int64]int       // DayEnd (unix s) → requests in the day ending then
+	probes     map[string]memProbe // endpoint → the slot's holder
 }
 
 // memProbe is a held half-open probe slot.
@@ -140,7 +144,8 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		}
 	}
 	first := p.model(r.Model)
-	out.Requests, out.RetryAfter, out.Dimension, out.Failures, out.Answered = first.lease(r, now)
+	first.health(r, &out)
+	out.Requests, out.RetryAfter, out.Dimension = first.lease(r, now)
 	if r.Next != nil {
 		next := *r.Next
 		next.Replica = r.Replica // the probe slot's holder
@@ -148,7 +153,9 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 			next.Requests = 0 // only a refusal falls through
 		}
 		var n Lease
-		n.Requests, n.RetryAfter, n.Dimension, n.Failures, n.Answered = p.model(next.Model).lease(next, now)
+		nm := p.model(next.Model)
+		nm.health(next, &n)
+		n.Requests, n.RetryAfter, n.Dimension = nm.lease(next, now)
 		out.Next = &n
 	}
 	return out, nil
@@ -164,27 +171,40 @@ func (p *memProject) model(name string) *memModel {
 	return m
 }
 
-// lease is Lease's step of one model at now: it counts r's report (the
-// model's outcomes, debt, requests sent alone and unused) and grants up to
-// r.Requests, returning the grant, or the refusal's wait and dimension,
-// and the model's fleet-wide failures and latest answer.
-func (m *memModel) lease(r LeaseRequest, now time.Time) (granted int, retry time.Duration, dim string, failures int, answered time.Time) {
+// health counts r's outcomes in the model's run of failures across the
+// fleet (LeaseRequest.Failures, Answered, Draws) and fills l's Failures,
+// Draws and Answered.
+func (m *memModel) health(r LeaseRequest, l *Lease) {
 	if r.Answered.After(m.answered) {
-		m.answered, m.failures = r.Answered, 0
+		m.answered, m.failures, m.draws, m.drawsUntil = r.Answered, 0, 0, time.Time{}
 	}
-	m.failures += max(r.Failures, 0)
-	failures, answered = m.failures, m.answered
+	if r.Failures > 0 {
+		draws := max(r.Draws, 0)
+		if draws > 0 && r.FailedSince.Before(m.drawsUntil) {
+			draws-- // the first met the model in a draw counted already
+		}
+		m.failures += r.Failures
+		m.draws = max(m.draws+draws, 1)
+		m.drawsUntil = window.Later(m.drawsUntil, r.DrawsUntil)
+	}
+	l.Failures, l.Draws, l.Answered = m.failures, m.draws, m.answered
+}
+
+// lease is Lease's step of one model at now: it counts r's report (debt,
+// requests sent alone and unused) and grants up to r.Requests, returning
+// the grant, or the refusal's wait and dimension.
+func (m *memModel) lease(r LeaseRequest, now time.Time) (granted int, retry time.Duration, dim string) {
 	sec := now.Unix()
 	if r.Debt > 0 {
 		m.at(sec).tokens += r.Debt
 	}
 	m.settle(r, sec, now)
 	if r.Requests <= 0 {
-		return 0, 0, "", failures, answered
+		return 0, 0, ""
 	}
 	if r.Probe > 0 {
 		if held := m.probes[r.Endpoint]; held.replica != r.Replica && now.Before(held.until) {
-			return 0, held.until.Sub(now), "probe", failures, answered
+			return 0, held.until.Sub(now), "probe"
 		}
 	}
 	for end := range m.days {
@@ -209,7 +229,7 @@ func (m *memModel) lease(r LeaseRequest, now time.Time) (granted int, retry time
 	}
 	if n <= 0 {
 		retry, dim = m.refusal(now, r, day, reqs, tokens)
-		return 0, retry, dim, failures, answered
+		return 0, retry, dim
 	}
 	b := m.at(sec)
 	b.requests += n
@@ -220,7 +240,7 @@ func (m *memModel) lease(r LeaseRequest, now time.Time) (granted int, retry time
 	if r.Probe > 0 {
 		m.probes[r.Endpoint] = memProbe{replica: r.Replica, until: now.Add(r.Probe)}
 	}
-	return n, 0, "", failures, answered
+	return n, 0, ""
 }
 
 // settle counts r's requests sent alone in the window and r's day at once,

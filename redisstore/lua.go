@@ -46,14 +46,16 @@ end
 // the replica's TTL ms, the version the replica saw, spent (Micros),
 // SpendDay and SpendMonth unix ms (0: none), the spend to reserve
 // (Micros), the day's and the month's budgets (0: none); then, for each
-// model, modelArgs of them: requests, tokens per request, debt, RPM, TPM,
+// model, 16 of them: requests, tokens per request, debt, RPM, TPM,
 // RPD, DayEnd unix ms (0: none), probe ms, failures, answered unix ms (0:
-// none), requests sent alone, unused requests and their tokens.
+// none), requests sent alone, unused requests and their tokens, draws,
+// failed since unix ms and draws until unix ms.
 //
 // Returns one string (parseLease): granted, retry after µs, dimension,
-// replicas, version, has facts (0/1), failures, answered unix ms, day
-// spent, month spent, the budget that refused the reservation; with Next,
-// its granted, retry after µs, dimension, failures and answered; each
+// replicas, version, has facts (0/1), failures, draws, answered unix ms,
+// day spent, month spent, the budget that refused the reservation; with
+// Next, its granted, retry after µs, dimension, failures, draws and
+// answered; each
 // followed by a space ("-" for an empty string), then each fact's JSON
 // after a newline.
 const leaseLua = luaFacts + `
@@ -63,7 +65,7 @@ local now = sec * 1000000 + tonumber(t[2]) -- µs
 local now_ms = math.floor(now / 1000)
 
 local models = (#KEYS - 5) / 4
-local fields = 8 + 13 * models
+local fields = 8 + 16 * models
 local a = {struct.unpack('>' .. string.rep('i8', fields), ARGV[1])}
 local replica = string.sub(ARGV[1], 8 * fields + 1)
 
@@ -114,7 +116,8 @@ end
 -- arguments from a[o + 1]. It counts the report (outcomes, debt, requests
 -- sent alone, unused ones) and, when ask, grants up to the requests asked.
 -- Returns granted, retry after µs, dimension ('-': none), the fleet's
--- consecutive failures and the latest answer (unix ms).
+-- consecutive failures, how many of them are draws of their own, and the
+-- latest answer (unix ms).
 local function lease(k, o, ask)
   local win, rpd_key, probe_key, health = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   local requests = ask and a[o + 1] or 0
@@ -122,21 +125,29 @@ local function lease(k, o, ask)
   local rpm, tpm, rpd = a[o + 4], a[o + 5], a[o + 6]
   local day_end, probe_ms = a[o + 7], a[o + 8]
 
-  -- Health: consecutive failures across the fleet, reset by an answer
+  -- Health: consecutive failures across the fleet, and how many of them
+  -- are draws of their own (fleet.LeaseRequest.Draws), reset by an answer
   -- later than the latest reported.
   local failed, answered_at = a[o + 9], a[o + 10]
-  local h = redis.call('HMGET', health, 'f', 'a')
+  local draws, failed_since, draws_until = a[o + 14], a[o + 15], a[o + 16]
+  local h = redis.call('HMGET', health, 'f', 'a', 'd', 'u')
   local fails, answered = tonumber(h[1] or '0'), tonumber(h[2] or '0')
-  if answered_at > answered then answered, fails = answered_at, 0 end
-  fails = fails + failed
+  local fdraws, funtil = tonumber(h[3] or '0'), tonumber(h[4] or '0')
+  if answered_at > answered then answered, fails, fdraws, funtil = answered_at, 0, 0, 0 end
+  if failed > 0 then
+    fails = fails + failed
+    if draws > 0 and failed_since < funtil then draws = draws - 1 end -- the first met the model in a draw counted already
+    fdraws = math.max(fdraws + draws, 1)
+    funtil = math.max(funtil, draws_until)
+  end
   if failed > 0 or answered_at > 0 then
-    redis.call('HSET', health, 'f', fails, 'a', answered)
+    redis.call('HSET', health, 'f', fails, 'a', answered, 'd', fdraws, 'u', funtil)
     redis.call('PEXPIRE', health, 3600000)
   end
 
   local alone, unused, unused_toks = a[o + 11], a[o + 12], a[o + 13]
   if requests <= 0 and debt <= 0 and alone <= 0 and unused <= 0 and unused_toks <= 0 then
-    return 0, 0, '-', fails, answered -- nothing to count or grant: the window is not read
+    return 0, 0, '-', fails, fdraws, answered -- nothing to count or grant: the window is not read
   end
 
   -- The window: a hash of r:<second> → requests and t:<second> → tokens,
@@ -280,11 +291,11 @@ local function lease(k, o, ask)
   end
   local n, wait, dim = grant()
   flush()
-  return n, wait, dim, fails, answered
+  return n, wait, dim, fails, fdraws, answered
 end
 
 local asked = a[9] > 0
-local n, wait, dim, fails, answered = lease(5, 8, true)
+local n, wait, dim, fails, draws, answered = lease(5, 8, true)
 -- Facts, when the replica's version is not the project's.
 local facts, has_facts = '', 0
 if tonumber(version) ~= a[2] then
@@ -301,13 +312,13 @@ if tonumber(version) ~= a[2] then
   if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
   if #live > 0 then facts = '\n' .. table.concat(live, '\n') end
 end
-local out = string.format('%d %d %s %d %s %d %d %d %d %d %s ',
-  n, wait, dim, replicas, version, has_facts, fails, answered, day_spent, month_spent, refused)
+local out = string.format('%d %d %s %d %s %d %d %d %d %d %d %s ',
+  n, wait, dim, replicas, version, has_facts, fails, draws, answered, day_spent, month_spent, refused)
 if models == 2 then
   -- The next model: its report counted, its requests asked only when the
   -- first model granted none.
-  local nn, nwait, ndim, nfails, nanswered = lease(9, 21, asked and n == 0)
-  out = out .. string.format('%d %d %s %d %d ', nn, nwait, ndim, nfails, nanswered)
+  local nn, nwait, ndim, nfails, ndraws, nanswered = lease(9, 24, asked and n == 0)
+  out = out .. string.format('%d %d %s %d %d %d ', nn, nwait, ndim, nfails, ndraws, nanswered)
 end
 return out .. facts
 `

@@ -294,6 +294,9 @@ func (la *leaseArgs) build(prefix, project string, r *fleet.LeaseRequest) {
 		num(int64(max(m.Alone, 0)))
 		num(int64(max(m.Unused, 0)))
 		num(int64(max(m.UnusedTokens, 0)))
+		num(int64(max(m.Draws, 0)))
+		num(unixMilli(m.FailedSince))
+		num(unixMilli(m.DrawsUntil))
 	}
 	b = append(b, r.Replica...)
 	la.buf = b
@@ -374,9 +377,10 @@ func (p *leaseReply) model(l *fleet.Lease) {
 	l.Dimension = p.name()
 }
 
-// health reads a model's failures and latest answer into l.
+// health reads a model's failures, draws and latest answer into l.
 func (p *leaseReply) health(l *fleet.Lease) {
 	l.Failures = int(p.int())
+	l.Draws = int(p.int())
 	if answered := p.int(); answered > 0 {
 		l.Answered = time.UnixMilli(answered)
 	}

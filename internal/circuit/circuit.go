@@ -228,12 +228,28 @@ func (b *Breaker) Allow(now time.Time) (Permit, *Transition, *Refusal) {
 		return Permit{}, nil, probesBusy
 	}
 	b.probes++
-	return Permit{gen: gen, probe: true}, tr, nil
+	return Permit{gen: gen, probe: true, sent: b.since(now)}, tr, nil
 }
 
 // since returns t as nanoseconds since the breaker's origin: a permit's
 // sending, kept in an int64.
 func (b *Breaker) since(t time.Time) int64 { return int64(t.Sub(b.answered.Origin)) }
+
+// drawUntil returns, for a failure at now (since the origin) of a request
+// sent at sent, when a later request's failure is a draw of its own (Done):
+// once this one came back, or DeadAfter/FailureThreshold after it was sent,
+// whichever is sooner.
+func (b *Breaker) drawUntil(sent int64, now time.Time) int64 {
+	return sent + min(b.since(now)-sent, int64(b.s.DeadAfter)/int64(b.s.FailureThreshold))
+}
+
+// Draw returns, for a failure at now of p's request, when that request was
+// sent and when a later request's failure is a draw of its own after it, as
+// Done counts a run in draws: what a fleet's replica reports, so that the
+// fleet counts the requests its replicas sent together once.
+func (b *Breaker) Draw(p Permit, now time.Time) (sent, until time.Time) {
+	return b.answered.Origin.Add(time.Duration(p.sent)), b.answered.Origin.Add(time.Duration(b.drawUntil(p.sent, now)))
+}
 
 // Done reports the outcome at now of a request that Allow permitted, and
 // returns the transition it caused, nil when none. Each permit must be
@@ -318,7 +334,7 @@ func (b *Breaker) Done(p Permit, now time.Time, o Outcome) *Transition {
 		}
 		if p.sent >= b.drawNext {
 			b.draws++
-			b.drawNext = p.sent + min(b.since(now)-p.sent, int64(b.s.DeadAfter)/int64(b.s.FailureThreshold))
+			b.drawNext = b.drawUntil(p.sent, now)
 		}
 		if n == 1 || 2*now.Sub(b.failed) > b.s.DeadAfter {
 			b.seen = b.early.next // the model's first word since a quiet spell: wait for what was sent before it

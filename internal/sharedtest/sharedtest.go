@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 		{"LimitMerge", limitMerge},
 		{"MissingListedMerge", missingListedMerge},
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
+		{"DrawsAcrossReplicas", drawsAcrossReplicas},
 		{"SpendAcrossReplicas", spendAcrossReplicas},
 		{"SpendReservedAgainstBudget", spendReservedAgainstBudget},
 		{"SubscribersHearChanges", subscribersHearChanges},
@@ -542,6 +543,40 @@ func failuresAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	other := a
 	other.Model, other.Failures, other.Answered = "other-model", 0, time.Time{}
 	assert.Zero(t, lease(t, s, other).Failures, "models are apart")
+}
+
+func drawsAcrossReplicas(t *testing.T, s fleet.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
+	b := a
+	b.Replica = "b"
+	failed := func(r fleet.LeaseRequest, failures, draws int, since, until time.Duration) fleet.Lease {
+		r.Failures, r.Draws, r.FailedSince, r.DrawsUntil = failures, draws, now.Add(since), now.Add(until)
+		return lease(t, s, r)
+	}
+
+	l := failed(a, 3, 1, 0, 300*time.Millisecond)
+	assert.Equal(t, []int{3, 1}, []int{l.Failures, l.Draws}, "a wave's three failures are one draw")
+	l = failed(b, 3, 1, 0, 300*time.Millisecond)
+	assert.Equal(t, []int{6, 1}, []int{l.Failures, l.Draws}, "another replica's part of the wave, sent before the fleet's draw ended, is the same draw")
+	l = failed(b, 1, 0, 100*time.Millisecond, 300*time.Millisecond)
+	assert.Equal(t, []int{7, 1}, []int{l.Failures, l.Draws}, "a failure that is no draw of its replica's adds none")
+	l = failed(a, 4, 2, 10*time.Second, 20*time.Second)
+	assert.Equal(t, []int{11, 3}, []int{l.Failures, l.Draws}, "draws sent after the fleet's latest ended are each one")
+	l = failed(b, 2, 2, 15*time.Second, 20*time.Second)
+	assert.Equal(t, []int{13, 4}, []int{l.Failures, l.Draws}, "the first of them met the fleet's latest draw")
+
+	a.Answered = now.Add(time.Minute)
+	l = lease(t, s, a)
+	assert.Equal(t, []int{0, 0}, []int{l.Failures, l.Draws}, "an answer resets the run")
+	l = failed(b, 2, 2, 10*time.Second, 12*time.Second)
+	assert.Equal(t, []int{2, 2}, []int{l.Failures, l.Draws}, "and the end of its latest draw")
+
+	a.Answered = now.Add(2 * time.Minute)
+	l = failed(a, 1, 0, 2*time.Minute, 2*time.Minute)
+	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a run's first failure is a draw")
+	l = lease(t, s, b)
+	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a report of no failures changes neither")
 }
 
 func missingListedMerge(t *testing.T, s fleet.SharedState) {
