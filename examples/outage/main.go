@@ -12,6 +12,7 @@
 //	go run ./examples/outage -family 200 -seed 1    # the brownout family: 200 cells drawn from seed 1
 //	go run ./examples/outage -cell 1000017          # replay one cell of it, arm by arm
 //	go run ./examples/outage -family 200 -hangs     # the hang family: the primary hangs, after fast failures or not
+//	go run ./examples/outage -family 200 -replicas 4  # geminiguard as a fleet of 4 replicas sharing one state
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
 // streamCut, slowBrownout, longThinking, batchFlood, and the fleet scenarios
@@ -59,14 +60,19 @@ func main() {
 	cells := flag.String("cells", "", "with -family: also write geminiguard's figures in every cell to this file, a line per cell (seed, share ÷ oracle's, p99 ÷ oracle's, requests per call, success), to compare two builds cell by cell")
 	hangs := flag.Bool("hangs", false, "with -family: play the hang family instead (the primary sheds load, or not, then hangs on a share of its requests)")
 	cell := flag.Uint64("cell", 0, "replay the family's cell of this seed (as the family's report names it) and print its arms' table")
+	replicas := flag.Int("replicas", 1, "with -family or -cell: play geminiguard as this many replicas sharing one fleet state, the calls spread over them in turn")
 	flag.Parse()
 	if *family > 0 || *cell > 0 {
+		if *replicas < 1 {
+			fmt.Fprintf(os.Stderr, "outage: -replicas %d: give 1 (one process) or more\n", *replicas)
+			os.Exit(2)
+		}
 		log.SetOutput(io.Discard)
 		withBubbles(func(bubble func(func(context.Context))) int {
 			if *cell > 0 {
-				return replay(bubble, *cell, *markdown)
+				return replay(bubble, *cell, *replicas, *markdown)
 			}
-			return playFamily(bubble, *family, *seed, *hangs, *worst, *markdown, *cells)
+			return playFamily(bubble, *family, *seed, *hangs, *replicas, *worst, *markdown, *cells)
 		})
 	}
 
@@ -144,10 +150,11 @@ func report(w io.Writer, res *scenario.Result, markdown bool) error {
 }
 
 // playFamily plays n cells of the brownout family of seed (the hang family
-// with hangs), each in its own
-// bubble, and prints the family's report with the worst cells, and how
-// long it took; with cells set, it writes every cell's figures there too.
-func playFamily(bubble func(func(context.Context)), n int, seed uint64, hangs bool, worst int, markdown bool, cells string) int {
+// with hangs), each in its own bubble, geminiguard as replicas Clients
+// sharing one state, and prints the family's report with the worst cells,
+// and how long it took; with cells set, it writes every cell's figures
+// there too.
+func playFamily(bubble func(func(context.Context)), n int, seed uint64, hangs bool, replicas, worst int, markdown bool, cells string) int {
 	began := time.Now()
 	fr := &scenario.FamilyReport{Seed: seed, Hangs: hangs}
 	draw := scenario.Family
@@ -155,6 +162,7 @@ func playFamily(bubble func(func(context.Context)), n int, seed uint64, hangs bo
 		draw = scenario.HangFamily
 	}
 	for i, c := range draw(seed, n) {
+		c.Replicas = replicas
 		bubble(func(ctx context.Context) { fr.Cells = append(fr.Cells, scenario.PlayCell(ctx, c)) })
 		if (i+1)%20 == 0 {
 			fmt.Fprintf(os.Stderr, "outage: %d of %d cells played\n", i+1, n)
@@ -185,10 +193,13 @@ func writeCells(fr *scenario.FamilyReport, path string) error {
 	return f.Close()
 }
 
-// replay plays the family's cell of seed and prints its arms' table.
-func replay(bubble func(func(context.Context)), seed uint64, markdown bool) int {
+// replay plays the family's cell of seed, geminiguard as replicas Clients
+// sharing one state, and prints its arms' table.
+func replay(bubble func(func(context.Context)), seed uint64, replicas int, markdown bool) int {
+	c := scenario.DrawCell(seed)
+	c.Replicas = replicas
 	var res *scenario.Result
-	bubble(func(ctx context.Context) { res = scenario.Run(ctx, scenario.DrawCell(seed).Scenario()) })
+	bubble(func(ctx context.Context) { res = scenario.Run(ctx, c.Scenario()) })
 	if err := report(os.Stdout, res, markdown); err != nil {
 		return fail(err)
 	}

@@ -63,6 +63,11 @@ type Cell struct {
 	// stall fields are zero.
 	HangAfter, HangFor time.Duration
 	Hang               float64
+	// Replicas, when more than one, plays geminiguard as that many
+	// Clients sharing one fleet state (a memory store behind a simulated
+	// round trip), call i through replica i mod Replicas: a fleet behind a
+	// load balancer. Not drawn: the player sets it (outage's -replicas).
+	Replicas int
 }
 
 // The family's ranges (issue 19) and bounds.
@@ -306,13 +311,21 @@ func (c Cell) params() string {
 		fmt.Fprintf(&b, "; Poisson %.2f/s", c.Rate)
 	}
 	fmt.Fprintf(&b, "; run %v, %d calls", c.Run, c.Calls)
+	if c.Replicas > 1 {
+		fmt.Fprintf(&b, "; geminiguard as %d replicas", c.Replicas)
+	}
 	return b.String()
 }
 
 // FamilyArms are the arms a cell is played against: geminiguard at its
-// defaults, the failsafe-go stack with its HedgePolicy, the oracle.
-func FamilyArms() []Arm {
-	return []Arm{GeminiguardArm("geminiguard"), FailsafeArm(), OracleArm()}
+// defaults (as a fleet of replicas sharing one state, when replicas > 1:
+// Cell.Replicas), the failsafe-go stack with its HedgePolicy, the oracle.
+func FamilyArms(replicas int) []Arm {
+	guard := GeminiguardArm("geminiguard")
+	if replicas > 1 {
+		guard = fleetArm("geminiguard", replicas, sharedFleet)
+	}
+	return []Arm{guard, FailsafeArm(), OracleArm()}
 }
 
 // Scenario returns c as a scenario of FamilyArms: the primary Flash and the
@@ -326,7 +339,7 @@ func (c Cell) Scenario() *Scenario {
 			{Name: flash, Latency: c.primaryLatency()},
 			{Name: flash25, Latency: c.Secondary},
 		},
-		Arms:          FamilyArms(),
+		Arms:          FamilyArms(c.Replicas),
 		HedgeQuantile: FamilyHedgeQuantile,
 	}
 	if c.Callers > 0 {

@@ -187,8 +187,12 @@ func (fr *FamilyReport) Write(w io.Writer, markdown bool, worst int) error {
 	if fr.Hangs {
 		family = "hang family"
 	}
-	fmt.Fprintf(w, "%s, seed %d: %d cells (%d long thinking); geminiguard at its defaults, failsafe-go with its HedgePolicy (p%.0f, budget), oracle\n\n",
-		family, fr.Seed, len(fr.Cells), thinking, 100*FamilyHedgeQuantile)
+	guard := "geminiguard at its defaults"
+	if len(fr.Cells) > 0 && fr.Cells[0].Cell.Replicas > 1 {
+		guard += fmt.Sprintf(" as %d replicas sharing one state", fr.Cells[0].Cell.Replicas)
+	}
+	fmt.Fprintf(w, "%s, seed %d: %d cells (%d long thinking); %s, failsafe-go with its HedgePolicy (p%.0f, budget), oracle\n\n",
+		family, fr.Seed, len(fr.Cells), thinking, guard, 100*FamilyHedgeQuantile)
 	rows := [][]string{{"figure", "arm", "p10", "p50", "p90", "worst"}}
 	for _, f := range familyFigures {
 		for _, a := range familyArms {
