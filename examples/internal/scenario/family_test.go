@@ -136,3 +136,25 @@ func TestHangFamily(t *testing.T) {
 	assert.Equal(t, cells[0].Calls, r.Oracle.Calls)
 	assert.Less(t, r.Oracle.P99, time.Minute, "the oracle waits for no hang: %s", cells[0])
 }
+
+// TestCellPlayedByAFleet: a cell with Replicas > 1 plays geminiguard as
+// that many Clients sharing one fleet state, the calls spread over them:
+// the arm's calls go through the shared state (its round trips), and the
+// cell's other arms and workload are the cell's.
+func TestCellPlayedByAFleet(t *testing.T) {
+	c := Family(1, 1)[0]
+	c.Replicas = 3
+	assert.Contains(t, c.String(), "geminiguard as 3 replicas")
+	var res *Result
+	synctest.Test(t, func(t *testing.T) { res = Run(t.Context(), c.Scenario()) })
+	require.Len(t, res.Arms, 3)
+	guard := res.Arms[0]
+	assert.Equal(t, "geminiguard", guard.Arm)
+	assert.Len(t, guard.Calls, c.Calls)
+	assert.Greater(t, guard.Figures[FigRoundTrips], float64(guard.Figures[FigWarmUps]), "the replicas' calls went through the shared state")
+	assert.Equal(t, float64(3), guard.Figures[FigWarmUps], "one warm-up a replica")
+
+	c.Replicas = 1
+	synctest.Test(t, func(t *testing.T) { res = Run(t.Context(), c.Scenario()) })
+	assert.NotContains(t, res.Arms[0].Figures, FigRoundTrips, "one process: no shared state")
+}
