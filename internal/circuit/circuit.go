@@ -86,7 +86,7 @@ type Permit struct {
 	gen   uint64 // breaker generation when granted
 	seq   uint64 // its place among the permits granted while the model was unheard (Breaker.early); 0: not one
 	probe bool   // granted in half-open: it holds a probe slot
-	sent  int64  // when granted, since the breaker's origin (closed)
+	sent  int64  // when granted, since the breaker's origin
 }
 
 // Probe reports whether p was granted in half-open: it holds a probe slot.
