@@ -18,6 +18,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard/fleet"
+	"github.com/geminiguard/geminiguard/internal/latency"
 	"github.com/geminiguard/geminiguard/internal/pacific"
 	"github.com/geminiguard/geminiguard/internal/window"
 )
@@ -53,6 +54,10 @@ const (
 	// coldShare is what a replica that has not seen the fleet, and was
 	// given no WithFleetSize, divides each limit by while alone.
 	coldShare = 10
+	// shareLatencyEvery is how often at most a replica shares its record
+	// of a model's answer times with the fleet and reads the others'
+	// (fleet.LeaseRequest.Latency), on a round trip for that model.
+	shareLatencyEvery = time.Second
 )
 
 // StoreSettings' defaults.
@@ -501,6 +506,42 @@ type modelLease struct {
 	// that brought it back came.
 	runFailures int
 	runSince    time.Time
+
+	// latencyShared is when a round trip last shared the model's record
+	// of answer times (shareLatency).
+	latencyShared time.Time
+}
+
+// shareLatency reports whether a round trip at now is to share the
+// model's record of answer times with the fleet and read the others'
+// (shareLatencyEvery since the last that did), and counts it as the last.
+func (l *modelLease) shareLatency(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.latencyShared.Add(shareLatencyEvery)) {
+		return false
+	}
+	l.latencyShared = now
+	return true
+}
+
+// latencyRecord returns a Learner's record as the fleet keeps it.
+func latencyRecord(own []latency.Count) []fleet.LatencyCount {
+	out := make([]fleet.LatencyCount, len(own))
+	for i, c := range own {
+		out[i] = fleet.LatencyCount{Class: c.Class, Bucket: c.Bucket, N: c.N}
+	}
+	return out
+}
+
+// othersLatency returns the fleet's record of the other replicas as a
+// Learner reads it (latency.Learner.SetOthers).
+func othersLatency(fleetCounts []fleet.LatencyCount) []latency.Count {
+	out := make([]latency.Count, len(fleetCounts))
+	for i, c := range fleetCounts {
+		out[i] = latency.Count{Class: c.Class, Bucket: c.Bucket, N: c.N}
+	}
+	return out
 }
 
 // failingFor records the fleet's count of the model's failures in a row
@@ -942,6 +983,10 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		r.Next.Model = next.name
 		next.lease.report(now, r.Next)
 	}
+	shared := m.lease.shareLatency(now)
+	if shared {
+		r.Latency, r.Latencies = latencyRecord(m.lat.Snapshot()), true
+	}
 	var spent Micros
 	spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
 	r.Spent = int64(spent)
@@ -963,6 +1008,9 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 	c.spending.reported(ok, r, l)
 	if !ok {
 		return fleet.Lease{}, false
+	}
+	if shared {
+		m.lat.SetOthers(othersLatency(l.Latency))
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
 	f.peak.saw(max(1, l.Replicas), now)

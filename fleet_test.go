@@ -742,3 +742,41 @@ func TestFleetWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 		assert.GreaterOrEqual(t, float64(answered), 0.75*float64(oracle), "pro answers the waves that meet a good spell (%d calls of the oracle's %d)", answered, oracle)
 	})
 }
+
+// TestFleetReplicaLearnsAnswerTimesFromTheOthers: replica A's calls teach
+// it pro's answer times (1s); then replica B's first call to pro stalls
+// (60s). B shares the fleet's record of pro's answer times, so its attempt
+// is cut where A's would be and flash answers it within seconds. Before,
+// a replica learned from its own answers only, and B, which had none,
+// waited the stall out.
+func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stallNext atomic.Bool
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(geminitest.Request, int) geminitest.Step {
+				if stallNext.CompareAndSwap(true, false) {
+					return geminitest.Step{Latency: time.Minute}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		a, b := replicas[0], replicas[1]
+
+		for i := range 12 {
+			_, rec, err := ask(t.Context(), a, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model, "call %d", i)
+		}
+		time.Sleep(2 * time.Second) // A's record shared on its next round trip
+		_, _, err := ask(t.Context(), a, "")
+		require.NoError(t, err)
+
+		stallNext.Store(true)
+		began := time.Now()
+		_, rec, err := ask(t.Context(), b, "")
+		took := time.Since(began)
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "B's stalled attempt to pro cut, flash answers")
+		assert.Less(t, took, 5*time.Second, "cut at the fleet's learned deadline, not waited out")
+	})
+}

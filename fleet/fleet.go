@@ -178,6 +178,16 @@ type LeaseRequest struct {
 	FailedSince time.Time
 	DrawsUntil  time.Time
 
+	// Latency, when not nil, is this replica's record of Model's answer
+	// times, by class and bucket (the Client's; the store only adds them
+	// up): the store keeps each replica's latest, in place of the one
+	// before, for ReplicaTTL. Latencies asks for the other replicas'
+	// records of Model, summed (Lease.Latency), so that a replica that
+	// starts, or sees a share of the traffic, learns from the fleet's
+	// answers as one process would. Neither applies to Next.
+	Latency   []LatencyCount
+	Latencies bool
+
 	// Spent is what this replica's priced responses cost since its last
 	// report (geminiguard.WithBudget), less the reservations (Reserve) of
 	// the requests settled since, spent in the Pacific day ending SpendDay
@@ -260,12 +270,24 @@ type Lease struct {
 	// whose budget is spent: "day" or "month" (the month when both are);
 	// "" when it was reserved or none was asked.
 	BudgetRefused string
+	// Latency is, when LeaseRequest.Latencies, the records of Model that
+	// the other replicas reported within their ReplicaTTL, summed by class
+	// and bucket; nil otherwise.
+	Latency []LatencyCount
 	// Next is, when LeaseRequest.Next was given, the answer for its
 	// model: Requests (0 unless the first model granted none),
 	// RetryAfter and Dimension when Next.Requests were refused, Failures,
 	// Draws and Answered; its other fields are zero. Nil when no Next was
 	// asked.
 	Next *Lease
+}
+
+// LatencyCount is N answers (or abandoned attempts) of a model in one
+// bucket of one class of a replica's record of its answer times
+// (LeaseRequest.Latency). The store keeps them without reading them.
+type LatencyCount struct {
+	Class, Bucket int
+	N             int64
 }
 
 // FactKind says what a Fact records and how Publish merges it with what the

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,13 +72,50 @@ const dayKeep = time.Hour
 
 // memModel is one model's fleet-wide counts.
 type memModel struct {
-	failures   int       // consecutive failures across the fleet
-	draws      int       // how many of them are draws of their own (LeaseRequest.Draws)
-	drawsUntil time.Time // the latest DrawsUntil reported in the run
-	answered   time.Time // the latest answer any replica reported
+	failures   int                   // consecutive failures across the fleet
+	draws      int                   // how many of them are draws of their own (LeaseRequest.Draws)
+	drawsUntil time.Time             // the latest DrawsUntil reported in the run
+	answered   time.Time             // the latest answer any replica reported
+	latencies  map[string]memLatency // replica → its latest record of the model's answer times
 	secs       [windowSeconds]memSecond
 	days       map[int64]int       // DayEnd (unix s) → requests in the day ending then
 	probes     map[string]memProbe // endpoint → the slot's holder
+}
+
+// memLatency is a replica's record of a model's answer times, kept until
+// until (LeaseRequest.Latency).
+type memLatency struct {
+	counts []LatencyCount
+	until  time.Time
+}
+
+// latency keeps r's record of the model's answer times and fills l's with
+// the other replicas' (LeaseRequest.Latency, Latencies).
+func (m *memModel) latency(r LeaseRequest, now time.Time, l *Lease) {
+	if r.Latency != nil {
+		if m.latencies == nil {
+			m.latencies = make(map[string]memLatency)
+		}
+		m.latencies[r.Replica] = memLatency{slices.Clone(r.Latency), now.Add(r.ReplicaTTL)}
+	}
+	if !r.Latencies {
+		return
+	}
+	sum := make(map[[2]int]int64)
+	for replica, rec := range m.latencies {
+		switch {
+		case !now.Before(rec.until):
+			delete(m.latencies, replica)
+		case replica != r.Replica:
+			for _, c := range rec.counts {
+				sum[[2]int{c.Class, c.Bucket}] += c.N
+			}
+		}
+	}
+	l.Latency = make([]LatencyCount, 0, len(sum))
+	for k, n := range sum {
+		l.Latency = append(l.Latency, LatencyCount{Class: k[0], Bucket: k[1], N: n})
+	}
 }
 
 // memProbe is a held half-open probe slot.
@@ -145,6 +183,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 	}
 	first := p.model(r.Model)
 	first.health(r, &out)
+	first.latency(r, now, &out)
 	out.Requests, out.RetryAfter, out.Dimension = first.lease(r, now)
 	if r.Next != nil {
 		next := *r.Next

@@ -36,10 +36,11 @@ end
 // leaseLua is Store.Lease: one atomic step on Redis's clock.
 //
 // KEYS: 1 version, 2 facts, 3 replicas, 4 and 5 the project's spend in
-// SpendDay and SpendMonth; then, for the model and (when 13 keys are
-// given) LeaseRequest.Next's model, 4 keys each: the model's window, its
-// RPD counter of DayEnd, its probe slot of Endpoint, and its health
-// (consecutive failures, latest answer).
+// SpendDay and SpendMonth; then, for the model and (when 15 keys are
+// given) LeaseRequest.Next's model, 5 keys each: the model's window, its
+// RPD counter of DayEnd, its probe slot of Endpoint, its health
+// (consecutive failures, latest answer), and the replicas' records of its
+// answer times (replica → "until-ms record").
 //
 // ARGV[1] is the request packed (leaseArgs): big-endian signed 64-bit
 // integers, then the replica's id (the rest, possibly empty). The integers:
@@ -51,11 +52,15 @@ end
 // none), requests sent alone, unused requests and their tokens, draws,
 // failed since unix ms and draws until unix ms.
 //
+// ARGV[2] is LeaseRequest.Latencies ('1' or '0'), whether Latency is given
+// ('1' or '0'), then Latency as "class,bucket,n;" for each count.
+//
 // Returns one string (parseLease): granted, retry after µs, dimension,
 // replicas, version, has facts (0/1), failures, draws, answered unix ms,
 // day spent, month spent, the budget that refused the reservation; with
 // Next, its granted, retry after µs, dimension, failures, draws and
-// answered; each
+// answered; the other replicas' records of the model's answer times, "-"
+// when not asked, else "=" and "class,bucket,n;" for each; each
 // followed by a space ("-" for an empty string), then each fact's JSON
 // after a newline.
 const leaseLua = luaFacts + `
@@ -64,7 +69,7 @@ local sec = tonumber(t[1])
 local now = sec * 1000000 + tonumber(t[2]) -- µs
 local now_ms = math.floor(now / 1000)
 
-local models = (#KEYS - 5) / 4
+local models = (#KEYS - 5) / 5
 local fields = 8 + 16 * models
 local a = {struct.unpack('>' .. string.rep('i8', fields), ARGV[1])}
 local replica = string.sub(ARGV[1], 8 * fields + 1)
@@ -294,6 +299,37 @@ local function lease(k, o, ask)
   return n, wait, dim, fails, fdraws, answered
 end
 
+-- latency keeps the replica's record of the model's answer times in the
+-- hash at key (field: replica, value: "until-ms record") when given, and
+-- returns the other live replicas' records summed ("=" then "class,bucket,
+-- n;" for each), "-" when not asked. Records past their until leave.
+local function latency(key)
+  local want, given = string.sub(ARGV[2], 1, 1) == '1', string.sub(ARGV[2], 2, 2) == '1'
+  if given then
+    local live_until = now_ms + a[1]
+    redis.call('HSET', key, replica, live_until .. ' ' .. string.sub(ARGV[2], 3))
+    expire_at_least(key, live_until)
+  end
+  if not want then return '-' end
+  local all = redis.call('HGETALL', key)
+  local sum, order, dead = {}, {}, {}
+  for i = 1, #all, 2 do
+    local sp = string.find(all[i + 1], ' ', 1, true)
+    if tonumber(string.sub(all[i + 1], 1, sp - 1)) <= now_ms then
+      dead[#dead + 1] = all[i]
+    elseif all[i] ~= replica then
+      for cb, n in string.gmatch(string.sub(all[i + 1], sp + 1), '(%d+,%d+),(%d+);') do
+        if sum[cb] == nil then order[#order + 1], sum[cb] = cb, 0 end
+        sum[cb] = sum[cb] + tonumber(n)
+      end
+    end
+  end
+  if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+  local out = {'='}
+  for _, cb in ipairs(order) do out[#out + 1] = cb .. ',' .. string.format('%d', sum[cb]) .. ';' end
+  return table.concat(out)
+end
+
 local asked = a[9] > 0
 local n, wait, dim, fails, draws, answered = lease(5, 8, true)
 -- Facts, when the replica's version is not the project's.
@@ -317,9 +353,10 @@ local out = string.format('%d %d %s %d %s %d %d %d %d %d %d %s ',
 if models == 2 then
   -- The next model: its report counted, its requests asked only when the
   -- first model granted none.
-  local nn, nwait, ndim, nfails, ndraws, nanswered = lease(9, 24, asked and n == 0)
+  local nn, nwait, ndim, nfails, ndraws, nanswered = lease(10, 24, asked and n == 0)
   out = out .. string.format('%d %d %s %d %d %d ', nn, nwait, ndim, nfails, ndraws, nanswered)
 end
+out = out .. latency(KEYS[10]) .. ' '
 return out .. facts
 `
 

@@ -204,7 +204,7 @@ var leaseSource = leaseLua
 // one packed argument (see leaseLua).
 const (
 	leaseProjectKeys = 5 // version, facts, replicas, the day's and the month's spend
-	leaseModelKeys   = 4 // a model's window, RPD counter, probe slot, health
+	leaseModelKeys   = 5 // a model's window, RPD counter, probe slot, health, the replicas' records of its answer times
 	leaseMaxKeys     = leaseProjectKeys + 2*leaseModelKeys
 	leaseHead        = 3 // "evalsha", the hash, the number of keys
 )
@@ -221,7 +221,8 @@ type leaseArgs struct {
 	buf    []byte
 	keys   [leaseMaxKeys]string
 	packed string
-	args   [leaseHead + leaseMaxKeys + 1]any
+	record string // the second argument: LeaseRequest.Latencies and Latency (see leaseLua)
+	args   [leaseHead + leaseMaxKeys + 2]any
 	n      int // keys in use
 }
 
@@ -229,7 +230,7 @@ var leaseArgsPool = sync.Pool{New: func() any { return new(leaseArgs) }}
 
 // cmd returns the command's arguments.
 func (la *leaseArgs) cmd() []any {
-	return la.args[:leaseHead+la.n+1]
+	return la.args[:leaseHead+la.n+2]
 }
 
 // build writes r's command, the keys under prefix and project (as
@@ -268,6 +269,7 @@ func (la *leaseArgs) build(prefix, project string, r *fleet.LeaseRequest) {
 		ends[i+1] = len(b)
 		key(i+2, "m:", m.Model, ":probe:", m.Endpoint)
 		key(i+3, "m:", m.Model, ":health")
+		key(i+4, "m:", m.Model, ":lat")
 		la.n += leaseModelKeys
 	}
 	keysEnd := len(b)
@@ -299,18 +301,33 @@ func (la *leaseArgs) build(prefix, project string, r *fleet.LeaseRequest) {
 		num(unixMilli(m.DrawsUntil))
 	}
 	b = append(b, r.Replica...)
+	packedEnd := len(b)
+	b = append(b, flag(r.Latencies), flag(r.Latency != nil))
+	for _, c := range r.Latency {
+		b = strconv.AppendInt(append(strconv.AppendInt(append(strconv.AppendInt(b, int64(c.Class), 10), ','), int64(c.Bucket), 10), ','), c.N, 10)
+		b = append(b, ';')
+	}
 	la.buf = b
 	text := string(b)
 	start := 0
 	for i := range la.n {
 		la.keys[i], start = text[start:ends[i]], ends[i]
 	}
-	la.packed = text[keysEnd:]
+	la.packed, la.record = text[keysEnd:packedEnd], text[packedEnd:]
 	for i := range la.n {
 		la.args[leaseHead+i] = &la.keys[i]
 	}
 	la.args[leaseHead+la.n] = &la.packed
+	la.args[leaseHead+la.n+1] = &la.record
 	la.args[0], la.args[1], la.args[2] = "evalsha", &leaseHash, &leaseKeyCounts[(la.n-leaseProjectKeys)/leaseModelKeys-1]
+}
+
+// flag returns '1' for true, '0' for false.
+func flag(v bool) byte {
+	if v {
+		return '1'
+	}
+	return '0'
 }
 
 // unixMilli returns t in unix milliseconds, 0 for the zero time.
@@ -386,6 +403,37 @@ func (p *leaseReply) health(l *fleet.Lease) {
 	}
 }
 
+// latency reads the other replicas' records of the model's answer times:
+// "-" when not asked (nil), else "=" and "class,bucket,n;" for each.
+func (p *leaseReply) latency() []fleet.LatencyCount {
+	f := p.field()
+	rest, asked := strings.CutPrefix(f, "=")
+	if !asked {
+		p.err = p.err || f != "" // "-"
+		return nil
+	}
+	out := make([]fleet.LatencyCount, 0, strings.Count(rest, ";"))
+	for c := range strings.SplitSeq(rest, ";") {
+		if c == "" {
+			continue
+		}
+		parts := strings.Split(c, ",")
+		if len(parts) != 3 {
+			p.err = true
+			return nil
+		}
+		class, err1 := strconv.Atoi(parts[0])
+		bucket, err2 := strconv.Atoi(parts[1])
+		n, err3 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			p.err = true
+			return nil
+		}
+		out = append(out, fleet.LatencyCount{Class: class, Bucket: bucket, N: n})
+	}
+	return out
+}
+
 // parseLease reads leaseLua's answer, with Next's when next.
 func parseLease(reply string, next bool) (fleet.Lease, error) {
 	p := leaseReply{rest: reply}
@@ -404,6 +452,7 @@ func parseLease(reply string, next bool) (fleet.Lease, error) {
 		p.model(l.Next)
 		p.health(l.Next)
 	}
+	l.Latency = p.latency()
 	if p.err {
 		return fleet.Lease{}, errors.New("redisstore: lease: unexpected answer from the script: check that the server runs Redis 7 or Valkey")
 	}

@@ -2,7 +2,10 @@
 // request, and derives from it the two deadlines the chain acts on: the cut
 // (an attempt not answered by then is abandoned) and the hedge delay (an
 // attempt not answered by then is raced by a second request). It reads no
-// clock: callers record durations they measured.
+// clock: callers record durations they measured. A learner may read other
+// learners' records of the same model with its own (SetOthers: a fleet's
+// replicas, each seeing a share of the traffic, learn as one would from
+// all of it); each halves only its own.
 package latency
 
 import (
@@ -106,19 +109,21 @@ func New(n int) *Learner {
 
 type histogram struct {
 	counts        [Buckets]atomic.Int64
-	records       atomic.Int64  // answers recorded, for the refresh cadence
-	cut           atomic.Int64  // the learned cut, in nanoseconds; 0 while warming up
-	last          atomic.Int64  // the learned cut of an attempt with nowhere else to go
-	hedge         atomic.Int64  // the learned hedge delay, in nanoseconds; 0 while warming up
-	learned       chan struct{} // closed by the refresh that first stores the deadlines
-	early         chan struct{} // closed by the EarlyHedgeAfter-th answer (WhenEarly)
-	answers       atomic.Int64  // answers recorded (not Abandoned), up to EarlyHedgeAfter
-	abandonedRun  atomic.Int64  // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
-	pending       atomic.Int64  // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
-	cohortAnswers atomic.Int64  // answers of those attempts (CohortAnswered)
-	sent          atomic.Int64  // the latest of those attempts' places in the order sent (Sent)
-	overtaking    atomic.Int64  // the latest place of one of them that answered (Overtaken)
-	mu            sync.Mutex    // serialises refreshes
+	others        [Buckets]atomic.Int64 // other learners' counts of the class (SetOthers: a fleet's other replicas), read with counts
+	records       atomic.Int64          // answers recorded, for the refresh cadence
+	cut           atomic.Int64          // the learned cut, in nanoseconds; 0 while warming up
+	last          atomic.Int64          // the learned cut of an attempt with nowhere else to go
+	hedge         atomic.Int64          // the learned hedge delay, in nanoseconds; 0 while warming up
+	learned       chan struct{}         // closed by the refresh that first stores the deadlines
+	early         chan struct{}         // closed by the EarlyHedgeAfter-th answer, own or others' (WhenEarly)
+	earlyOnce     sync.Once             // closes early
+	answers       atomic.Int64          // answers recorded (not Abandoned), up to EarlyHedgeAfter
+	abandonedRun  atomic.Int64          // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
+	pending       atomic.Int64          // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
+	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
+	sent          atomic.Int64          // the latest of those attempts' places in the order sent (Sent)
+	overtaking    atomic.Int64          // the latest place of one of them that answered (Overtaken)
+	mu            sync.Mutex            // serialises refreshes
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
@@ -132,7 +137,7 @@ func (l *Learner) Record(class int, d time.Duration) {
 		h.abandonedRun.Store(0)
 	}
 	if d != Abandoned && h.answers.Load() < EarlyHedgeAfter && h.answers.Add(1) == EarlyHedgeAfter {
-		close(h.early)
+		h.earlyOnce.Do(func() { close(h.early) })
 	}
 	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 {
 		h.refresh() // at each answer while it warms up, then now and then
@@ -270,14 +275,14 @@ func (h *histogram) answersCut() (time.Duration, bool) {
 func (h *histogram) scaledMedian(minAnswered, pending int64, scale float64) (time.Duration, bool) {
 	var answered int64
 	for i := range h.counts[:Buckets-1] {
-		answered += h.counts[i].Load()
+		answered += h.count(i)
 	}
 	if answered < minAnswered || 2*pending >= answered+pending {
 		return 0, false
 	}
 	var seen int64
 	for i := range h.counts[:Buckets-1] {
-		if seen += h.counts[i].Load(); 2*seen >= answered+pending {
+		if seen += h.count(i); 2*seen >= answered+pending {
 			return max(CutFloor, time.Duration(scale*float64(Mid(i)))), true
 		}
 	}
@@ -289,11 +294,18 @@ func (h *histogram) scaledMedian(minAnswered, pending int64, scale float64) (tim
 func (h *histogram) refresh() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var counts [Buckets]int64
-	var total int64
+	var own, counts [Buckets]int64
+	var ownTotal, total int64
 	for i := range h.counts {
-		counts[i] = h.counts[i].Load()
+		own[i] = h.counts[i].Load()
+		ownTotal += own[i]
+		counts[i] = own[i] + h.others[i].Load()
 		total += counts[i]
+	}
+	if ownTotal > maxSamples {
+		for i := range h.counts {
+			h.counts[i].Add(-own[i] / 2)
+		}
 	}
 	if total < Warmup {
 		return
@@ -335,10 +347,63 @@ func (h *histogram) refresh() {
 	if first {
 		close(h.learned) // under mu, after the deadlines: once, and they are there to read
 	}
-	if total > maxSamples {
-		for i := range h.counts {
-			h.counts[i].Add(-counts[i] / 2)
+}
+
+// count returns bucket i's count: this learner's and the others'.
+func (h *histogram) count(i int) int64 { return h.counts[i].Load() + h.others[i].Load() }
+
+// Count is a bucket's count of a class's record (Snapshot, SetOthers).
+type Count struct {
+	Class, Bucket int
+	N             int64
+}
+
+// Snapshot returns the learner's own record (not SetOthers'), its
+// non-empty buckets by class and bucket: what a fleet's replica shares.
+func (l *Learner) Snapshot() []Count {
+	var out []Count
+	for c := range l.classes {
+		for i := range l.classes[c].counts {
+			if n := l.classes[c].counts[i].Load(); n > 0 {
+				out = append(out, Count{c, i, n})
+			}
 		}
+	}
+	return out
+}
+
+// SetOthers replaces the other learners' records read with this one's (a
+// fleet's other replicas learning the same model: their Snapshots, summed)
+// and recomputes the deadlines from both, so that a learner with few
+// answers of its own (a replica starting, or seeing a share of the
+// traffic) cuts and hedges as one learner with all of them would. Counts
+// out of range are ignored. Safe for concurrent use with the rest.
+func (l *Learner) SetOthers(counts []Count) {
+	next := make([][Buckets]int64, len(l.classes))
+	for _, c := range counts {
+		if c.Class >= 0 && c.Class < len(l.classes) && c.Bucket >= 0 && c.Bucket < Buckets && c.N > 0 {
+			next[c.Class][c.Bucket] += c.N
+		}
+	}
+	for c := range l.classes {
+		h := &l.classes[c]
+		changed := false
+		var answers int64
+		for i := range h.others {
+			if h.others[i].Swap(next[c][i]) != next[c][i] {
+				changed = true
+			}
+			if i < Buckets-1 {
+				answers += h.count(i)
+			}
+		}
+		if !changed {
+			continue
+		}
+		if answers >= EarlyHedgeAfter {
+			h.earlyOnce.Do(func() { close(h.early) })
+		}
+		h.refresh()
 	}
 }
 

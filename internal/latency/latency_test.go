@@ -233,3 +233,37 @@ func TestFastModelIsCutWithinASecond(t *testing.T) {
 	assert.Less(t, d, 700*time.Millisecond, "about twice the median")
 	assert.GreaterOrEqual(t, d, CutFloor)
 }
+
+// TestOthersRecordsAreReadWithTheLearnersOwn: a learner that has seen one
+// answer of 0.2s and one stall answered at 7s, given the others' record of
+// twenty answers of 0.2s and six abandoned attempts (a fleet's other
+// replicas), has its early hedge and its cut as one learner with all of
+// them would: the cut within three times 0.2s, not a stall's. Its own
+// record is what it shares (Snapshot); the others' go when replaced.
+func TestOthersRecordsAreReadWithTheLearnersOwn(t *testing.T) {
+	l := New(2)
+	l.Record(1, 200*time.Millisecond)
+	l.Record(1, 7*time.Second)
+	_, ok := l.Cut(1, false)
+	require.False(t, ok, "two answers of its own: no cut yet")
+
+	fast := Bucket(200 * time.Millisecond)
+	l.SetOthers([]Count{{Class: 1, Bucket: fast, N: 20}, {Class: 1, Bucket: Buckets - 1, N: 6}, {Class: 7, Bucket: fast, N: 5}})
+	select {
+	case <-l.WhenEarly(1):
+	default:
+		t.Fatal("the others' answers bring the early hedge")
+	}
+	d, ok := l.Cut(1, false)
+	require.True(t, ok, "learned from the others' answers")
+	assert.Less(t, d, time.Second, "within three times 0.2s")
+	assert.False(t, l.Learned(0), "other classes apart")
+	assert.ElementsMatch(t, []Count{{1, fast, 1}, {1, Bucket(7 * time.Second), 1}}, l.Snapshot(), "its own record only")
+
+	l.SetOthers(nil)
+	for range 8 {
+		l.Record(1, 7*time.Second)
+	}
+	d, _ = l.Cut(1, false)
+	assert.Greater(t, d, 7*time.Second, "the others' record gone, its own says 7s")
+}

@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 		{"MissingListedMerge", missingListedMerge},
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
 		{"DrawsAcrossReplicas", drawsAcrossReplicas},
+		{"LatencyAcrossReplicas", latencyAcrossReplicas},
 		{"SpendAcrossReplicas", spendAcrossReplicas},
 		{"SpendReservedAgainstBudget", spendReservedAgainstBudget},
 		{"SubscribersHearChanges", subscribersHearChanges},
@@ -577,6 +578,36 @@ func drawsAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a run's first failure is a draw")
 	l = lease(t, s, b)
 	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a report of no failures changes neither")
+}
+
+func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
+	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
+	b, c := a, a
+	b.Replica, c.Replica = "b", "c"
+
+	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 3}, {Class: 4, Bucket: 95, N: 1}}
+	assert.Nil(t, lease(t, s, a).Latency, "not asked")
+	b.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 2}, {Class: 0, Bucket: 60, N: 5}}
+	b.Latencies = true
+	assert.ElementsMatch(t, a.Latency, lease(t, s, b).Latency, "the others' records, not its own")
+
+	c.Latencies = true
+	l := lease(t, s, c)
+	assert.ElementsMatch(t, []fleet.LatencyCount{{0, 40, 5}, {0, 60, 5}, {4, 95, 1}}, l.Latency, "summed by class and bucket")
+
+	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}}
+	lease(t, s, a)
+	l = lease(t, s, c)
+	assert.ElementsMatch(t, []fleet.LatencyCount{{0, 41, 1}, {0, 40, 2}, {0, 60, 5}}, l.Latency, "a replica's latest record replaces its last")
+
+	b.ReplicaTTL, b.Latencies = 0, false // its record lapses at once
+	lease(t, s, b)
+	l = lease(t, s, c)
+	assert.ElementsMatch(t, []fleet.LatencyCount{{0, 41, 1}}, l.Latency, "a record older than its replica's TTL is left out")
+
+	other := c
+	other.Model = "other-model"
+	assert.Empty(t, lease(t, s, other).Latency, "models are apart")
 }
 
 func missingListedMerge(t *testing.T, s fleet.SharedState) {
