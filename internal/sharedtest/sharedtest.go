@@ -593,17 +593,17 @@ func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
 
 	c.Latencies = true
 	l := lease(t, s, c)
-	assert.ElementsMatch(t, []fleet.LatencyCount{{0, 40, 5}, {0, 60, 5}, {4, 95, 1}}, l.Latency, "summed by class and bucket")
+	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 5}, {Class: 0, Bucket: 60, N: 5}, {Class: 4, Bucket: 95, N: 1}}, l.Latency, "summed by class and bucket")
 
 	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}}
 	lease(t, s, a)
 	l = lease(t, s, c)
-	assert.ElementsMatch(t, []fleet.LatencyCount{{0, 41, 1}, {0, 40, 2}, {0, 60, 5}}, l.Latency, "a replica's latest record replaces its last")
+	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}, {Class: 0, Bucket: 40, N: 2}, {Class: 0, Bucket: 60, N: 5}}, l.Latency, "a replica's latest record replaces its last")
 
 	b.ReplicaTTL, b.Latencies = 0, false // its record lapses at once
 	lease(t, s, b)
 	l = lease(t, s, c)
-	assert.ElementsMatch(t, []fleet.LatencyCount{{0, 41, 1}}, l.Latency, "a record older than its replica's TTL is left out")
+	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}}, l.Latency, "a record older than its replica's TTL is left out")
 
 	other := c
 	other.Model = "other-model"
