@@ -373,10 +373,22 @@ func (b *breaker) runUnlikely(n int) bool { return b.sm.RunUnlikely(n) }
 // (circuit.Breaker.Draw): the replica's report to its fleet.
 func (b *breaker) draw(p permit, now time.Time) (sent, until time.Time) { return b.sm.Draw(p, now) }
 
+// heardAt records that the model answered another replica of the fleet at
+// t (circuit.Breaker.HeardAt).
+func (b *breaker) heardAt(t, now time.Time) { b.sm.HeardAt(t, now) }
+
 // awaiting reports whether a request sent while the model was unheard may
 // yet answer (circuit.Breaker.Awaiting): the throttle and the fleet's dead
 // rule wait for it. It takes the breaker's lock: ask it off the fast path.
 func (b *breaker) awaiting(now time.Time) bool { return b.sm.Awaiting(now) }
+
+// awaitingUntil returns until when a request sent while the model was
+// unheard is waited for, zero when none is, one about to be sent counted
+// with sending (circuit.Breaker.AwaitingUntil): the replica's report to
+// its fleet.
+func (b *breaker) awaitingUntil(now time.Time, sending bool) time.Time {
+	return b.sm.AwaitingUntil(now, sending)
+}
 
 // closeSince closes the breaker at now because another replica's probe
 // proved the model healthy at since (a FactClosed), unless it is closed or

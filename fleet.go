@@ -510,6 +510,24 @@ type modelLease struct {
 	// latencyShared is when a round trip last shared the model's record
 	// of answer times (shareLatency).
 	latencyShared time.Time
+	// awaitingReported is the latest report's Awaiting (awaits).
+	awaitingReported time.Time
+}
+
+// awaits records until when the fleet knows this replica awaits an
+// answer of the model (its latest report's fleet.LeaseRequest.Awaiting).
+func (l *modelLease) awaits(until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.awaitingReported = until
+}
+
+// awaitsPast reports whether the fleet knows that this replica awaits an
+// answer of the model past t.
+func (l *modelLease) awaitsPast(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.awaitingReported.After(t)
 }
 
 // shareLatency reports whether a round trip at now is to share the
@@ -979,9 +997,11 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		r.DayEnd = pacific.NextMidnight(now)
 	}
 	m.lease.report(now, &r)
+	r.Awaiting = m.breakers[endpointGenerate].awaitingUntil(now, r.Requests > 0)
 	if next != nil {
 		r.Next.Model = next.name
 		next.lease.report(now, r.Next)
+		r.Next.Awaiting = next.breakers[endpointGenerate].awaitingUntil(now, r.Next.Requests > 0)
 	}
 	shared := m.lease.shareLatency(now)
 	if shared {
@@ -998,6 +1018,12 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		return err
 	})
 	m.lease.reported(ok, lost, r, l)
+	if ok {
+		m.lease.awaits(r.Awaiting)
+		if next != nil {
+			next.lease.awaits(r.Next.Awaiting)
+		}
+	}
 	if next != nil {
 		var ln fleet.Lease
 		if ok && l.Next != nil {
@@ -1025,8 +1051,14 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		c.apply(ctx, l.Facts)
 		f.version.Store(l.Version)
 	}
+	if !l.Answered.IsZero() { // the model answered the fleet: not unheard, as one process would hear it
+		m.breakers[endpointGenerate].heardAt(l.Answered, now)
+	}
 	c.fleetDead(ctx, m, l)
 	if next != nil && l.Next != nil {
+		if !l.Next.Answered.IsZero() {
+			next.breakers[endpointGenerate].heardAt(l.Next.Answered, now)
+		}
 		c.fleetDead(ctx, next, *l.Next)
 	}
 	return l, true
@@ -1036,9 +1068,9 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // model is dead as the breaker's own rule would on one process's: at least
 // FailureThreshold in a row across the fleet, lasting half of DeadAfter
 // (as this replica's leases saw them: failingFor), and no replica answered
-// for DeadAfter, or none ever did, with none of this replica's requests
-// sent while the model was unheard still in flight (circuit.Breaker.
-// Awaiting) and, when one did, the run one that the model would hardly
+// for DeadAfter, or none ever did, with none of the fleet's requests sent
+// while the model was unheard still in flight (this replica's: circuit.
+// Breaker.Awaiting; the others': fleet.Lease.Awaiting) and, when one did, the run one that the model would hardly
 // make answering as this replica saw it answer (circuit.Breaker.
 // RunUnlikely), counted in draws across the fleet (fleet.Lease.Draws:
 // requests the replicas sent together are one, as one process counts
@@ -1067,7 +1099,7 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	if draws == 0 { // a SharedState that does not count draws: each failure is one
 		draws = l.Failures
 	}
-	if br.state(now) != StateClosed || !outage && (br.awaiting(now) || // this replica's answers to the burst may be on their way
+	if br.state(now) != StateClosed || !outage && (br.awaiting(now) || now.Before(l.Awaiting) || // this replica's answers to the burst, or another's, may be on their way
 		!l.Answered.IsZero() && !br.runUnlikely(draws)) { // a flaky model's run, counted in draws as one process counts it
 		return
 	}
@@ -1198,6 +1230,19 @@ func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, b
 			return
 		}
 	default:
+		return
+	}
+	c.sync(ctx, m, fleet.LeaseRequest{})
+}
+
+// reportAwaiting tells the fleet at now that this replica awaits the
+// answer of a request to m sent while the model was unheard (it never
+// answered, or not for DeadAfter), unless its latest report says it
+// awaits one for half of DeadAfter or more already: the other replicas
+// must not take the model for dead on their failures while answers may be
+// on their way (fleetDead), as one process does not on its own.
+func (c *Client) reportAwaiting(ctx context.Context, m *modelState, now time.Time) {
+	if c.fleet == nil || m.lease.awaitsPast(now.Add(c.cfg.breaker.DeadAfter/2)) {
 		return
 	}
 	c.sync(ctx, m, fleet.LeaseRequest{})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/genai"
 
 	"github.com/geminiguard/geminiguard"
 	"github.com/geminiguard/geminiguard/fleet"
@@ -778,5 +779,94 @@ func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, flash, rec.Model, "B's stalled attempt to pro cut, flash answers")
 		assert.Less(t, took, 5*time.Second, "cut at the fleet's learned deadline, not waited out")
+	})
+}
+
+// TestFleetWaitsForAnswersOnTheirWayToAnotherReplica: at the start, replica
+// A's request to pro is on its way (pro answers in 3s), while B's and C's
+// first requests fail fast: six failures in a row across the fleet, three
+// on each of B and C, of a model that never answered. One process waits
+// for the answer of the request sent before its failures; before, the
+// fleet's dead rule, on B or C with nothing in flight, opened pro for every
+// replica. Each replica now reports the answers it awaits
+// (fleet.LeaseRequest.Awaiting), and the fleet waits for A's.
+func TestFleetWaitsForAnswersOnTheirWayToAnotherReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 3 * time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i >= 1 && i <= 6 {
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 200 * time.Millisecond})
+		changes := &stateChanges{}
+		replicas := newSeededFleet(t, srv, 3, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
+		a := replicas[0]
+
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, rec, err := ask(t.Context(), a, "")
+			assert.NoError(t, err)
+			assert.Equal(t, pro, rec.Model, "A's first call")
+		})
+		time.Sleep(50 * time.Millisecond)
+		for _, c := range replicas[1:] {
+			wg.Go(func() {
+				for range 3 {
+					_, _, err := ask(t.Context(), c, "")
+					assert.NoError(t, err)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 7, srv.Hits(pro, geminitest.VerbGenerate), "A's request and six that failed")
+
+		assert.Zero(t, changes.trips(pro), "pro opened nowhere: %v", changes.get())
+		_, rec, err := ask(t.Context(), replicas[1], "")
+		require.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "B's next call goes to pro, which answered A")
+	})
+}
+
+// TestFleetReplicaThatNeverAnsweredHearsTheOthersAnswers: pro answers
+// replica A's calls (1s) all along, while replica B's first five requests
+// fail fast. One process hears A's answers and does not take pro for dead
+// on five failures in a row of a model answering every other call; before,
+// B's breaker, which had heard no answer of its own, opened pro on its
+// failures alone, for the whole fleet. B's breaker now hears the fleet's
+// latest answer (fleet.Lease.Answered) as one process hears all of them.
+func TestFleetReplicaThatNeverAnsweredHearsTheOthersAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var bFailed atomic.Int32
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(r geminitest.Request, _ int) geminitest.Step {
+				if len(r.Contents) > 0 && len(r.Contents[0].Parts) > 0 && r.Contents[0].Parts[0].Text == "from B" && bFailed.Add(1) <= 5 {
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 200 * time.Millisecond})
+		changes := &stateChanges{}
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
+		a, b := replicas[0], replicas[1]
+
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for time.Since(start) < 15*time.Second {
+				_, rec, err := ask(t.Context(), a, "")
+				assert.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "A's call at %v", time.Since(start))
+			}
+		})
+		time.Sleep(3 * time.Second)
+		var last geminiguard.CallRecord
+		for range 6 {
+			_, err := b.GenerateContent(geminiguard.RecordCall(t.Context(), &last), "", genai.Text("from B"), nil)
+			require.NoError(t, err)
+		}
+		wg.Wait()
+
+		assert.Zero(t, changes.trips(pro), "pro opened nowhere: %v", changes.get())
+		assert.Equal(t, pro, last.Model, "B's sixth call goes to pro")
 	})
 }

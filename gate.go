@@ -210,6 +210,9 @@ func (call *call[R]) takePermit(ctx context.Context, sl *retrySlot, a *admission
 		return stepNext, err
 	}
 	a.br, a.permit, a.opened = br, p, tr
+	if p.Early() && call.endpoint == endpointGenerate {
+		call.c.reportAwaiting(ctx, m, call.now)
+	}
 	return stepGo, nil
 }
 

@@ -177,6 +177,13 @@ type LeaseRequest struct {
 	Draws       int
 	FailedSince time.Time
 	DrawsUntil  time.Time
+	// Awaiting is until when the replica waits for the answer of a
+	// request to Model that it sent while the model was unheard (it never
+	// answered, or not for a while), zero when none is in flight: the
+	// store keeps each replica's latest report, and Lease.Awaiting tells
+	// the others, whose failures alone must not take such a model for
+	// dead while its answers may be on their way.
+	Awaiting time.Time
 
 	// Latency, when not nil, is this replica's record of Model's answer
 	// times, by class and bucket (the Client's; the store only adds them
@@ -229,14 +236,15 @@ type LeaseRequest struct {
 	// the first model refuses falls through in the same round trip. Its
 	// model's fields are read as this request's are — Model, Requests,
 	// Tokens, Debt, RPM, TPM, RPD, DayEnd, Probe, Endpoint, Failures,
-	// Answered, Draws, FailedSince, DrawsUntil, Alone, Unused and
-	// UnusedTokens — and the rest is the first request's, counted once
+	// Answered, Draws, FailedSince, DrawsUntil, Awaiting, Alone, Unused
+	// and UnusedTokens — and the rest is the first request's, counted once
 	// (the replica, the version, the spend, the reservation); Next.Next
 	// is ignored. In the same atomic step, the store counts Next's report
-	// (Debt, Alone, Unused, Failures, Answered, Draws) in every case, and evaluates Next.Requests only
-	// when this request asked for requests and was granted none (refused
-	// by a limit or the probe slot): a first model that grants takes
-	// nothing of the next one's limits.
+	// (Debt, Alone, Unused, Failures, Answered, Draws, Awaiting) in every
+	// case, and evaluates Next.Requests only when this request asked for
+	// requests and was granted none (refused by a limit or the probe
+	// slot): a first model that grants takes nothing of the next one's
+	// limits.
 	Next *LeaseRequest
 }
 
@@ -261,6 +269,9 @@ type Lease struct {
 	Failures int
 	Draws    int
 	Answered time.Time
+	// Awaiting is the latest LeaseRequest.Awaiting that another replica
+	// reported and that is later than the store's now (zero: none).
+	Awaiting time.Time
 	// DaySpent and MonthSpent are the project's spend in the windows
 	// LeaseRequest.SpendDay and SpendMonth name, this report and the
 	// reservations in force (this one's when granted) included; 0 for a
@@ -277,7 +288,7 @@ type Lease struct {
 	// Next is, when LeaseRequest.Next was given, the answer for its
 	// model: Requests (0 unless the first model granted none),
 	// RetryAfter and Dimension when Next.Requests were refused, Failures,
-	// Draws and Answered; its other fields are zero. Nil when no Next was
+	// Draws, Answered and Awaiting; its other fields are zero. Nil when no Next was
 	// asked.
 	Next *Lease
 }

@@ -77,6 +77,7 @@ type memModel struct {
 	drawsUntil time.Time             // the latest DrawsUntil reported in the run
 	answered   time.Time             // the latest answer any replica reported
 	latencies  map[string]memLatency // replica → its latest record of the model's answer times
+	awaiting   map[string]time.Time  // replica → until when it waits for an answer (LeaseRequest.Awaiting)
 	secs       [windowSeconds]memSecond
 	days       map[int64]int       // DayEnd (unix s) → requests in the day ending then
 	probes     map[string]memProbe // endpoint → the slot's holder
@@ -182,7 +183,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		}
 	}
 	first := p.model(r.Model)
-	first.health(r, &out)
+	first.health(r, now, &out)
 	first.latency(r, now, &out)
 	out.Requests, out.RetryAfter, out.Dimension = first.lease(r, now)
 	if r.Next != nil {
@@ -193,7 +194,7 @@ func (s *memoryState) Lease(ctx context.Context, r LeaseRequest) (Lease, error) 
 		}
 		var n Lease
 		nm := p.model(next.Model)
-		nm.health(next, &n)
+		nm.health(next, now, &n)
 		n.Requests, n.RetryAfter, n.Dimension = nm.lease(next, now)
 		out.Next = &n
 	}
@@ -211,9 +212,10 @@ func (p *memProject) model(name string) *memModel {
 }
 
 // health counts r's outcomes in the model's run of failures across the
-// fleet (LeaseRequest.Failures, Answered, Draws) and fills l's Failures,
-// Draws and Answered.
-func (m *memModel) health(r LeaseRequest, l *Lease) {
+// fleet (LeaseRequest.Failures, Answered, Draws) and keeps its Awaiting,
+// and fills l's Failures, Draws, Answered and Awaiting (the others') at
+// now.
+func (m *memModel) health(r LeaseRequest, now time.Time, l *Lease) {
 	if r.Answered.After(m.answered) {
 		m.answered, m.failures, m.draws, m.drawsUntil = r.Answered, 0, 0, time.Time{}
 	}
@@ -227,6 +229,22 @@ func (m *memModel) health(r LeaseRequest, l *Lease) {
 		m.drawsUntil = window.Later(m.drawsUntil, r.DrawsUntil)
 	}
 	l.Failures, l.Draws, l.Answered = m.failures, m.draws, m.answered
+	if m.awaiting == nil {
+		m.awaiting = make(map[string]time.Time)
+	}
+	if r.Awaiting.After(now) {
+		m.awaiting[r.Replica] = r.Awaiting
+	} else {
+		delete(m.awaiting, r.Replica)
+	}
+	for replica, until := range m.awaiting {
+		switch {
+		case !until.After(now):
+			delete(m.awaiting, replica)
+		case replica != r.Replica:
+			l.Awaiting = window.Later(l.Awaiting, until)
+		}
+	}
 }
 
 // lease is Lease's step of one model at now: it counts r's report (debt,

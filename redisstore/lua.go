@@ -47,19 +47,20 @@ end
 // the replica's TTL ms, the version the replica saw, spent (Micros),
 // SpendDay and SpendMonth unix ms (0: none), the spend to reserve
 // (Micros), the day's and the month's budgets (0: none); then, for each
-// model, 16 of them: requests, tokens per request, debt, RPM, TPM,
+// model, 17 of them: requests, tokens per request, debt, RPM, TPM,
 // RPD, DayEnd unix ms (0: none), probe ms, failures, answered unix ms (0:
 // none), requests sent alone, unused requests and their tokens, draws,
-// failed since unix ms and draws until unix ms.
+// failed since unix ms, draws until unix ms and awaiting unix ms (0:
+// none).
 //
 // ARGV[2] is LeaseRequest.Latencies ('1' or '0'), whether Latency is given
 // ('1' or '0'), then Latency as "class,bucket,n;" for each count.
 //
 // Returns one string (parseLease): granted, retry after µs, dimension,
 // replicas, version, has facts (0/1), failures, draws, answered unix ms,
-// day spent, month spent, the budget that refused the reservation; with
-// Next, its granted, retry after µs, dimension, failures, draws and
-// answered; the other replicas' records of the model's answer times, "-"
+// the others' latest awaiting unix ms (0: none), day spent, month spent,
+// the budget that refused the reservation; with Next, its granted, retry
+// after µs, dimension, failures, draws, answered and awaiting; the other replicas' records of the model's answer times, "-"
 // when not asked, else "=" and "class,bucket,n;" for each; each
 // followed by a space ("-" for an empty string), then each fact's JSON
 // after a newline.
@@ -70,7 +71,7 @@ local now = sec * 1000000 + tonumber(t[2]) -- µs
 local now_ms = math.floor(now / 1000)
 
 local models = (#KEYS - 5) / 5
-local fields = 8 + 16 * models
+local fields = 8 + 17 * models
 local a = {struct.unpack('>' .. string.rep('i8', fields), ARGV[1])}
 local replica = string.sub(ARGV[1], 8 * fields + 1)
 
@@ -149,10 +150,31 @@ local function lease(k, o, ask)
     redis.call('HSET', health, 'f', fails, 'a', answered, 'd', fdraws, 'u', funtil)
     redis.call('PEXPIRE', health, 3600000)
   end
+  -- Awaiting: each replica's latest report ('w:' .. replica → until unix
+  -- ms), the others' latest that has not passed returned.
+  local own, mine, awaiting, gone = 'w:' .. replica, a[o + 17], 0, {}
+  local all = redis.call('HGETALL', health)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'w:' then
+      local until_ms = tonumber(all[i + 1])
+      if all[i] == own then
+        if mine <= now_ms then gone[#gone + 1] = own end
+      elseif until_ms <= now_ms then
+        gone[#gone + 1] = all[i]
+      elseif until_ms > awaiting then
+        awaiting = until_ms
+      end
+    end
+  end
+  if #gone > 0 then redis.call('HDEL', health, unpack(gone)) end
+  if mine > now_ms then
+    redis.call('HSET', health, own, mine)
+    redis.call('PEXPIRE', health, 3600000)
+  end
 
   local alone, unused, unused_toks = a[o + 11], a[o + 12], a[o + 13]
   if requests <= 0 and debt <= 0 and alone <= 0 and unused <= 0 and unused_toks <= 0 then
-    return 0, 0, '-', fails, fdraws, answered -- nothing to count or grant: the window is not read
+    return 0, 0, '-', fails, fdraws, answered, awaiting -- nothing to count or grant: the window is not read
   end
 
   -- The window: a hash of r:<second> → requests and t:<second> → tokens,
@@ -296,7 +318,7 @@ local function lease(k, o, ask)
   end
   local n, wait, dim = grant()
   flush()
-  return n, wait, dim, fails, fdraws, answered
+  return n, wait, dim, fails, fdraws, answered, awaiting
 end
 
 -- latency keeps the replica's record of the model's answer times in the
@@ -331,7 +353,7 @@ local function latency(key)
 end
 
 local asked = a[9] > 0
-local n, wait, dim, fails, draws, answered = lease(5, 8, true)
+local n, wait, dim, fails, draws, answered, awaiting = lease(5, 8, true)
 -- Facts, when the replica's version is not the project's.
 local facts, has_facts = '', 0
 if tonumber(version) ~= a[2] then
@@ -348,13 +370,13 @@ if tonumber(version) ~= a[2] then
   if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
   if #live > 0 then facts = '\n' .. table.concat(live, '\n') end
 end
-local out = string.format('%d %d %s %d %s %d %d %d %d %d %d %s ',
-  n, wait, dim, replicas, version, has_facts, fails, draws, answered, day_spent, month_spent, refused)
+local out = string.format('%d %d %s %d %s %d %d %d %d %d %d %d %s ',
+  n, wait, dim, replicas, version, has_facts, fails, draws, answered, awaiting, day_spent, month_spent, refused)
 if models == 2 then
   -- The next model: its report counted, its requests asked only when the
   -- first model granted none.
-  local nn, nwait, ndim, nfails, ndraws, nanswered = lease(10, 24, asked and n == 0)
-  out = out .. string.format('%d %d %s %d %d %d ', nn, nwait, ndim, nfails, ndraws, nanswered)
+  local nn, nwait, ndim, nfails, ndraws, nanswered, nawaiting = lease(10, 25, asked and n == 0)
+  out = out .. string.format('%d %d %s %d %d %d %d ', nn, nwait, ndim, nfails, ndraws, nanswered, nawaiting)
 end
 out = out .. latency(KEYS[10]) .. ' '
 return out .. facts

@@ -299,6 +299,7 @@ func (la *leaseArgs) build(prefix, project string, r *fleet.LeaseRequest) {
 		num(int64(max(m.Draws, 0)))
 		num(unixMilli(m.FailedSince))
 		num(unixMilli(m.DrawsUntil))
+		num(unixMilli(m.Awaiting))
 	}
 	b = append(b, r.Replica...)
 	packedEnd := len(b)
@@ -394,12 +395,16 @@ func (p *leaseReply) model(l *fleet.Lease) {
 	l.Dimension = p.name()
 }
 
-// health reads a model's failures, draws and latest answer into l.
+// health reads a model's failures, draws, latest answer and the others'
+// awaiting into l.
 func (p *leaseReply) health(l *fleet.Lease) {
 	l.Failures = int(p.int())
 	l.Draws = int(p.int())
 	if answered := p.int(); answered > 0 {
 		l.Answered = time.UnixMilli(answered)
+	}
+	if awaiting := p.int(); awaiting > 0 {
+		l.Awaiting = time.UnixMilli(awaiting)
 	}
 }
 

@@ -92,6 +92,10 @@ type Permit struct {
 // Probe reports whether p was granted in half-open: it holds a probe slot.
 func (p Permit) Probe() bool { return p.probe }
 
+// Early reports whether p was granted while the model was unheard: its
+// request is awaited while in flight (Awaiting).
+func (p Permit) Early() bool { return p.seq != 0 }
+
 // Outcome is what a permitted request said about the model's health. The
 // zero value is Ignore.
 type Outcome int
@@ -374,6 +378,21 @@ func (l *LastAnswer) Saw(now time.Time) {
 	l.seen.Store(true)
 }
 
+// SawBy records an answer at t unless a later one is recorded already.
+func (l *LastAnswer) SawBy(t time.Time) {
+	v := int64(t.Sub(l.Origin))
+	for {
+		cur := l.at.Load()
+		if l.seen.Load() && cur >= v {
+			return
+		}
+		if l.at.CompareAndSwap(cur, v) {
+			l.seen.Store(true)
+			return
+		}
+	}
+}
+
 // SilentFor reports whether no answer came in the d before now (when none
 // ever came: whether d has passed since Origin).
 func (l *LastAnswer) SilentFor(now time.Time, d time.Duration) bool {
@@ -484,6 +503,19 @@ func (b *Breaker) RunUnlikely(n int) bool {
 	return o.unlikelyRun(int64(n))
 }
 
+// HeardAt records that the model answered at t, no later than now,
+// elsewhere: a fleet's other replica (the fleet's latest answer). The rules
+// for a model that never answered, or answered nothing for DeadAfter, read
+// it as an answer of its own (one process hears every answer); the record
+// of outcomes, and with it the run a model would hardly make, stays this
+// breaker's own.
+func (b *Breaker) HeardAt(t, now time.Time) {
+	if t.After(now) {
+		t = now
+	}
+	b.answered.SawBy(t)
+}
+
 // Awaiting reports whether a request granted while the model was unheard
 // (never answered, or nothing for DeadAfter), within DeadAfter before now,
 // is still in flight: its answer may be on its way. A fleet's replica asks
@@ -493,6 +525,32 @@ func (b *Breaker) Awaiting(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.s.DeadAfter >= 0 && b.early.pending(b.early.next+1, now.Add(-b.s.DeadAfter))
+}
+
+// AwaitingUntil returns until when a request granted while the model was
+// unheard, within DeadAfter before now and still in flight, is waited for
+// (the latest such grant plus DeadAfter); zero when none is (Awaiting).
+// With sending, a request about to be granted at now counts too when the
+// model is unheard and the breaker closed. A fleet's replica reports it
+// (sending: on the round trip that leases requests it is about to send),
+// so that the others wait for its answers as one process waits for all
+// of its own.
+func (b *Breaker) AwaitingUntil(now time.Time, sending bool) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var latest time.Time
+	for _, at := range b.early.busy { // zero once ended
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	if _, st := b.load(); sending && st == Closed && b.unheard(now) {
+		latest = now
+	}
+	if b.s.DeadAfter < 0 || !latest.After(now.Add(-b.s.DeadAfter)) {
+		return time.Time{}
+	}
+	return latest.Add(b.s.DeadAfter)
 }
 
 // unheard reports whether the model had, at now, never answered, or

@@ -958,3 +958,47 @@ func TestBreakerHalfOpenAfterASilenceLetsCallsThroughUntilTheFirstOutcome(t *tes
 	assert.Nil(t, b.Done(ps[1], brkT0.Add(10*s), Failure), "the generation changed: nothing")
 	assert.Len(t, probes(b, time.Hour, 3), 1, "after a failed probe, one probe at a time however long the silence")
 }
+
+// TestBreakerHeardAtElsewhere: a model that never answered this breaker
+// opens on its failures alone; one that answered elsewhere (a fleet's
+// other replica: HeardAt) within DeadAfter does not, as one process that
+// heard that answer would not, and its record of outcomes stays empty.
+func TestBreakerHeardAtElsewhere(t *testing.T) {
+	failFive := func(b *Breaker, at time.Time) (opened bool) {
+		for range 5 {
+			p, _, _ := b.Allow(at)
+			if tr := b.Done(p, at, Failure); tr != nil && tr.To == Open {
+				opened = true
+			}
+		}
+		return opened
+	}
+	at := brkT0.Add(6 * time.Second)
+	assert.True(t, failFive(New(withDefaults(Settings{}), brkT0), at), "never answered: its failures alone")
+
+	b := New(withDefaults(Settings{}), brkT0)
+	b.HeardAt(at.Add(-time.Second), at)
+	assert.False(t, failFive(b, at), "answered elsewhere a second ago")
+	assert.Zero(t, b.answers.Load(), "its record of outcomes is its own")
+
+	b.HeardAt(at.Add(-time.Hour), at) // older than the latest: changes nothing
+	assert.False(t, b.answered.SilentFor(at, 5*time.Second), "the latest answer kept")
+	b.HeardAt(at.Add(time.Hour), at) // a clock ahead: taken as now
+	assert.False(t, b.answered.SilentFor(at.Add(time.Second), 2*time.Second))
+	assert.True(t, b.answered.SilentFor(at.Add(2*time.Second), 2*time.Second))
+}
+
+// TestBreakerAwaitingUntil: a request granted while the model was unheard
+// is awaited until its grant plus DeadAfter while in flight; with sending,
+// a request about to be granted counts too; none once it came back.
+func TestBreakerAwaitingUntil(t *testing.T) {
+	b := New(withDefaults(Settings{}), brkT0)
+	assert.True(t, b.AwaitingUntil(brkT0, false).IsZero(), "nothing in flight")
+	assert.Equal(t, brkT0.Add(10*time.Second), b.AwaitingUntil(brkT0, true), "about to send one")
+	p, _, _ := b.Allow(brkT0.Add(time.Second))
+	require.True(t, p.Early())
+	assert.Equal(t, brkT0.Add(11*time.Second), b.AwaitingUntil(brkT0.Add(2*time.Second), false))
+	assert.True(t, b.AwaitingUntil(brkT0.Add(11*time.Second), false).IsZero(), "DeadAfter past its grant: not waited for")
+	b.Done(p, brkT0.Add(3*time.Second), Success)
+	assert.True(t, b.AwaitingUntil(brkT0.Add(4*time.Second), true).IsZero(), "it answered: heard, nothing awaited")
+}

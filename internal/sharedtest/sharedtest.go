@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
 		{"DrawsAcrossReplicas", drawsAcrossReplicas},
 		{"LatencyAcrossReplicas", latencyAcrossReplicas},
+		{"AwaitingAcrossReplicas", awaitingAcrossReplicas},
 		{"SpendAcrossReplicas", spendAcrossReplicas},
 		{"SpendReservedAgainstBudget", spendReservedAgainstBudget},
 		{"SubscribersHearChanges", subscribersHearChanges},
@@ -608,6 +609,36 @@ func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	other := c
 	other.Model = "other-model"
 	assert.Empty(t, lease(t, s, other).Latency, "models are apart")
+}
+
+func awaitingAcrossReplicas(t *testing.T, s fleet.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
+	b := a
+	b.Replica = "b"
+
+	a.Awaiting = now.Add(time.Minute)
+	assert.True(t, lease(t, s, a).Awaiting.IsZero(), "its own wait is not the others'")
+	l := lease(t, s, b)
+	assert.True(t, a.Awaiting.Equal(l.Awaiting), "another replica waits: %v", l.Awaiting)
+
+	b.Awaiting = now.Add(2 * time.Minute)
+	lease(t, s, b)
+	a.Awaiting = time.Time{}
+	l = lease(t, s, a)
+	assert.True(t, b.Awaiting.Equal(l.Awaiting), "the latest of the others': %v", l.Awaiting)
+	b.Awaiting = time.Time{}
+	assert.True(t, lease(t, s, b).Awaiting.IsZero(), "a's wait ended with its report")
+
+	a.Awaiting = now.Add(-slack)
+	lease(t, s, a)
+	assert.True(t, lease(t, s, b).Awaiting.IsZero(), "a wait that has passed is none")
+
+	a.Awaiting = now.Add(time.Minute)
+	lease(t, s, a)
+	other := b
+	other.Model = "other-model"
+	assert.True(t, lease(t, s, other).Awaiting.IsZero(), "models are apart")
 }
 
 func missingListedMerge(t *testing.T, s fleet.SharedState) {
