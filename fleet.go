@@ -1070,9 +1070,9 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 // (as this replica's leases saw them: failingFor), and no replica answered
 // for DeadAfter, or none ever did, with none of the fleet's requests sent
 // while the model was unheard still in flight (this replica's: circuit.
-// Breaker.Awaiting; the others': fleet.Lease.Awaiting) and, when one did, the run one that the model would hardly
-// make answering as this replica saw it answer (circuit.Breaker.
-// RunUnlikely), counted in draws across the fleet (fleet.Lease.Draws:
+// Breaker.Awaiting; the others': fleet.Lease.Awaiting) and, when one did,
+// the run one that the model would hardly make answering as this replica
+// saw it answer (circuit.Breaker.RunUnlikely), counted in draws across the fleet (fleet.Lease.Draws:
 // requests the replicas sent together are one, as one process counts
 // them); or this Client is in an outage (inOutage). It opens for
 // the breaker's own open period (MinOpenFor from closed, doubled for each
@@ -1240,12 +1240,14 @@ func (c *Client) reportOutcome(ctx context.Context, m *modelState, e endpoint, b
 // answered, or not for DeadAfter), unless its latest report says it
 // awaits one for half of DeadAfter or more already: the other replicas
 // must not take the model for dead on their failures while answers may be
-// on their way (fleetDead), as one process does not on its own.
-func (c *Client) reportAwaiting(ctx context.Context, m *modelState, now time.Time) {
+// on their way (fleetDead), as one process does not on its own. It
+// reports whether it made a round trip.
+func (c *Client) reportAwaiting(ctx context.Context, m *modelState, now time.Time) bool {
 	if c.fleet == nil || m.lease.awaitsPast(now.Add(c.cfg.breaker.DeadAfter/2)) {
-		return
+		return false
 	}
 	c.sync(ctx, m, fleet.LeaseRequest{})
+	return true
 }
 
 // fleetProbe asks the fleet for m's probe slot of the call's endpoint, for a

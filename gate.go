@@ -210,8 +210,8 @@ func (call *call[R]) takePermit(ctx context.Context, sl *retrySlot, a *admission
 		return stepNext, err
 	}
 	a.br, a.permit, a.opened = br, p, tr
-	if p.Early() && call.endpoint == endpointGenerate {
-		call.c.reportAwaiting(ctx, m, call.now)
+	if p.Early() && call.endpoint == endpointGenerate && call.c.reportAwaiting(ctx, m, call.now) {
+		call.now = time.Now() // after the round trip: the request starts now
 	}
 	return stepGo, nil
 }
