@@ -377,6 +377,10 @@ func (b *breaker) draw(p permit, now time.Time) (sent, until time.Time) { return
 // t (circuit.Breaker.HeardAt).
 func (b *breaker) heardAt(t, now time.Time) { b.sm.HeardAt(t, now) }
 
+// awaitedElsewhere records until when another replica of the fleet awaits
+// an answer of the model (circuit.Breaker.AwaitedElsewhere).
+func (b *breaker) awaitedElsewhere(until time.Time) { b.sm.AwaitedElsewhere(until) }
+
 // awaiting reports whether a request sent while the model was unheard may
 // yet answer (circuit.Breaker.Awaiting): the throttle and the fleet's dead
 // rule wait for it. It takes the breaker's lock: ask it off the fast path.

@@ -1051,17 +1051,29 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		c.apply(ctx, l.Facts)
 		f.version.Store(l.Version)
 	}
-	if !l.Answered.IsZero() { // the model answered the fleet: not unheard, as one process would hear it
-		m.breakers[endpointGenerate].heardAt(l.Answered, now)
-	}
+	c.heard(m, l, now)
 	c.fleetDead(ctx, m, l)
 	if next != nil && l.Next != nil {
-		if !l.Next.Answered.IsZero() {
-			next.breakers[endpointGenerate].heardAt(l.Next.Answered, now)
-		}
+		c.heard(next, *l.Next, now)
 		c.fleetDead(ctx, next, *l.Next)
 	}
 	return l, true
+}
+
+// heard makes what the fleet heard of m, as lease l at now says, this
+// Client's, as one process hears every answer and waits for every request
+// in flight: the model's latest answer to any replica (for the rules of a
+// model that never answered or went silent, and the Client's outage rule,
+// which no answer of any model ends), and until when another replica
+// awaits an answer of it sent while it was unheard (its breaker's dead
+// rule waits for it, as for its own).
+func (c *Client) heard(m *modelState, l fleet.Lease, now time.Time) {
+	br := m.breakers[endpointGenerate]
+	if !l.Answered.IsZero() {
+		br.heardAt(l.Answered, now)
+		c.answers.SawBy(earlier(l.Answered, now))
+	}
+	br.awaitedElsewhere(l.Awaiting)
 }
 
 // fleetDead opens m's generate breaker when the fleet's failures say the

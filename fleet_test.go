@@ -782,50 +782,68 @@ func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
 	})
 }
 
-// TestFleetWaitsForAnswersOnTheirWayToAnotherReplica: at the start, replica
-// A's request to pro is on its way (pro answers in 3s), while B's and C's
-// first requests fail fast: six failures in a row across the fleet, three
-// on each of B and C, of a model that never answered. One process waits
-// for the answer of the request sent before its failures; before, the
-// fleet's dead rule, on B or C with nothing in flight, opened pro for every
-// replica. Each replica now reports the answers it awaits
-// (fleet.LeaseRequest.Awaiting), and the fleet waits for A's.
+// answerOnItsWay is a fake whose pro answers its first request in 3s and
+// fails the next six fast (0.3s), then answers all in 3s; flash answers in
+// 0.2s.
+func answerOnItsWay() *geminitest.Server {
+	return geminitest.New(geminitest.Model{Name: pro, Latency: 3 * time.Second,
+		Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i >= 1 && i <= 6 {
+				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 200 * time.Millisecond})
+}
+
+// TestFleetWaitsForAnswersOnTheirWayToAnotherReplica: at the start,
+// replica A's request to pro is on its way (pro answers in 3s), while the
+// other replicas' first requests fail fast: six failures in a row of a
+// model that never answered. One process waits for the answer of a request
+// sent before its failures. Before, the replica with nothing in flight took
+// the model for dead and opened it for every replica: by the fleet's rule
+// when the failures are spread (three on each of B and C), by its own
+// breaker's when they are its own (six on B). Each replica now reports the
+// answers it awaits (fleet.LeaseRequest.Awaiting), and both rules wait for
+// A's (fleet.Lease.Awaiting; circuit.Breaker.AwaitedElsewhere).
 func TestFleetWaitsForAnswersOnTheirWayToAnotherReplica(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 3 * time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				if i >= 1 && i <= 6 {
-					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 200 * time.Millisecond})
-		changes := &stateChanges{}
-		replicas := newSeededFleet(t, srv, 3, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
-		a := replicas[0]
+	for _, tc := range []struct {
+		name           string
+		failing, calls int // replicas after A, and each one's calls
+	}{
+		{"the fleet's rule", 2, 3},
+		{"a replica's own breaker", 1, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := answerOnItsWay()
+				changes := &stateChanges{}
+				replicas := newSeededFleet(t, srv, 1+tc.failing, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
 
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			_, rec, err := ask(t.Context(), a, "")
-			assert.NoError(t, err)
-			assert.Equal(t, pro, rec.Model, "A's first call")
-		})
-		time.Sleep(50 * time.Millisecond)
-		for _, c := range replicas[1:] {
-			wg.Go(func() {
-				for range 3 {
-					_, _, err := ask(t.Context(), c, "")
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					_, rec, err := ask(t.Context(), replicas[0], "")
 					assert.NoError(t, err)
+					assert.Equal(t, pro, rec.Model, "A's first call")
+				})
+				time.Sleep(50 * time.Millisecond)
+				for _, c := range replicas[1:] {
+					wg.Go(func() {
+						for range tc.calls {
+							_, _, err := ask(t.Context(), c, "")
+							assert.NoError(t, err)
+						}
+					})
 				}
-			})
-		}
-		wg.Wait()
-		require.Equal(t, 7, srv.Hits(pro, geminitest.VerbGenerate), "A's request and six that failed")
+				wg.Wait()
+				require.Equal(t, 7, srv.Hits(pro, geminitest.VerbGenerate), "A's request and six that failed")
 
-		assert.Zero(t, changes.trips(pro), "pro opened nowhere: %v", changes.get())
-		_, rec, err := ask(t.Context(), replicas[1], "")
-		require.NoError(t, err)
-		assert.Equal(t, pro, rec.Model, "B's next call goes to pro, which answered A")
-	})
+				assert.Zero(t, changes.trips(pro), "pro opened nowhere: %v", changes.get())
+				_, rec, err := ask(t.Context(), replicas[1], "")
+				require.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "B's next call goes to pro, which answered A")
+			})
+		})
+	}
 }
 
 // TestFleetReplicaThatNeverAnsweredHearsTheOthersAnswers: pro answers
@@ -840,7 +858,7 @@ func TestFleetReplicaThatNeverAnsweredHearsTheOthersAnswers(t *testing.T) {
 		var bFailed atomic.Int32
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
 			Decide: func(r geminitest.Request, _ int) geminitest.Step {
-				if len(r.Contents) > 0 && len(r.Contents[0].Parts) > 0 && r.Contents[0].Parts[0].Text == "from B" && bFailed.Add(1) <= 5 {
+				if prompted(r, "from B") && bFailed.Add(1) <= 5 {
 					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
 				}
 				return geminitest.Step{}
@@ -851,13 +869,7 @@ func TestFleetReplicaThatNeverAnsweredHearsTheOthersAnswers(t *testing.T) {
 
 		start := time.Now()
 		var wg sync.WaitGroup
-		wg.Go(func() {
-			for time.Since(start) < 15*time.Second {
-				_, rec, err := ask(t.Context(), a, "")
-				assert.NoError(t, err)
-				assert.Equal(t, pro, rec.Model, "A's call at %v", time.Since(start))
-			}
-		})
+		answeredByProUntil(t, &wg, a, start, 15*time.Second)
 		time.Sleep(3 * time.Second)
 		var last geminiguard.CallRecord
 		for range 6 {
@@ -869,4 +881,60 @@ func TestFleetReplicaThatNeverAnsweredHearsTheOthersAnswers(t *testing.T) {
 		assert.Zero(t, changes.trips(pro), "pro opened nowhere: %v", changes.get())
 		assert.Equal(t, pro, last.Model, "B's sixth call goes to pro")
 	})
+}
+
+// TestFleetReplicaHearsTheFleetsAnswersBeforeCallingAnOutage: for three
+// seconds every request replica B sends fails fast, on both models, while
+// pro answers replica A all along. One process that hears A's answers is in
+// no outage (no model answering); before, B, hearing no answer of its own
+// for two seconds, called an outage and opened both models for OpenFor
+// across the fleet, and A's calls lost pro. B now hears the fleet's latest
+// answers.
+func TestFleetReplicaHearsTheFleetsAnswersBeforeCallingAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		fromB := func(r geminitest.Request) bool {
+			return prompted(r, "from B") && time.Since(start) < 6*time.Second
+		}
+		decide := func(r geminitest.Request, _ int) geminitest.Step {
+			if fromB(r) {
+				return geminitest.Step{Fault: geminitest.Overloaded, Latency: 100 * time.Millisecond}
+			}
+			return geminitest.Step{}
+		}
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: decide},
+			geminitest.Model{Name: flash, Latency: 500 * time.Millisecond, Decide: decide})
+		changes := &stateChanges{}
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
+		a, b := replicas[0], replicas[1]
+
+		var wg sync.WaitGroup
+		answeredByProUntil(t, &wg, a, start, 12*time.Second)
+		time.Sleep(3 * time.Second)
+		for time.Since(start) < 6*time.Second {
+			b.GenerateContent(t.Context(), "", genai.Text("from B"), nil) //nolint:errcheck // B's calls fail: what matters is what they make of it
+			time.Sleep(100 * time.Millisecond)                            // a user's pause: refused calls take no fake time
+		}
+		wg.Wait()
+
+		assert.Zero(t, changes.trips(pro), "pro opened nowhere: %v", changes.get())
+	})
+}
+
+// answeredByProUntil has c call back to back, in wg, from now until d after
+// start, each call to be answered by pro.
+func answeredByProUntil(t *testing.T, wg *sync.WaitGroup, c *geminiguard.Client, start time.Time, d time.Duration) {
+	wg.Go(func() {
+		for time.Since(start) < d {
+			_, rec, err := ask(t.Context(), c, "")
+			assert.NoError(t, err)
+			assert.Equal(t, pro, rec.Model, "A's call at %v", time.Since(start))
+		}
+	})
+}
+
+// prompted reports whether r's prompt is text: which replica sent it, when
+// a test's replicas prompt apart.
+func prompted(r geminitest.Request, text string) bool {
+	return len(r.Contents) > 0 && len(r.Contents[0].Parts) > 0 && r.Contents[0].Parts[0].Text == text
 }

@@ -155,6 +155,10 @@ type Breaker struct {
 	// Allow returns; nil otherwise. Stored under mu before cur on every
 	// change; State reads it without mu.
 	open atomic.Pointer[Refusal]
+	// elsewhere is, since the origin, until when another breaker of the
+	// model (a fleet's other replica) awaits the answer of a request it
+	// sent while the model was unheard (AwaitedElsewhere); 0: none.
+	elsewhere atomic.Int64
 
 	mu        sync.Mutex // guards the fields below (and writes to cur and open)
 	changed   time.Time  // when the state last changed; zero: never
@@ -435,7 +439,7 @@ func (b *Breaker) dead(now time.Time, p Permit) bool {
 	if b.s.DeadAfter < 0 {
 		return true
 	}
-	if b.early.pending(max(p.seq, b.seen+1), now.Add(-b.s.DeadAfter)) {
+	if b.early.pending(max(p.seq, b.seen+1), now.Add(-b.s.DeadAfter)) || b.awaitedElsewhere(now) {
 		return false
 	}
 	return b.answered.never() || b.answered.SilentFor(now, b.s.DeadAfter) && 2*now.Sub(b.failing) >= b.s.DeadAfter &&
@@ -525,6 +529,25 @@ func (b *Breaker) Awaiting(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.s.DeadAfter >= 0 && b.early.pending(b.early.next+1, now.Add(-b.s.DeadAfter))
+}
+
+// AwaitedElsewhere records until when another breaker of the model (a
+// fleet's other replica) awaits the answer of a request it sent while the
+// model was unheard (zero: none): until then, failures do not make the
+// model dead, as its own requests in flight would not (dead).
+func (b *Breaker) AwaitedElsewhere(until time.Time) {
+	var v int64
+	if !until.IsZero() {
+		v = int64(until.Sub(b.answered.Origin))
+	}
+	b.elsewhere.Store(v)
+}
+
+// awaitedElsewhere reports whether another breaker of the model awaits an
+// answer at now (AwaitedElsewhere).
+func (b *Breaker) awaitedElsewhere(now time.Time) bool {
+	e := b.elsewhere.Load()
+	return e != 0 && int64(now.Sub(b.answered.Origin)) < e
 }
 
 // AwaitingUntil returns until when a request granted while the model was

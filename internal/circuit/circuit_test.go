@@ -964,21 +964,12 @@ func TestBreakerHalfOpenAfterASilenceLetsCallsThroughUntilTheFirstOutcome(t *tes
 // other replica: HeardAt) within DeadAfter does not, as one process that
 // heard that answer would not, and its record of outcomes stays empty.
 func TestBreakerHeardAtElsewhere(t *testing.T) {
-	failFive := func(b *Breaker, at time.Time) (opened bool) {
-		for range 5 {
-			p, _, _ := b.Allow(at)
-			if tr := b.Done(p, at, Failure); tr != nil && tr.To == Open {
-				opened = true
-			}
-		}
-		return opened
-	}
 	at := brkT0.Add(6 * time.Second)
-	assert.True(t, failFive(New(withDefaults(Settings{}), brkT0), at), "never answered: its failures alone")
+	assert.True(t, failFiveAt(New(withDefaults(Settings{}), brkT0), at), "never answered: its failures alone")
 
 	b := New(withDefaults(Settings{}), brkT0)
 	b.HeardAt(at.Add(-time.Second), at)
-	assert.False(t, failFive(b, at), "answered elsewhere a second ago")
+	assert.False(t, failFiveAt(b, at), "answered elsewhere a second ago")
 	assert.Zero(t, b.answers.Load(), "its record of outcomes is its own")
 
 	b.HeardAt(at.Add(-time.Hour), at) // older than the latest: changes nothing
@@ -1001,4 +992,30 @@ func TestBreakerAwaitingUntil(t *testing.T) {
 	assert.True(t, b.AwaitingUntil(brkT0.Add(11*time.Second), false).IsZero(), "DeadAfter past its grant: not waited for")
 	b.Done(p, brkT0.Add(3*time.Second), Success)
 	assert.True(t, b.AwaitingUntil(brkT0.Add(4*time.Second), true).IsZero(), "it answered: heard, nothing awaited")
+}
+
+// TestBreakerAwaitedElsewhere: while another breaker of the model (a
+// fleet's other replica) awaits an answer, failures alone do not make a
+// model that never answered dead; once that wait ends, they do. None
+// recorded changes nothing, whatever the clock says of the origin.
+func TestBreakerAwaitedElsewhere(t *testing.T) {
+	b := New(withDefaults(Settings{}), brkT0)
+	b.AwaitedElsewhere(brkT0.Add(5 * time.Second))
+	assert.False(t, failFiveAt(b, brkT0.Add(time.Second)), "another replica awaits an answer")
+	assert.True(t, failFiveAt(b, brkT0.Add(6*time.Second)), "its wait is over")
+
+	b = New(withDefaults(Settings{}), brkT0.Add(time.Hour)) // made after the times it is given
+	b.AwaitedElsewhere(time.Time{})
+	assert.True(t, failFiveAt(b, brkT0), "none awaited")
+}
+
+// failFiveAt has five requests fail at at and reports whether b opened.
+func failFiveAt(b *Breaker, at time.Time) (opened bool) {
+	for range 5 {
+		p, _, _ := b.Allow(at)
+		if tr := b.Done(p, at, Failure); tr != nil && tr.To == Open {
+			opened = true
+		}
+	}
+	return opened
 }
