@@ -604,20 +604,11 @@ func (l *modelLease) failure(sent, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.failed++
-	l.failedSince = earlier(l.failedSince, sent)
+	l.failedSince = window.Earlier(l.failedSince, sent)
 	if !sent.Before(l.drawsUntil) {
 		l.draws++
 		l.drawsUntil = until
 	}
-}
-
-// earlier returns the earlier of a and b, a zero time being later than
-// any other.
-func earlier(a, b time.Time) time.Time {
-	if a.IsZero() || b.Before(a) && !b.IsZero() {
-		return b
-	}
-	return a
 }
 
 // answer records an answer of the model at now, to report; the failures
@@ -669,7 +660,7 @@ func (l *modelLease) reported(ok, lost bool, r fleet.LeaseRequest, fl fleet.Leas
 		if r.Failures > 0 {
 			l.failed += r.Failures
 			l.draws += r.Draws
-			l.failedSince = earlier(l.failedSince, r.FailedSince)
+			l.failedSince = window.Earlier(l.failedSince, r.FailedSince)
 		}
 		if r.Unused > 0 && (l.unused == 0 || l.unusedDay.Equal(r.DayEnd)) {
 			l.unused, l.unusedTokens, l.unusedDay = l.unused+r.Unused, l.unusedTokens+r.UnusedTokens, r.DayEnd
@@ -1071,7 +1062,7 @@ func (c *Client) heard(m *modelState, l fleet.Lease, now time.Time) {
 	br := m.breakers[endpointGenerate]
 	if !l.Answered.IsZero() {
 		br.heardAt(l.Answered, now)
-		c.answers.SawBy(earlier(l.Answered, now))
+		c.answers.SawBy(window.Earlier(l.Answered, now))
 	}
 	br.awaitedElsewhere(l.Awaiting)
 }

@@ -229,10 +229,10 @@ func (m *memModel) health(r LeaseRequest, now time.Time, l *Lease) {
 		m.drawsUntil = window.Later(m.drawsUntil, r.DrawsUntil)
 	}
 	l.Failures, l.Draws, l.Answered = m.failures, m.draws, m.answered
-	if m.awaiting == nil {
-		m.awaiting = make(map[string]time.Time)
-	}
 	if r.Awaiting.After(now) {
+		if m.awaiting == nil {
+			m.awaiting = make(map[string]time.Time)
+		}
 		m.awaiting[r.Replica] = r.Awaiting
 	} else {
 		delete(m.awaiting, r.Replica)

@@ -526,9 +526,7 @@ func (b *Breaker) HeardAt(t, now time.Time) {
 // it before it takes the model for dead on the fleet's failures, whose
 // first it did not see come back.
 func (b *Breaker) Awaiting(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.s.DeadAfter >= 0 && b.early.pending(b.early.next+1, now.Add(-b.s.DeadAfter))
+	return now.Before(b.AwaitingUntil(now, false))
 }
 
 // AwaitedElsewhere records until when another breaker of the model (a

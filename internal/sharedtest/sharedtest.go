@@ -516,11 +516,18 @@ func spendReservedAgainstBudget(t *testing.T, s fleet.SharedState) {
 	assert.Equal(t, int64(100), l.DaySpent)
 }
 
+// replicasOfModel returns requests of three replicas, "a", "b" and "c",
+// for model of project, each live for a minute, asking for nothing.
+func replicasOfModel() (a, b, c fleet.LeaseRequest) {
+	a = fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
+	b, c = a, a
+	b.Replica, c.Replica = "b", "c"
+	return a, b, c
+}
+
 func failuresAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
-	b := a
-	b.Replica = "b"
+	a, b, _ := replicasOfModel()
 
 	l := lease(t, s, a)
 	assert.Zero(t, l.Failures)
@@ -549,9 +556,7 @@ func failuresAcrossReplicas(t *testing.T, s fleet.SharedState) {
 
 func drawsAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
-	b := a
-	b.Replica = "b"
+	a, b, _ := replicasOfModel()
 	failed := func(r fleet.LeaseRequest, failures, draws int, since, until time.Duration) fleet.Lease {
 		r.Failures, r.Draws, r.FailedSince, r.DrawsUntil = failures, draws, now.Add(since), now.Add(until)
 		return lease(t, s, r)
@@ -582,9 +587,7 @@ func drawsAcrossReplicas(t *testing.T, s fleet.SharedState) {
 }
 
 func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
-	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
-	b, c := a, a
-	b.Replica, c.Replica = "b", "c"
+	a, b, c := replicasOfModel()
 
 	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 3}, {Class: 4, Bucket: 95, N: 1}}
 	assert.Nil(t, lease(t, s, a).Latency, "not asked")
@@ -613,9 +616,7 @@ func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
 
 func awaitingAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	now := time.Now().Truncate(time.Millisecond)
-	a := fleet.LeaseRequest{Project: project, Replica: "a", ReplicaTTL: time.Minute, Model: model}
-	b := a
-	b.Replica = "b"
+	a, b, _ := replicasOfModel()
 
 	a.Awaiting = now.Add(time.Minute)
 	assert.True(t, lease(t, s, a).Awaiting.IsZero(), "its own wait is not the others'")

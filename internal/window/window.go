@@ -34,6 +34,15 @@ func Later(a, b time.Time) time.Time {
 	return a
 }
 
+// Earlier returns the earlier of a and b, a zero time being later than any
+// other (none yet).
+func Earlier(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) && !b.IsZero() {
+		return b
+	}
+	return a
+}
+
 // slotCount is the seconds of send time a window keeps in slots: any
 // second with a send less than a minute old.
 const slotCount = 61

@@ -163,3 +163,16 @@ func TestBucketGivenBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestEarlier: the earlier of two times, a zero time standing for none.
+func TestEarlier(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(time.Second)
+	for _, c := range []struct{ a, b, want time.Time }{
+		{t0, t1, t0}, {t1, t0, t0}, {time.Time{}, t1, t1}, {t1, time.Time{}, t1}, {time.Time{}, time.Time{}, time.Time{}},
+	} {
+		if got := Earlier(c.a, c.b); !got.Equal(c.want) {
+			t.Errorf("Earlier(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
