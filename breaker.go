@@ -355,9 +355,20 @@ func (b *breaker) refusing(now time.Time) *circuit.Refusal { return b.sm.Refusin
 func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
 
 // openTill opens the breaker at now until until, as another replica's did (a
-// FactOpen), or extends its open period to until (circuit.Breaker.OpenTill).
-// It returns the transition, nil when none.
-func (b *breaker) openTill(now, until time.Time) *transition { return b.sm.OpenTill(now, until) }
+// FactOpen), or extends its open period to until (circuit.Breaker.OpenTill);
+// with outage, an outage's opening, which the outage's end shortens. It
+// returns the transition, nil when none.
+func (b *breaker) openTill(now, until time.Time, outage bool) *transition {
+	return b.sm.OpenTill(now, until, outage)
+}
+
+// tripForOutage opens a closed breaker at now for OpenFor, an outage's
+// opening, which the outage's end shortens (circuit.Breaker.TripForOutage).
+func (b *breaker) tripForOutage(now time.Time) *transition { return b.sm.TripForOutage(now) }
+
+// openForOutage reports whether the breaker is open at now for an outage
+// (circuit.Breaker.OpenForOutage).
+func (b *breaker) openForOutage(now time.Time) bool { return b.sm.OpenForOutage(now) }
 
 // trip opens a closed breaker at now for its own open period, as its rule
 // would (circuit.Breaker.Trip).

@@ -310,7 +310,7 @@ func (c *Client) joinFleet(ctx context.Context) {
 	}
 	if _, ok := c.roundTrip(ctx, c.states[0], nil, fleet.LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
 		now := time.Now()
-		if tr := f.health.openTill(now, now.Add(f.settings.AloneFor)); tr != nil {
+		if tr := f.health.openTill(now, now.Add(f.settings.AloneFor), false); tr != nil {
 			c.fleetChanged(ctx, tr, errors.New("geminiguard: the warm-up round trip to the shared state failed"))
 		}
 	}
@@ -1108,7 +1108,9 @@ func (c *Client) fleetDead(ctx context.Context, m *modelState, l fleet.Lease) {
 	}
 	var tr *transition
 	if outage {
-		tr = br.openTill(now, now.Add(br.s.OpenFor)) // an outage's opening, as one process's
+		if tr = br.tripForOutage(now); tr != nil { // an outage's opening, as one process's: its first answer ends it (outageOver)
+			c.outageOpen.Add(1)
+		}
 	} else {
 		tr = br.trip(now) // for its own open period, as one process's rule opens it
 	}
@@ -1143,7 +1145,10 @@ func (c *Client) apply(ctx context.Context, facts []fleet.Fact) {
 			}
 			var tr *transition
 			if fact.Kind == fleet.FactOpen {
-				tr = m.breakers[e].openTill(now, fact.Until)
+				tr = m.breakers[e].openTill(now, fact.Until, fact.Outage)
+				if fact.Outage && m.breakers[e].openForOutage(now) { // this replica's first answer ends it, as the opener's ends its own
+					c.outageOpen.Add(1)
+				}
 			} else {
 				tr = m.breakers[e].closeSince(now, fact.At)
 			}
@@ -1207,7 +1212,7 @@ func (c *Client) publishTransition(ctx context.Context, m *modelState, e endpoin
 	}
 	switch State(tr.To) {
 	case StateOpen:
-		c.publish(ctx, fleet.Fact{Kind: fleet.FactOpen, Model: m.name, Endpoint: e.String(), At: tr.At, Until: br.openUntil()})
+		c.publish(ctx, fleet.Fact{Kind: fleet.FactOpen, Model: m.name, Endpoint: e.String(), At: tr.At, Until: br.openUntil(), Outage: br.openForOutage(tr.At)})
 	case StateClosed:
 		c.publish(ctx, fleet.Fact{Kind: fleet.FactClosed, Model: m.name, Endpoint: e.String(), At: tr.At})
 	}

@@ -938,3 +938,57 @@ func answeredByProUntil(t *testing.T, wg *sync.WaitGroup, c *geminiguard.Client,
 func prompted(r geminitest.Request, text string) bool {
 	return len(r.Contents) > 0 && len(r.Contents[0].Parts) > 0 && r.Contents[0].Parts[0].Text == text
 }
+
+// TestFleetOutageOpeningEndsWithTheFirstAnswer: a call every 200ms, spread
+// over the replicas in turn. Pro answers in 1s, but fails every request
+// fast (0.1s) from 5s to 9s; flash answers in 4s. From 6s (pro's last
+// answer of a request sent before its spell) nothing answers for more than
+// two seconds while pro fails: an outage (no model answering), and pro is
+// opened for OpenFor. One process ends that opening at its first answer
+// after it (flash's, at about 9s): pro is then out for its own open period
+// (2s from the opening) and answers again within seconds. Four replicas
+// each see a quarter of pro's failures, and the fleet's rule opens it
+// (fleetDead, in an outage); before, that opening was a plain one for
+// OpenFor, on every replica and ended by no answer: pro was out for 30s
+// while flash answered, and every call from 15s on went to flash.
+func TestFleetOutageOpeningEndsWithTheFirstAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+	}{{"one process", 1}, {"two replicas", 2}, {"four replicas", 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+					if at := time.Since(start); at >= 5*time.Second && at < 9*time.Second {
+						return geminitest.Step{Fault: geminitest.Overloaded, Latency: 100 * time.Millisecond}
+					}
+					return geminitest.Step{}
+				}}, geminitest.Model{Name: flash, Latency: 4 * time.Second})
+				changes := &stateChanges{}
+				replicas := newSeededFleet(t, srv, tc.replicas, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
+
+				var mu sync.Mutex
+				late := map[string]int{} // the model of each call sent from 15s on
+				var wg sync.WaitGroup
+				for i := 0; time.Since(start) < 25*time.Second; i++ {
+					c, sent := replicas[i%len(replicas)], time.Since(start)
+					wg.Go(func() {
+						_, rec, err := ask(t.Context(), c, "")
+						assert.NoError(t, err, "the call sent at %v", sent)
+						if sent >= 15*time.Second {
+							mu.Lock()
+							late[rec.Model]++
+							mu.Unlock()
+						}
+					})
+					time.Sleep(200 * time.Millisecond)
+				}
+				wg.Wait()
+
+				require.Contains(t, changes.get(), pro+":open", "the outage opened pro")
+				assert.Equal(t, map[string]int{pro: late[pro]}, late, "from 15s on every call is pro's: %v", changes.get())
+			})
+		})
+	}
+}

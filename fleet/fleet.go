@@ -311,7 +311,9 @@ const (
 	// spend cap, a project-wide failure. A later Until replaces an earlier
 	// one; the fact ends at Until.
 	FactCoolDown FactKind = iota + 1
-	// FactOpen says Model's breaker of Endpoint opened at At, until Until.
+	// FactOpen says Model's breaker of Endpoint opened at At, until Until;
+	// with Outage, in an outage (no model answered the replica), which a
+	// replica ends at its first answer of any model, as it ends its own.
 	// The latest At of FactOpen and FactClosed wins (at the same At, the
 	// later publish); a FactOpen ends at Until.
 	FactOpen
@@ -344,6 +346,7 @@ type Fact struct {
 	Reason    int // the geminiguard.Class of the failure behind the fact; a store keeps it as given
 	Dimension string
 	Limit     int
+	Outage    bool // FactOpen: an outage opened the breaker; a store keeps it as given
 }
 
 // FactKey is what a fact replaces: one per kind group, model and endpoint

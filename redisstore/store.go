@@ -589,13 +589,14 @@ type wireFact struct {
 	Reason    int            `json:"r"`
 	Dimension string         `json:"d"`
 	Limit     int            `json:"l"`
+	Outage    bool           `json:"o,omitempty"`
 }
 
 func wireOf(f fleet.Fact) wireFact {
 	return wireFact{
 		Kind: f.Kind, Model: f.Model, Endpoint: f.Endpoint,
 		At: unixMillis(f.At), Until: unixMillis(f.Until),
-		Reason: f.Reason, Dimension: f.Dimension, Limit: f.Limit,
+		Reason: f.Reason, Dimension: f.Dimension, Limit: f.Limit, Outage: f.Outage,
 	}
 }
 
@@ -603,7 +604,7 @@ func (w wireFact) fact() fleet.Fact {
 	return fleet.Fact{
 		Kind: w.Kind, Model: w.Model, Endpoint: w.Endpoint,
 		At: fromMillis(w.At), Until: fromMillis(w.Until),
-		Reason: w.Reason, Dimension: w.Dimension, Limit: w.Limit,
+		Reason: w.Reason, Dimension: w.Dimension, Limit: w.Limit, Outage: w.Outage,
 	}
 }
 

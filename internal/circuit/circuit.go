@@ -837,10 +837,12 @@ func (b *Breaker) set(to State, now time.Time, open *Refusal) *Transition {
 
 // OpenTill opens the breaker at now until until, as another replica's did
 // (a FactOpen): an open breaker's open period is extended to until, without
-// a transition. It does nothing when until is not after now or the breaker
-// is open at least that long already. It returns the transition, nil when
+// a transition. With outage, an outage opened it (FactOpen's Outage), and
+// OutageOver ends it, as it ends the breaker's own outage opening; an
+// opening that no outage made, extended by one, is not shortened. It does nothing when until is not after now or the breaker is
+// open at least that long already. It returns the transition, nil when
 // none.
-func (b *Breaker) OpenTill(now, until time.Time) *Transition {
+func (b *Breaker) OpenTill(now, until time.Time, outage bool) *Transition {
 	if !until.After(now) {
 		return nil
 	}
@@ -848,11 +850,11 @@ func (b *Breaker) OpenTill(now, until time.Time) *Transition {
 	defer b.mu.Unlock()
 	if b.stateAt(now) == Open {
 		if r := b.open.Load(); r.Until.Before(until) {
-			b.open.Store(&Refusal{Until: until, since: r.since})
+			b.open.Store(&Refusal{Until: until, since: r.since, outage: r.outage && outage}) // what no outage opened is not the outage's to end
 		}
 		return nil
 	}
-	return b.setStateUntil(Open, now, until)
+	return b.setOpen(now, &Refusal{Until: until, since: now, outage: outage})
 }
 
 // Trip opens a closed breaker at now as its own rule would on a run of
@@ -861,6 +863,27 @@ func (b *Breaker) OpenTill(now, until time.Time) *Transition {
 // transition, nil when the breaker is not closed.
 func (b *Breaker) Trip(now time.Time) *Transition {
 	return b.moveFrom(Closed, Open, now)
+}
+
+// TripForOutage opens a closed breaker at now for OpenFor, as an outage's
+// failure does (Outage), because a fleet's replicas' failures came in an
+// outage: OutageOver ends what the outage adds. It returns the transition,
+// nil when the breaker is not closed.
+func (b *Breaker) TripForOutage(now time.Time) *Transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stateAt(now) != Closed {
+		return nil
+	}
+	return b.openForOutage(now)
+}
+
+// OpenForOutage reports whether the breaker is open at now for an outage
+// (an outage's failure, TripForOutage or OpenTill with outage opened it,
+// and OutageOver has not shortened it since), read without the lock.
+func (b *Breaker) OpenForOutage(now time.Time) bool {
+	r := b.Refusing(now)
+	return r != nil && r.outage
 }
 
 // CloseSince closes the breaker at now because a probe proved the model

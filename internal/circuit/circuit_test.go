@@ -651,22 +651,22 @@ func TestBreakerOpenEarly(t *testing.T) {
 func TestBreakerOpenTill(t *testing.T) {
 	s := time.Second
 	b := newBreaker(Settings{})
-	assert.Nil(t, b.OpenTill(brkT0, brkT0), "an end not after now")
+	assert.Nil(t, b.OpenTill(brkT0, brkT0, false), "an end not after now")
 	assert.Equal(t, Closed, b.State(brkT0))
 
-	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, b.OpenTill(brkT0, brkT0.Add(10*s)))
+	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, b.OpenTill(brkT0, brkT0.Add(10*s), false))
 	assert.Equal(t, brkT0.Add(10*s), b.OpenUntil())
-	assert.Nil(t, b.OpenTill(brkT0.Add(s), brkT0.Add(20*s)), "extended, no transition")
+	assert.Nil(t, b.OpenTill(brkT0.Add(s), brkT0.Add(20*s), false), "extended, no transition")
 	assert.Equal(t, brkT0.Add(20*s), b.OpenUntil())
 	assert.Equal(t, brkT0, b.OpenSince(), "extended, still open since the opening")
-	assert.Nil(t, b.OpenTill(brkT0.Add(2*s), brkT0.Add(5*s)))
+	assert.Nil(t, b.OpenTill(brkT0.Add(2*s), brkT0.Add(5*s), false))
 	assert.Equal(t, brkT0.Add(20*s), b.OpenUntil(), "never shortened")
 	assert.Equal(t, 1, b.Snapshot(brkT0.Add(2*s)).Trips)
 
 	late := brkT0.Add(25 * s)
 	_, tr, _ := b.Allow(late)
 	require.Equal(t, HalfOpen, tr.To)
-	assert.Equal(t, &Transition{From: HalfOpen, To: Open, At: late}, b.OpenTill(late, late.Add(10*s)))
+	assert.Equal(t, &Transition{From: HalfOpen, To: Open, At: late}, b.OpenTill(late, late.Add(10*s), false))
 }
 
 // CloseSince closes a breaker that has not changed state since another
@@ -716,6 +716,37 @@ func TestBreakerOutageOverShortensTheOutagesOpening(t *testing.T) {
 	}
 	assert.False(t, own.OutageOver(brkT0.Add(time.Second)), "opened by its own failures: unchanged")
 	assert.Equal(t, brkT0.Add(2*time.Second), own.OpenUntil())
+}
+
+// A fleet's outage openings end as the breaker's own do: TripForOutage
+// (the fleet's failures in an outage) and OpenTill with outage (another
+// replica's outage opening) open for what they say, and OutageOver cuts
+// them to the breaker's own period from the opening.
+func TestBreakerFleetsOutageOpeningsEndWithTheOutage(t *testing.T) {
+	s := time.Second
+	tripped := New(withDefaults(Settings{}), brkT0)
+	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, tripped.TripForOutage(brkT0))
+	assert.Nil(t, tripped.TripForOutage(brkT0.Add(s)), "open already")
+	assert.Equal(t, brkT0.Add(30*s), tripped.OpenUntil(), "OpenFor")
+	assert.True(t, tripped.OpenForOutage(brkT0.Add(s)))
+	require.True(t, tripped.OutageOver(brkT0.Add(s)))
+	assert.Equal(t, brkT0.Add(2*s), tripped.OpenUntil(), "over: MinOpenFor from the opening")
+	assert.False(t, tripped.OpenForOutage(brkT0.Add(s)), "no longer the outage's")
+
+	heard := New(withDefaults(Settings{}), brkT0)
+	require.NotNil(t, heard.OpenTill(brkT0, brkT0.Add(30*s), true))
+	assert.True(t, heard.OpenForOutage(brkT0))
+	require.True(t, heard.OutageOver(brkT0.Add(s)))
+	assert.Equal(t, brkT0.Add(2*s), heard.OpenUntil(), "over: MinOpenFor from the opening")
+
+	plain := New(withDefaults(Settings{}), brkT0)
+	require.NotNil(t, plain.OpenTill(brkT0, brkT0.Add(30*s), false))
+	assert.False(t, plain.OpenForOutage(brkT0))
+	assert.False(t, plain.OutageOver(brkT0.Add(s)), "another replica's own failures: unchanged")
+	assert.Equal(t, brkT0.Add(30*s), plain.OpenUntil())
+	assert.Nil(t, plain.OpenTill(brkT0.Add(s), brkT0.Add(40*s), true))
+	assert.False(t, plain.OutageOver(brkT0.Add(2*s)), "extended by an outage's opening: not shortened below what no outage opened")
+	assert.Equal(t, brkT0.Add(40*s), plain.OpenUntil())
 }
 
 // A model that answered (20 requests), failed once, then was asked

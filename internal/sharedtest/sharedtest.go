@@ -403,6 +403,7 @@ func openClosedMerge(t *testing.T, s fleet.SharedState) {
 
 	embed := open
 	embed.Endpoint = "embed"
+	embed.Outage = true // kept as given
 	publish(t, s, embed)
 	_, got = current(t, s)
 	assert.Equal(t, shows(closed, embed), got, "endpoints are apart")
