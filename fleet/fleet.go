@@ -172,7 +172,9 @@ type LeaseRequest struct {
 	// too: it adds Draws, less one when FailedSince is before the fleet's
 	// DrawsUntil (the first of them met the model in a draw counted
 	// already), counts a run's first failure as a draw, and keeps the
-	// latest DrawsUntil reported; an Answered that resets the failures
+	// latest DrawsUntil of a report with Draws or that starts the run (one
+	// with none ends no draw: the replica's draw, its report overtaken by
+	// that one, is still its own); an Answered that resets the failures
 	// resets both.
 	Draws       int
 	FailedSince time.Time

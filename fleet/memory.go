@@ -224,9 +224,12 @@ func (m *memModel) health(r LeaseRequest, now time.Time, l *Lease) {
 		if draws > 0 && r.FailedSince.Before(m.drawsUntil) {
 			draws-- // the first met the model in a draw counted already
 		}
+		starts := m.draws == 0
 		m.failures += r.Failures
 		m.draws = max(m.draws+draws, 1)
-		m.drawsUntil = window.Later(m.drawsUntil, r.DrawsUntil)
+		if r.Draws > 0 || starts { // a report of no draw ends none: the replica's own draw, its report overtaken, is not its overlap
+			m.drawsUntil = window.Later(m.drawsUntil, r.DrawsUntil)
+		}
 	}
 	l.Failures, l.Draws, l.Answered = m.failures, m.draws, m.answered
 	if r.Awaiting.After(now) {

@@ -142,9 +142,10 @@ local function lease(k, o, ask)
   if answered_at > answered then answered, fails, fdraws, funtil = answered_at, 0, 0, 0 end
   if failed > 0 then
     fails = fails + failed
+    local moves = draws > 0 or fdraws == 0 -- a report of no draw ends none, unless it starts the run
     if draws > 0 and failed_since < funtil then draws = draws - 1 end -- the first met the model in a draw counted already
     fdraws = math.max(fdraws + draws, 1)
-    funtil = math.max(funtil, draws_until)
+    if moves then funtil = math.max(funtil, draws_until) end
   end
   if failed > 0 or answered_at > 0 then
     redis.call('HSET', health, 'f', fails, 'a', answered, 'd', fdraws, 'u', funtil)

@@ -585,6 +585,20 @@ func drawsAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a run's first failure is a draw")
 	l = lease(t, s, b)
 	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a report of no failures changes neither")
+
+	// b's wave at 3m: the report of a failure that is no draw of b's
+	// reaches the store before the report of b's draw, as a slower round
+	// trip's can.
+	l = failed(b, 1, 0, 3*time.Minute, 3*time.Minute+300*time.Millisecond)
+	assert.Equal(t, []int{2, 1}, []int{l.Failures, l.Draws}, "a failure that is no draw adds none")
+	l = failed(b, 1, 1, 3*time.Minute, 3*time.Minute+300*time.Millisecond)
+	assert.Equal(t, []int{3, 2}, []int{l.Failures, l.Draws}, "the draw it overtook is one: a report of no draw ends none")
+
+	a.Answered = now.Add(4 * time.Minute)
+	l = failed(a, 1, 0, 4*time.Minute, 4*time.Minute+300*time.Millisecond)
+	assert.Equal(t, []int{1, 1}, []int{l.Failures, l.Draws}, "a report of no draw that starts a run is its first draw")
+	l = failed(a, 1, 1, 4*time.Minute, 4*time.Minute+300*time.Millisecond)
+	assert.Equal(t, []int{2, 1}, []int{l.Failures, l.Draws}, "and ends it: the draw it overtook is that one")
 }
 
 func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
