@@ -839,9 +839,9 @@ func (b *Breaker) set(to State, now time.Time, open *Refusal) *Transition {
 // (a FactOpen): an open breaker's open period is extended to until, without
 // a transition. With outage, an outage opened it (FactOpen's Outage), and
 // OutageOver ends it, as it ends the breaker's own outage opening; an
-// opening that no outage made, extended by one, is not shortened. It does nothing when until is not after now or the breaker is
-// open at least that long already. It returns the transition, nil when
-// none.
+// opening that no outage made, extended by one, is not shortened. It does
+// nothing when until is not after now or the breaker is open at least that
+// long already. It returns the transition, nil when none.
 func (b *Breaker) OpenTill(now, until time.Time, outage bool) *Transition {
 	if !until.After(now) {
 		return nil
