@@ -749,7 +749,8 @@ func TestFleetWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 // (60s). B shares the fleet's record of pro's answer times, so its attempt
 // is cut where A's would be and flash answers it within seconds. Before,
 // a replica learned from its own answers only, and B, which had none,
-// waited the stall out.
+// waited the stall out. Hedging is off: the cut is what this pins (a
+// replica hedges too, TestFleetReplicaHedgesAStallAsOneProcessDoes).
 func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var stallNext atomic.Bool
@@ -760,7 +761,7 @@ func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
 				}
 				return geminitest.Step{}
 			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
-		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), hedgingOff)
 		a, b := replicas[0], replicas[1]
 
 		for i := range 12 {
@@ -780,6 +781,57 @@ func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
 		assert.Equal(t, flash, rec.Model, "B's stalled attempt to pro cut, flash answers")
 		assert.Less(t, took, 5*time.Second, "cut at the fleet's learned deadline, not waited out")
 	})
+}
+
+// TestFleetReplicaHedgesAStallAsOneProcessDoes: as
+// TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95, the calls spread
+// over two replicas sharing one store. A stall is hedged to flash at pro's
+// answers' p95 (1s and a bit), answered 0.8s later, as one process hedges
+// it. Before, a replica never hedged: each stall waited its cut (twice
+// the median, 2s and more) before flash was asked. A flash with limits is
+// leased through the shared state, which a hedge does not ask: its stalls
+// are cut as before, and no request goes to flash outside a lease.
+func TestFleetReplicaHedgesAStallAsOneProcessDoes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []geminiguard.Option
+		hedged func(t *testing.T, hedged int, stalled []time.Duration)
+	}{
+		{"flash without limits", nil, func(t *testing.T, hedged int, stalled []time.Duration) {
+			assert.GreaterOrEqual(t, hedged, 5, "within the replicas' hedge budgets, stalls are hedged at the answers' p95: %v", stalled)
+		}},
+		{"flash's quota leased through the fleet", []geminiguard.Option{geminiguard.WithLimits(flash, geminiguard.Limits{RPM: 1000})}, func(t *testing.T, hedged int, stalled []time.Duration) {
+			assert.Zero(t, hedged, "no hedge to a model whose quota the fleet leases: %v", stalled)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := geminitest.New(stallEvery(pro, time.Second, 5, 45*time.Second), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+				replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), append([]geminiguard.Option{geminiguard.WithCascade(pro, flash)}, tc.opts...)...)
+				for i := range 20 {
+					_, _, err := ask(t.Context(), replicas[i%2], "")
+					require.NoError(t, err)
+				}
+				var stalled []time.Duration
+				for i := range 60 {
+					start := time.Now()
+					_, rec, err := ask(t.Context(), replicas[i%2], "")
+					require.NoError(t, err)
+					if rec.Model == flash {
+						stalled = append(stalled, time.Since(start))
+					}
+				}
+				require.NotEmpty(t, stalled, "every fifth request stalls: flash answers those calls")
+				hedged := 0
+				for _, d := range stalled {
+					if d < 2*time.Second {
+						hedged++ // hedged at pro's p95, answered 0.8s later
+					}
+				}
+				tc.hedged(t, hedged, stalled)
+			})
+		})
+	}
 }
 
 // answerOnItsWay is a fake whose pro answers its first request in 3s and

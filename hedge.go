@@ -57,9 +57,10 @@ import (
 // the caller reads, the other is cancelled and settled as a unary loser is,
 // but with an ignored outcome even when its first chunk came (a first chunk
 // says nothing yet of the stream's outcome); once a chunk was yielded (a
-// resume, a continuation hop) no request is hedged. An attempt of the
-// Client's fleet mode (WithSharedState) is not hedged: its admission goes
-// through the shared state.
+// resume, a continuation hop) no request is hedged. In the fleet mode
+// (WithSharedState) a replica hedges as one process does, with a budget of
+// its own, except to a model with limits: those are leased through the
+// shared state, which a hedge does not ask.
 
 const (
 	hedgeRatio     = 0.05 // hedges per first attempt, over hedgeTTL
@@ -106,13 +107,12 @@ var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answere
 
 // hedgeAfter returns the delay after which the attempt of call to m that
 // starts at start is hedged, false when it is not hedged: calls that do
-// not learn answer times, streams once a chunk was yielded, the fleet mode,
-// hedging off, a delay that reaches the attempt's end (a stream's
+// not learn answer times, streams once a chunk was yielded, hedging off, a delay that reaches the attempt's end (a stream's
 // first-chunk deadline), or fewer than latency.EarlyHedgeAfter answers of
 // the class.
 func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
 	c := call.c
-	if !c.cfg.hedge.On || !call.learns || call.only || c.fleet != nil || call.stream != nil && call.stream.yielded {
+	if !c.cfg.hedge.On || !call.learns || call.only || call.stream != nil && call.stream.yielded {
 		return 0, false
 	}
 	d, ok := m.lat.Hedge(call.class) // before the model learned its times, a scan of its answers
@@ -178,6 +178,9 @@ func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 func (call *call[R]) admitHedge(ctx context.Context, m *modelState, h *admission, now time.Time, estimate *int) bool {
 	if next, _ := call.overBudget(ctx, m); next != stepGo {
 		return false
+	}
+	if call.c.fleet != nil && m.lim.enforces() {
+		return false // a fleet's quota is leased through the shared state, which a hedge does not ask
 	}
 	if call.endpoint.metered() && m.lim.enforces() {
 		tokens := 0
