@@ -700,7 +700,7 @@ func TestFleetWaveAfterASilenceGoesThroughTheReplicaHoldingTheProbe(t *testing.T
 		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
 
 		byPro := make([][2]int, waves) // per wave, per replica: calls pro answered
-		for _, w := range callInWaves(t, replicas, users, waves, every, start) {
+		for _, w := range callInWaves(t, replicas, users, waves, every, time.Millisecond, start) {
 			if w.rec.Model == pro {
 				byPro[w.wave][w.replica]++
 			}
@@ -731,7 +731,7 @@ func TestFleetWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 			geminiguard.WithHooks(changes.hooks()))
 
 		answered := 0
-		for _, w := range callInWaves(t, replicas, users, waves, spellWaves, start) {
+		for _, w := range callInWaves(t, replicas, users, waves, spellWaves, 0, start) {
 			if w.rec.Model == pro {
 				answered++
 			}

@@ -684,7 +684,7 @@ func TestWavesMeetingABadSpellTogetherAreOneDrawEach(t *testing.T) {
 			geminiguard.WithJitterSource(seeded()))
 
 		answered := 0
-		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, spellWaves, start) {
+		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, spellWaves, 0, start) {
 			if w.rec.Model == pro {
 				answered++
 			}
@@ -738,17 +738,21 @@ func (b badSpells) goodWaves() int {
 
 // callInWaves has users users of each of clients call together every every
 // from start, waves times, and returns their calls once all are done, in
-// no order. It must be called inside a testing/synctest bubble.
-func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, every time.Duration, start time.Time) []userCall {
+// no order; with apart above 0, the users of a wave call apart by so much,
+// one after the other (so that their requests, and the fake's answers, are
+// not at one fake instant, in an order the scheduler picks). It must be
+// called inside a testing/synctest bubble.
+func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, every, apart time.Duration, start time.Time) []userCall {
 	t.Helper()
 	var mu sync.Mutex
 	var out []userCall
 	var wg sync.WaitGroup
 	for r, c := range clients {
-		for range users {
+		for u := range users {
+			offset := time.Duration(r*users+u) * apart
 			wg.Go(func() {
 				for k := range waves {
-					time.Sleep(time.Until(start.Add(time.Duration(k) * every)))
+					time.Sleep(time.Until(start.Add(time.Duration(k)*every + offset)))
 					began := time.Now()
 					_, rec, err := ask(t.Context(), c, "")
 					assert.NoError(t, err)
@@ -782,7 +786,7 @@ func TestWaveAfterASilenceMeetsTheModelTogether(t *testing.T) {
 		for k := range answeredBy {
 			answeredBy[k] = map[string]int{}
 		}
-		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, every, start) {
+		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, every, 0, start) {
 			answeredBy[w.wave][w.rec.Model]++
 		}
 
@@ -818,7 +822,7 @@ func TestWaveAfterASilenceMeetsAHangOnceForItsLearnedCut(t *testing.T) {
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()))
 		var slow []time.Duration
-		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, every, start) {
+		for _, w := range callInWaves(t, []*geminiguard.Client{c}, users, waves, every, 0, start) {
 			if w.took > 2*time.Second {
 				slow = append(slow, w.took.Round(100*time.Millisecond))
 			}
