@@ -206,7 +206,7 @@ func TestFleetOpenBreakerStopsTheOtherReplicas(t *testing.T) {
 
 // TestFleetOpensADeadModelForItsOwnOpenPeriod: pro fails fast (0.3s) for
 // its first 3s, then answers. Three replicas each see two of its failures
-// at once:
+// at once (a millisecond apart):
 // none opens it on its own (FailureThreshold is 5), the fleet's six do. It
 // is opened for the breaker's own period (MinOpenFor, 2s, from closed), as
 // one process opens it, not for OpenFor (30s): at 4s pro answers again.
@@ -217,9 +217,16 @@ func TestFleetOpensADeadModelForItsOwnOpenPeriod(t *testing.T) {
 		changes := &stateChanges{}
 		fleet := newFleet(t, srv, 3, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()))
 		var wg sync.WaitGroup
-		for _, c := range fleet {
-			for range 2 {
+		for r, c := range fleet {
+			for u := range 2 {
 				wg.Go(func() {
+					// 1ms apart: the replicas' reports of the failures are not at
+					// one fake instant, in an order the scheduler picks (one
+					// replica's report made while its second request was out
+					// reached the store last, and the fleet waited for an answer
+					// that had come: 1 run in 30 of the fleet tests beside two
+					// busy loops)
+					time.Sleep(time.Duration(2*r+u) * time.Millisecond)
 					_, rec, err := ask(t.Context(), c, "")
 					assert.NoError(t, err)
 					assert.Equal(t, flash, rec.Model)
