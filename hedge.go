@@ -107,9 +107,9 @@ var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answere
 
 // hedgeAfter returns the delay after which the attempt of call to m that
 // starts at start is hedged, false when it is not hedged: calls that do
-// not learn answer times, streams once a chunk was yielded, hedging off, a delay that reaches the attempt's end (a stream's
-// first-chunk deadline), or fewer than latency.EarlyHedgeAfter answers of
-// the class.
+// not learn answer times, streams once a chunk was yielded, hedging off, a
+// delay that reaches the attempt's end (a stream's first-chunk deadline),
+// or fewer than latency.EarlyHedgeAfter answers of the class.
 func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Duration, bool) {
 	c := call.c
 	if !c.cfg.hedge.On || !call.learns || call.only || call.stream != nil && call.stream.yielded {
