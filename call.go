@@ -47,10 +47,11 @@ type callState[R any] struct {
 	config   *genai.GenerateContentConfig                                               // generate: what is sent, the caller's with SDK retry and continuation off
 	user     *genai.GenerateContentConfig                                               // generate: the caller's, untouched
 	deadline time.Time
-	learns   bool // generate: learns answer times, and attempts may be cut at the learned deadline
-	class    int  // the request's latency class (latencyClass; streams' first chunks from sizeClasses on)
-	tokens   int  // input token estimate; -1 until computed
-	images   int  // image calls: the images asked for, reserved from the model's IPM limiter (images.go)
+	learns   bool          // generate: learns answer times, and attempts may be cut at the learned deadline
+	class    int           // the request's latency class (latencyClass; streams' first chunks from sizeClasses on)
+	cutOn    []*modelState // the model of each of the call's attempts cut at a learned deadline (stretch)
+	tokens   int           // input token estimate; -1 until computed
+	images   int           // image calls: the images asked for, reserved from the model's IPM limiter (images.go)
 	start    time.Time
 	// now is the latest clock reading: taken at the start and read again
 	// after whatever takes time (upstream requests, waits, the token count,

@@ -362,14 +362,14 @@ func (call *call[R]) boundingCut(m *modelState, room time.Duration) (cut time.Du
 		return 0, false
 	}
 	d, ok := m.lat.Cut(call.class, false)
-	if !ok || d >= room {
+	if d = call.stretch(m, d, false); !ok || d >= room {
 		return 0, false
 	}
 	if call.hasNext(m) {
 		return d, true
 	}
-	if d, _ = m.lat.Cut(call.class, true); d < room {
-		return d, false
+	if d, _ = m.lat.Cut(call.class, true); call.stretch(m, d, true) < room {
+		return call.stretch(m, d, true), false
 	}
 	return 0, false
 }
@@ -379,14 +379,14 @@ func (call *call[R]) boundingCut(m *modelState, room time.Duration) (cut time.Du
 // it counted, whether the call has another model to go to asked, as in
 // boundingCut, only of an answer later than the shorter cut.
 func (call *call[R]) lateAnswer(m *modelState, elapsed time.Duration) bool {
-	if d, ok := m.lat.Cut(call.class, false); !ok || elapsed <= d {
+	if d, ok := m.lat.Cut(call.class, false); !ok || elapsed <= call.stretch(m, d, false) {
 		return false
 	}
 	if call.hasNext(m) {
 		return true
 	}
 	d, _ := m.lat.Cut(call.class, true)
-	return elapsed > d
+	return elapsed > call.stretch(m, d, true)
 }
 
 // ended classifies the outcome of a request to m that started at start and
@@ -401,6 +401,7 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 	case err == nil || ctx.Err() != nil:
 	case cut > 0 && elapsed >= cut:
 		err = &cutError{err: err, after: cut}
+		call.cutOn = append(call.cutOn, m)
 		c.chargeCut(onward, call.now)
 		m.lat.Record(call.class, latency.Abandoned)
 		m.routes[call.endpoint].slowed(call.now)

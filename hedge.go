@@ -116,6 +116,7 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 		return 0, false
 	}
 	d, ok := m.lat.Hedge(call.class) // before the model learned its times, a scan of its answers
+	d = call.stretch(m, d, false)
 	switch {
 	case !ok, !start.Add(d).Before(end):
 		return 0, false
@@ -461,9 +462,11 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	}
 	hctx, hcancel := context.WithDeadline(hr.ctx, hend)
 	hr.hcancel = hcancel
-	if d, ok := hm.lat.Cut(call.class, false); ok && !hr.early && now.Add(d).Before(hend) {
-		hr.pairAt = now.Add(d)
-		hr.arm(hr.pairAt)
+	if d, ok := hm.lat.Cut(call.class, false); ok && !hr.early {
+		if at := now.Add(call.stretch(hm, d, false)); at.Before(hend) {
+			hr.pairAt = at
+			hr.arm(at)
+		}
 	}
 	hm.counters.requests.Add(1)
 	return hm, hctx
@@ -596,6 +599,7 @@ func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start
 	call.account(m, r.resp, r.end)
 	if cut > 0 && r.err != nil && ctx.Err() == nil && elapsed >= cut {
 		err := &cutError{err: r.err, after: cut}
+		call.cutOn = append(call.cutOn, m)
 		m.lat.Record(call.class, latency.Abandoned)
 		m.routes[call.endpoint].slowed(r.end)
 		v := m.classify(err)

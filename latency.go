@@ -96,6 +96,47 @@ func latencyClass(cfg *genai.GenerateContentConfig) int {
 	return 3
 }
 
+// maxStretch bounds a call's stretch (call.stretch): CutMax³, 27 times the
+// learned deadlines, past any answer's spread (the attempt timeout bounds
+// what is left).
+const maxStretch = 3
+
+// stretch returns the learned deadline d (a cut, a hedge delay) of the
+// call's attempt to m (alone: with no other model to go to), stretched
+// CutMax times for each of the call's attempts cut before, up to
+// maxStretch of them, but for m's first cut unless alone. An attempt cut
+// at its learned deadline took longer than 95% of its model's answers
+// (and at least twice their median): the model's stall, or a long answer.
+// The length of an answer is the call's (its output), the same on any
+// model: each model's attempt would be cut in turn, and the call fail with
+// the answer never let finish. So, as TCP backs off its retransmission
+// timer, each cut gives the call's later attempts that much more time. A
+// stall is one model's: the call's next attempt to the model that stalled
+// once is cut as soon as any (a stall again is as likely as the first),
+// unless no other model can answer it, where only the wait can.
+func (call *call[R]) stretch(m *modelState, d time.Duration, alone bool) time.Duration {
+	if len(call.cutOn) == 0 {
+		return d
+	}
+	n, own := 0, 0
+	for _, x := range call.cutOn {
+		if x == m {
+			own++
+		} else {
+			n++
+		}
+	}
+	if alone {
+		n += own
+	} else {
+		n += max(own-1, 0)
+	}
+	for range min(n, maxStretch) {
+		d *= latency.CutMax
+	}
+	return d
+}
+
 // cutError marks an attempt abandoned at its learned deadline: a slow
 // answer, not a failed model. Classify reads it as ClassTimeout,
 // retryable, not counted by the breaker. It unwraps to the attempt's error.
@@ -150,7 +191,7 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class, lc.place) }
 // goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
-	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel}
+	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel, stretch: call.stretch(m, 1, !onward)}
 	var early <-chan struct{} // nil (never ready) unless onward
 	if onward {
 		early = m.lat.WhenEarly(lc.class)
@@ -174,6 +215,8 @@ type cutWatch struct {
 	start  time.Time
 	room   time.Duration
 	cancel context.CancelFunc
+	// stretch multiplies the cuts it learns: the call's (call.stretch of 1).
+	stretch time.Duration
 }
 
 // early cuts the attempt at the early delay (or, overtaken, at three times
@@ -196,6 +239,7 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 			d, ok = lat.AnswersCut(class)
 		}
 		if ok {
+			d *= w.stretch
 			wait = max(latency.CutFloor, d/(4*latency.CutMax))
 			if d < w.room { // else its own deadline comes first, unless a later look's is sooner
 				left, done := w.due(d)
@@ -228,7 +272,7 @@ func (w *cutWatch) cohort() {
 		prev = answers
 		wait := look
 		if d, ok := lat.CohortCut(class, settled); ok {
-			if d >= w.room && settled { // its own deadline comes first
+			if d *= w.stretch; d >= w.room && settled { // its own deadline comes first
 				return
 			}
 			left, done := w.due(d)

@@ -460,3 +460,114 @@ func TestLatencyShiftPastTheCutIsRelearned(t *testing.T) {
 		assert.Equal(t, calls, byPro, "pro's slower answers learned: it answers every call")
 	})
 }
+
+// TestLongAnswerIsLetFinishOnTheNextModel: pro (1s) and flash (0.8s)
+// learned their answer times from twelve answers each; then a call asks
+// for an answer that takes 4s to write on either model (a long output: its
+// length is the call's, not a model's). Pro's attempt is cut at its
+// learned deadline (2s, twice its median), and the call goes on to flash:
+// its attempt is given three times its cut (4.8s against 1.6s), as TCP
+// backs off its retransmission timer, and the answer comes at 6s. Before,
+// flash's attempt was cut at 1.6s too, and every later attempt of the call
+// at its model's cut: the call failed with the answer never let finish.
+func TestLongAnswerIsLetFinishOnTheNextModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, c := learnedPair(t, []string{pro, flash}, func(string, int) geminitest.Step { return geminitest.Step{Latency: 4 * time.Second} })
+		start := time.Now()
+		rec, err := askLong(t, c)
+		require.NoError(t, err, "the long answer is let finish")
+		assert.Equal(t, flash, rec.Model)
+		assert.Len(t, rec.Attempts, 2, "pro's attempt cut, flash's answered")
+		assert.InDelta(t, 2*time.Second+4*time.Second, time.Since(start), float64(50*time.Millisecond), "pro cut at 2s (its median's bucket), flash's answer 4s later")
+		assert.Len(t, srv.Requests(pro), 13)
+		assert.Len(t, srv.Requests(flash), 13)
+	})
+}
+
+// learnedPair returns the fake and a Client of pro (1s) and flash (0.8s),
+// hedging off, each model having answered twelve calls; every request
+// whose prompt is "Write the long one" is decided by target (its index
+// among the requests of its model), the others answered at the model's
+// latency.
+func learnedPair(t *testing.T, models []string, target func(model string, i int) geminitest.Step) (*geminitest.Server, *geminiguard.Client) {
+	t.Helper()
+	decide := func(model string) func(geminitest.Request, int) geminitest.Step {
+		n := 0 // of the targeted requests: a model's requests come one at a time here
+		return func(r geminitest.Request, _ int) geminitest.Step {
+			if len(r.Contents) > 0 && r.Contents[0].Parts[0].Text == "Write the long one" {
+				n++
+				return target(model, n-1)
+			}
+			return geminitest.Step{}
+		}
+	}
+	srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: decide(pro)},
+		geminitest.Model{Name: flash, Latency: 800 * time.Millisecond, Decide: decide(flash)})
+	c := newClient(t, srv, nil, geminiguard.WithCascade(models...), geminiguard.WithJitterSource(seeded()), hedgingOff)
+	for _, model := range models {
+		for range 12 {
+			_, rec, err := ask(t.Context(), c, model)
+			require.NoError(t, err)
+			require.Equal(t, model, rec.Model)
+		}
+	}
+	return srv, c
+}
+
+// askLong sends the call learnedPair's target decides, recorded.
+func askLong(t *testing.T, c *geminiguard.Client) (geminiguard.CallRecord, error) {
+	var rec geminiguard.CallRecord
+	_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text("Write the long one"), nil)
+	return rec, err
+}
+
+// TestLongAnswerIsLetFinishWithNoOtherModel: a Client of pro alone, whose
+// answer to one call takes 4s. Its attempt is cut at the learned deadline
+// of an attempt with nowhere else to go (3s, three times the median), and
+// the call tries pro again, given three times that: the answer comes 4s
+// later. Before, the second attempt was cut at 3s too, and the third.
+func TestLongAnswerIsLetFinishWithNoOtherModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, c := learnedPair(t, []string{pro}, func(string, int) geminitest.Step { return geminitest.Step{Latency: 4 * time.Second} })
+		rec, err := askLong(t, c)
+		require.NoError(t, err, "the long answer is let finish")
+		assert.Equal(t, pro, rec.Model)
+		require.Len(t, rec.Attempts, 2, "one attempt cut, the next answered")
+		assert.InDelta(t, 3*time.Second, rec.Attempts[0].Elapsed, float64(50*time.Millisecond))
+		assert.Equal(t, 4*time.Second, rec.Attempts[1].Elapsed)
+		assert.Len(t, srv.Requests(pro), 14)
+	})
+}
+
+// TestStallIsCutAsSoonOnTheModelThatStalled: pro stalls 45s on both of a
+// call's attempts, and flash refuses the call's first (503) and answers
+// its second. Pro's second attempt is cut at its learned deadline (2s) as
+// its first was: a stall is pro's, and a cut of pro gives only the other
+// models' attempts of the call more time. Stretched as a long answer's
+// would be, it waited 6s.
+func TestStallIsCutAsSoonOnTheModelThatStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, c := learnedPair(t, []string{pro, flash}, func(model string, i int) geminitest.Step {
+			switch {
+			case model == pro:
+				return geminitest.Step{Latency: 45 * time.Second}
+			case i == 0:
+				return geminitest.Step{Fault: geminitest.Overloaded}
+			}
+			return geminitest.Step{}
+		})
+		rec, err := askLong(t, c)
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+		var pros []time.Duration
+		for _, a := range rec.Attempts {
+			if a.Model == pro && !a.Skipped {
+				pros = append(pros, a.Elapsed)
+			}
+		}
+		require.Len(t, pros, 2, "pro tried twice: %+v", rec.Attempts)
+		for _, d := range pros {
+			assert.InDelta(t, 2*time.Second, d, float64(50*time.Millisecond), "pro's stall cut at its learned deadline")
+		}
+	})
+}

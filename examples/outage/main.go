@@ -12,6 +12,7 @@
 //	go run ./examples/outage -family 200 -seed 1    # the brownout family: 200 cells drawn from seed 1
 //	go run ./examples/outage -cell 1000017          # replay one cell of it, arm by arm
 //	go run ./examples/outage -family 200 -hangs     # the hang family: the primary hangs, after fast failures or not
+//	go run ./examples/outage -family 200 -wide      # the wide family: answer times spread as answer lengths spread them
 //	go run ./examples/outage -family 200 -replicas 4  # geminiguard as a fleet of 4 replicas sharing one state
 //
 // Scenarios: burst429, dailyExhausted, storm503, fullOutage, retired404,
@@ -59,10 +60,15 @@ func main() {
 	worst := flag.Int("worst", 3, "with -family: how many worst cells to name for each figure")
 	cells := flag.String("cells", "", "with -family: also write geminiguard's figures in every cell to this file, a line per cell (seed, share ÷ oracle's, p99 ÷ oracle's, requests per call, success), to compare two builds cell by cell")
 	hangs := flag.Bool("hangs", false, "with -family: play the hang family instead (the primary sheds load, or not, then hangs on a share of its requests)")
+	wide := flag.Bool("wide", false, "with -family: play the wide family instead (the brownout family's cells with answer times spread as answer lengths spread them)")
 	cell := flag.Uint64("cell", 0, "replay the family's cell of this seed (as the family's report names it) and print its arms' table")
 	replicas := flag.Int("replicas", 1, "with -family or -cell: play geminiguard as this many replicas sharing one fleet state, the calls spread over them in turn")
 	flag.Parse()
 	if *family > 0 || *cell > 0 {
+		if *hangs && *wide {
+			fmt.Fprintln(os.Stderr, "outage: -hangs and -wide each name a family: give one")
+			os.Exit(2)
+		}
 		if *replicas < 1 {
 			fmt.Fprintf(os.Stderr, "outage: -replicas %d: give 1 (one process) or more\n", *replicas)
 			os.Exit(2)
@@ -72,7 +78,7 @@ func main() {
 			if *cell > 0 {
 				return replay(bubble, *cell, *replicas, *markdown)
 			}
-			return playFamily(bubble, *family, *seed, *hangs, *replicas, *worst, *markdown, *cells)
+			return playFamily(bubble, *family, *seed, *hangs, *wide, *replicas, *worst, *markdown, *cells)
 		})
 	}
 
@@ -150,16 +156,19 @@ func report(w io.Writer, res *scenario.Result, markdown bool) error {
 }
 
 // playFamily plays n cells of the brownout family of seed (the hang family
-// with hangs), each in its own bubble, geminiguard as replicas Clients
+// with hangs, the wide family with wide), each in its own bubble, geminiguard as replicas Clients
 // sharing one state, and prints the family's report with the worst cells,
 // and how long it took; with cells set, it writes every cell's figures
 // there too.
-func playFamily(bubble func(func(context.Context)), n int, seed uint64, hangs bool, replicas, worst int, markdown bool, cells string) int {
+func playFamily(bubble func(func(context.Context)), n int, seed uint64, hangs, wide bool, replicas, worst int, markdown bool, cells string) int {
 	began := time.Now()
-	fr := &scenario.FamilyReport{Seed: seed, Hangs: hangs}
+	fr := &scenario.FamilyReport{Seed: seed, Hangs: hangs, Wide: wide}
 	draw := scenario.Family
-	if hangs {
+	switch {
+	case hangs:
 		draw = scenario.HangFamily
+	case wide:
+		draw = scenario.WideFamily
 	}
 	for i, c := range draw(seed, n) {
 		c.Replicas = replicas

@@ -63,6 +63,12 @@ type Cell struct {
 	// stall fields are zero.
 	HangAfter, HangFor time.Duration
 	Hang               float64
+	// Spread, above 0, is the log-normal sigma of both models' answer
+	// times, as the lengths of the answers spread them (WideFamily): a
+	// call's answer is as long, in the same ratio to its model's median,
+	// whichever model writes it, up to wideCeiling. 0: the usual spread of
+	// one prompt size (latencySigma, drawn per model).
+	Spread float64
 	// Replicas, when more than one, plays geminiguard as that many
 	// Clients sharing one fleet state (a memory store behind a simulated
 	// round trip), call i through replica i mod Replicas: a fleet behind a
@@ -121,6 +127,16 @@ const (
 	hangCellOffset = 500_000
 )
 
+// The wide family's range (WideFamily): the sigma of answer times spread by
+// the answers' lengths, and the longest an answer takes, under the 60s
+// attempt timeout of geminiguard's defaults.
+const (
+	wideSpreadMin, wideSpreadMax = 0.4, 1.0
+	wideCeiling                  = 50 * time.Second
+	// wideCellOffset sets wide cells' seeds apart (WideCellSeed).
+	wideCellOffset = 700_000
+)
+
 // CellSeed returns the seed of cell i (from 0) of the family of seed:
 // seed·1,000,000 + i + 1, so that it reads as both.
 func CellSeed(seed uint64, i int) uint64 {
@@ -130,9 +146,14 @@ func CellSeed(seed uint64, i int) uint64 {
 // Family returns the n cells of the family of seed, drawn by DrawCell from
 // CellSeed(seed, i).
 func Family(seed uint64, n int) []Cell {
+	return drawCells(n, func(i int) uint64 { return CellSeed(seed, i) })
+}
+
+// drawCells returns n cells, cell i drawn by DrawCell from seedOf(i).
+func drawCells(n int, seedOf func(i int) uint64) []Cell {
 	out := make([]Cell, n)
 	for i := range out {
-		out[i] = DrawCell(CellSeed(seed, i))
+		out[i] = DrawCell(seedOf(i))
 	}
 	return out
 }
@@ -153,11 +174,25 @@ func HangCellSeed(seed uint64, i int) uint64 {
 // lets calls to a model a probe or a silence vouches for is judged on
 // these too.
 func HangFamily(seed uint64, n int) []Cell {
-	out := make([]Cell, n)
-	for i := range out {
-		out[i] = DrawCell(HangCellSeed(seed, i))
-	}
-	return out
+	return drawCells(n, func(i int) uint64 { return HangCellSeed(seed, i) })
+}
+
+// WideCellSeed returns the seed of wide cell i (from 0) of the wide family
+// of seed: seed·1,000,000 + 700,000 + i + 1.
+func WideCellSeed(seed uint64, i int) uint64 {
+	return seed*1_000_000 + wideCellOffset + uint64(i) + 1
+}
+
+// WideFamily returns the n wide cells of seed, drawn by DrawCell from
+// WideCellSeed(seed, i): the brownout family's kinds of cells and ranges,
+// with answer times spread as the lengths of real answers spread them
+// (log-normal, sigma 0.4–1.0: the slowest answer in a hundred 2.5–10 times
+// the median; LLM latency's tail is the length of its output), the same
+// length for a call on either model. The brownout family's answers stay
+// within 1.87 times their median, under the learned cut's floor of twice
+// it: a cut judged on that family alone never meets a long answer.
+func WideFamily(seed uint64, n int) []Cell {
+	return drawCells(n, func(i int) uint64 { return WideCellSeed(seed, i) })
 }
 
 // cellDraws draws a cell's parameters from its seed's stream: uniform
@@ -179,7 +214,7 @@ func DrawCell(seed uint64) Cell {
 	d := cellDraws{r}
 	logUniform, uniform := d.logUniform, d.uniform
 	c := Cell{Seed: seed, Ratio: 1}
-	if seed%1_000_000 > hangCellOffset {
+	if i := seed % 1_000_000; i > hangCellOffset && i <= wideCellOffset {
 		c.drawHang(d)
 		return c
 	}
@@ -214,6 +249,9 @@ func DrawCell(seed uint64) Cell {
 	load := logUniform(1, familyCallersMax+1)
 	closed := r.Float64() < 0.5
 	c.familyCalls(int(load), load, closed)
+	if seed%1_000_000 > wideCellOffset {
+		c.Spread = uniform(wideSpreadMin, wideSpreadMax)
+	}
 	return c
 }
 
@@ -302,6 +340,9 @@ func (c Cell) params() string {
 		fmt.Fprintf(&b, "primary %s %s (%v, %.2f×); secondary 503 %.1f%% %v", strings.Join(parts, ", "), onset,
 			c.primaryLatency(), c.Ratio, 100*c.SecondaryFail, c.Secondary)
 	}
+	if c.Spread > 0 {
+		fmt.Fprintf(&b, "; answers spread σ %.2f", c.Spread)
+	}
 	if c.Callers > 0 {
 		fmt.Fprintf(&b, "; %d callers", c.Callers)
 		if c.Think > 0 {
@@ -351,7 +392,27 @@ func (c Cell) Scenario() *Scenario {
 		sc.Window = [2]time.Duration{c.Onset, c.Run}
 	}
 	sc.Script = c.script(sc)
+	if c.Spread > 0 { // a long answer is no stall: only the script knows which are
+		spells := c.spells()
+		sc.Stall = func(r Request) bool { return r.Model == flash && c.stalls(spells, r) }
+	}
 	return sc
+}
+
+// stalls reports whether the primary's request r stalls StallFor (the
+// brownout is on, r does not fail, and its stall draw says so).
+func (c Cell) stalls(spells []time.Duration, r Request) bool {
+	return !c.Thinking && c.Hang == 0 && r.At >= c.Onset && !c.fails(spells, r) &&
+		draw(c.Seed, "stall", r.Model, r.Call, r.At) < c.Stall
+}
+
+// wideLatency returns the answer time of call on a model of median
+// latency in a wide cell (Spread): the median scaled by the call's length,
+// the same draw on every model, within wideCeiling.
+func (c Cell) wideLatency(median time.Duration, call int) time.Duration {
+	z := rng(c.Seed, "length", call).NormFloat64()
+	z = max(-2.5, min(2.5, z))
+	return min(wideCeiling, time.Duration(float64(median)*math.Exp(c.Spread*z)))
 }
 
 // script returns c's script for sc (c.Scenario()).
@@ -360,6 +421,9 @@ func (c Cell) script(sc *Scenario) Script {
 	primary := sc.Models[0].Name
 	return func(r Request) geminitest.Step {
 		step := answer(c.Seed, sc.mustModel(r.Model), r)
+		if c.Spread > 0 {
+			step.Latency = c.wideLatency(sc.mustModel(r.Model).Latency, r.Call)
+		}
 		switch {
 		case c.Thinking:
 			return step
@@ -380,7 +444,7 @@ func (c Cell) script(sc *Scenario) Script {
 			return step
 		case c.fails(spells, r):
 			return overloaded()
-		case draw(c.Seed, "stall", r.Model, r.Call, r.At) < c.Stall:
+		case c.stalls(spells, r):
 			step.Latency = c.StallFor
 		}
 		return step

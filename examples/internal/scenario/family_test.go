@@ -137,6 +137,60 @@ func TestHangFamily(t *testing.T) {
 	assert.Less(t, r.Oracle.P99, time.Minute, "the oracle waits for no hang: %s", cells[0])
 }
 
+// TestWideFamily: the wide family draws the brownout family's kinds of
+// cells with answer times spread wide, a call's answer as long on either
+// model, past the narrow family's 1.87 times the median and within
+// wideCeiling, and the oracle tells its stalls from its long answers by
+// the script.
+func TestWideFamily(t *testing.T) {
+	const seed = 7
+	cells := WideFamily(seed, familyTestSize)
+	require.Equal(t, cells, WideFamily(seed, familyTestSize), "the same seed draws the same cells")
+	var stalling *Cell
+	for i, c := range cells {
+		require.Equal(t, c, DrawCell(c.Seed), "a wide cell is drawn from its seed alone")
+		assert.Equal(t, WideCellSeed(seed, i), c.Seed)
+		assert.GreaterOrEqual(t, c.Spread, wideSpreadMin, c.String())
+		assert.Less(t, c.Spread, wideSpreadMax, c.String())
+		assert.Contains(t, c.String(), "answers spread σ")
+		assert.Zero(t, c.Hang, "no hang cell: %s", c)
+		if c.Stall > 0 && c.Onset == 0 && stalling == nil {
+			stalling = &cells[i]
+		}
+	}
+	assert.NotContains(t, Family(seed, familyTestSize), cells[0], "the brownout family draws no wide cell")
+	require.NotNil(t, stalling, "a cell of %d stalling from the start", familyTestSize)
+
+	c := *stalling
+	sc := c.Scenario()
+	longest, longAnswers, stalls := 0.0, 0, 0
+	for call := range 400 {
+		r := Request{Model: sc.Models[0].Name, Call: call, At: time.Second}
+		primary := sc.Script(r)
+		if primary.Fault != geminitest.OK {
+			continue
+		}
+		secondary := sc.Script(Request{Model: sc.Models[1].Name, Call: call, At: time.Second})
+		if sc.Stall(r) {
+			stalls++
+			assert.Equal(t, c.StallFor, primary.Latency)
+			continue
+		}
+		ratio := float64(primary.Latency) / float64(sc.Models[0].Latency)
+		longest = max(longest, ratio)
+		if ratio > stallFactor {
+			longAnswers++
+		}
+		assert.LessOrEqual(t, primary.Latency, wideCeiling)
+		if secondary.Fault == geminitest.OK && primary.Latency < wideCeiling && secondary.Latency < wideCeiling {
+			assert.InDelta(t, ratio, float64(secondary.Latency)/float64(sc.Models[1].Latency), 0.01, "a call's answer is as long on either model")
+		}
+	}
+	assert.Positive(t, stalls, "the script's stalls are stalls: %s", c)
+	assert.Positive(t, longAnswers, "answers past twice the median, no stall: %s", c)
+	assert.Greater(t, longest, 1.87, "past the brownout family's spread: %s", c)
+}
+
 // TestCellPlayedByAFleet: a cell with Replicas > 1 plays geminiguard as
 // that many Clients sharing one fleet state, the calls spread over them:
 // the arm's calls go through the shared state (its round trips), and the

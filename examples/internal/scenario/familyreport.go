@@ -13,8 +13,8 @@ import (
 type FamilyReport struct {
 	Seed  uint64
 	Cells []CellResult
-	// Hangs: the cells are HangFamily's, not Family's.
-	Hangs bool
+	// Hangs: the cells are HangFamily's, not Family's; Wide: WideFamily's.
+	Hangs, Wide bool
 }
 
 // familyFigure is one of the per-cell figures of an arm the family reports.
@@ -184,8 +184,11 @@ func (fr *FamilyReport) Write(w io.Writer, markdown bool, worst int) error {
 		}
 	}
 	family := "brownout family"
-	if fr.Hangs {
+	switch {
+	case fr.Hangs:
 		family = "hang family"
+	case fr.Wide:
+		family = "wide family"
 	}
 	guard := "geminiguard at its defaults"
 	if len(fr.Cells) > 0 && fr.Cells[0].Cell.Replicas > 1 {

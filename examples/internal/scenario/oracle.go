@@ -90,7 +90,11 @@ func (o *oracle) pick(ctx context.Context, call int) (model string, ok bool) {
 // answers reports whether the script says m answers call at at (since the
 // run's start), and whether only with a stall.
 func (o *oracle) answers(m Model, call int, at time.Duration) (ok, stall bool) {
-	step := o.sc.Script(Request{Model: m.Name, Call: call, At: at})
+	r := Request{Model: m.Name, Call: call, At: at}
+	step := o.sc.Script(r)
+	if o.sc.Stall != nil {
+		return step.Fault == geminitest.OK, o.sc.Stall(r)
+	}
 	return step.Fault == geminitest.OK, m.stalls(step.Latency)
 }
 

@@ -38,6 +38,12 @@ type Scenario struct {
 	// on every model that hedges after this quantile of the model's recent
 	// durations, within a budget (the brownout family): see FailsafeArm.
 	HedgeQuantile float64
+	// Stall, when set, says whether the script's answer to r is a stall,
+	// which the oracle avoids when another model answers in time; nil: an
+	// answer later than stallFactor times its model's median is one (see
+	// Model.Latency). A scenario whose answers spread wider than that sets
+	// it, so that a long answer is not taken for a stall.
+	Stall func(r Request) bool
 	// Measures are the scenario's own columns of the report.
 	Measures []Measure
 }
