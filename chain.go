@@ -368,8 +368,9 @@ func (call *call[R]) boundingCut(m *modelState, room time.Duration) (cut time.Du
 	if call.hasNext(m) {
 		return d, true
 	}
-	if d, _ = m.lat.Cut(call.class, true); call.stretch(m, d, true) < room {
-		return call.stretch(m, d, true), false
+	last, _ := m.lat.Cut(call.class, true)
+	if last = call.stretch(m, last, true); last < room {
+		return last, false
 	}
 	return 0, false
 }

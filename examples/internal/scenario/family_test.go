@@ -89,12 +89,9 @@ func TestFamily(t *testing.T) {
 // the oracle sends none of its calls into a hang.
 func TestHangFamily(t *testing.T) {
 	const seed = 7
-	cells := HangFamily(seed, familyTestSize)
-	require.Equal(t, cells, HangFamily(seed, familyTestSize), "the same seed draws the same cells")
+	cells := drawnFromSeeds(t, seed, HangFamily, HangCellSeed)
 	var leadIn *Cell
 	for i, c := range cells {
-		require.Equal(t, c, DrawCell(c.Seed), "a hang cell is drawn from its seed alone")
-		assert.Equal(t, HangCellSeed(seed, i), c.Seed)
 		assert.Positive(t, c.Hang, c.String())
 		assert.Contains(t, c.String(), "hang ")
 		if c.HangAfter > 0 && leadIn == nil {
@@ -137,6 +134,20 @@ func TestHangFamily(t *testing.T) {
 	assert.Less(t, r.Oracle.P99, time.Minute, "the oracle waits for no hang: %s", cells[0])
 }
 
+// drawnFromSeeds returns familyTestSize cells of family's seed, having
+// checked that the seed draws them again the same, and that each is drawn
+// from its own seed, seedOf's, alone.
+func drawnFromSeeds(t *testing.T, seed uint64, family func(uint64, int) []Cell, seedOf func(uint64, int) uint64) []Cell {
+	t.Helper()
+	cells := family(seed, familyTestSize)
+	require.Equal(t, cells, family(seed, familyTestSize), "the same seed draws the same cells")
+	for i, c := range cells {
+		require.Equal(t, c, DrawCell(c.Seed), "a cell is drawn from its seed alone")
+		assert.Equal(t, seedOf(seed, i), c.Seed)
+	}
+	return cells
+}
+
 // TestWideFamily: the wide family draws the brownout family's kinds of
 // cells with answer times spread wide, a call's answer as long on either
 // model, past the narrow family's 1.87 times the median and within
@@ -144,12 +155,9 @@ func TestHangFamily(t *testing.T) {
 // the script.
 func TestWideFamily(t *testing.T) {
 	const seed = 7
-	cells := WideFamily(seed, familyTestSize)
-	require.Equal(t, cells, WideFamily(seed, familyTestSize), "the same seed draws the same cells")
+	cells := drawnFromSeeds(t, seed, WideFamily, WideCellSeed)
 	var stalling *Cell
 	for i, c := range cells {
-		require.Equal(t, c, DrawCell(c.Seed), "a wide cell is drawn from its seed alone")
-		assert.Equal(t, WideCellSeed(seed, i), c.Seed)
 		assert.GreaterOrEqual(t, c.Spread, wideSpreadMin, c.String())
 		assert.Less(t, c.Spread, wideSpreadMax, c.String())
 		assert.Contains(t, c.String(), "answers spread σ")
