@@ -15,9 +15,11 @@ import (
 // unary answer, or a stream's first chunk: learned apart; the learning is
 // internal/latency's), and bounds an attempt by its learned cut: the end
 // of 95% of the model's answers, within twice and three times their
-// median (three times for an attempt with no other model to go to)
+// median (three times for an attempt with no other model to go to), or,
+// when the answers spread wider (their lengths do), up to the end of 99%
+// of them as their quartiles read it, ten times the median at most
 //
-//	cut = max(latency.CutFloor, min(CutMax × median, max(CutMin × median, p95 of the answers)))
+//	cut = max(latency.CutFloor, min(ceiling, max(CutMin × median, p95 of the answers, p95 the quartiles read)))
 //
 // when that is shorter than the attempt timeout: an attempt not answered
 // by then is abandoned for the next model (or, with no other model, tried

@@ -1,6 +1,7 @@
 package geminiguard_test
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -569,5 +570,37 @@ func TestStallIsCutAsSoonOnTheModelThatStalled(t *testing.T) {
 		for _, d := range pros {
 			assert.InDelta(t, 2*time.Second, d, float64(50*time.Millisecond), "pro's stall cut at its learned deadline")
 		}
+	})
+}
+
+// TestLongAnswerOfAWidelySpreadModelIsNotCut: pro, the Client's only
+// model, answers as its answers' lengths spread them (log-normal, σ 0.8
+// around 1s: one answer in a hundred past 6.4s), and it learned them from
+// 64 answers; a call whose answer takes 4s is answered in one request.
+// Before, the ceiling of an attempt with nowhere else to go was three
+// times the median whatever the spread: the attempt was cut at 2.6s and
+// sent again.
+func TestLongAnswerOfAWidelySpreadModelIsNotCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const learned = 64
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i >= learned {
+				return geminitest.Step{Latency: 4 * time.Second}
+			}
+			q := (7 * i) % learned // evenly spaced quantiles, scrambled
+			z := math.Sqrt2 * math.Erfinv(2*(float64(q)+0.5)/learned-1)
+			return geminitest.Step{Latency: time.Duration(float64(time.Second) * math.Exp(0.8*z))}
+		}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro), geminiguard.WithJitterSource(seeded()), hedgingOff)
+		for range learned {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Len(t, rec.Attempts, 1, "pro alone learns every answer")
+		}
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Len(t, rec.Attempts, 1, "not cut")
+		assert.Equal(t, 4*time.Second, rec.Latency)
+		assert.Len(t, srv.Requests(pro), learned+1)
 	})
 }

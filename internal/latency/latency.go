@@ -17,17 +17,25 @@ import (
 )
 
 // The learned deadlines of a class whose answers have the given median,
-// whose HedgeQuantile answers end before tail, and whose HedgeQuantile
-// answered attempts (abandoned ones left out) end before answered:
+// whose HedgeQuantile answers end before tail, whose HedgeQuantile
+// answered attempts (abandoned ones left out) end before answered, and
+// whose answers' quartiles read as a log-normal spread put the end of 95%
+// and of 99% of them at spread95 and spread99 times the median
+// (answersSpread):
 //
-//	cut   = max(CutFloor, min(CutMax × median, max(CutMin × median, answered)))
-//	last  = max(CutFloor, CutMax × median)
-//	hedge = min(cut, max(CutFloor, tail, HedgeSpread × median))
-//	      = min(cut, max(CutFloor, answered)) when more than 1 − HedgeQuantile of the attempts were abandoned
+//	ceiling = min(maxSpread, max(CutMax, spread99)) × median
+//	cut     = max(CutFloor, min(ceiling, max(CutMin × median, answered, spread95 × median)))
+//	last    = max(CutFloor, ceiling)
+//	hedge   = min(cut, max(CutFloor, tail, HedgeSpread × median))
+//	        = min(cut, max(CutFloor, answered)) when more than 1 − HedgeQuantile of the attempts were abandoned
 //
 // So an attempt is cut once it is later than 95% of the model's answers,
-// never sooner than twice its median (answers of one prompt size vary
-// less) and never later than three times it. Stalls that were cut do not
+// never sooner than twice its median (answers of one length vary less)
+// and never later than three times it, unless the answers spread wider (an
+// answer's time is its output's length): then the ceiling is the end of
+// 99% of them, up to ten times the median, and the quartiles, which a cut
+// at the tail hardly moves, keep the cut from holding itself down where it
+// censored the answers it cut. Stalls that were cut do not
 // move it: they are abandoned, not answered. The median is of the answers
 // and the abandoned attempts, those counted as slower than every answer;
 // when they are more than half, it is the slowest answer's (a model that
@@ -76,6 +84,7 @@ const (
 	Warmup          = 10                     // answers a class needs before it has its cut and learned hedge delay
 	EarlyHedgeAfter = 2                      // answers a class needs before it has the early hedge delay
 	refreshEvery    = 32                     // answers between two refreshes of a class, once warm
+	maxSpread       = 10                     // the cut's ceiling, in medians, however widely the answers spread (answersSpread)
 	maxSamples      = 512                    // past it, a class's counts are halved: recent answers weigh more
 )
 
@@ -335,10 +344,12 @@ func (h *histogram) refresh() {
 		median = slowestAnswer(counts) // most attempts hang, the rest answer: not a shift
 	}
 	mid := Mid(median)
-	cut := max(CutFloor, min(CutMax*mid, max(CutMin*mid, End(answered))))
+	spread95, spread99 := answersSpread(counts)
+	ceiling := time.Duration(spread99 * float64(mid))
+	cut := max(CutFloor, min(ceiling, max(CutMin*mid, End(answered), time.Duration(spread95*float64(mid)))))
 	first := h.cut.Load() == 0
 	h.cut.Store(int64(cut))
-	h.last.Store(int64(max(CutFloor, CutMax*mid)))
+	h.last.Store(int64(max(CutFloor, ceiling)))
 	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))
 	if tail == Buckets-1 && answered >= 0 {
 		hedge = max(CutFloor, End(answered))
@@ -406,6 +417,43 @@ func (l *Learner) SetOthers(counts []Count) {
 		h.refresh()
 	}
 }
+
+// answersSpread returns how many times their median the slowest answer in
+// twenty and in a hundred take, read off the answers' quartiles in counts
+// (abandoned attempts left out) as a log-normal spread: (q75/q25)^(z/(2·z75))
+// for z of 95% and of 99%. The quartiles move with the spread of the answers
+// (their lengths) but hardly with a cut at their tail, which censors what it
+// cuts: the end of 95% of the answers left can only fall, to twice the
+// median, while the long answers past it are never recorded. Stalls waited
+// out, fewer than a quarter of the answers, hardly move them either. The
+// slowest in a hundred is within CutMax (answers of one length: the cut's
+// own ceiling) and maxSpread; both are 1 and CutMax before Warmup answers.
+func answersSpread(counts [Buckets]int64) (spread95, spread99 float64) {
+	var n int64
+	for _, c := range counts[:Buckets-1] {
+		n += c
+	}
+	if n < Warmup {
+		return 1, CutMax
+	}
+	q25, q75 := -1, -1
+	var seen int64
+	for i, c := range counts[:Buckets-1] {
+		seen += c
+		if q25 < 0 && 4*seen >= n {
+			q25 = i
+		}
+		if 4*seen >= 3*n {
+			q75 = i
+			break
+		}
+	}
+	iqr := float64(Mid(q75)) / float64(Mid(q25))
+	return math.Pow(iqr, z95/(2*z75)), min(maxSpread, max(CutMax, math.Pow(iqr, z99/(2*z75))))
+}
+
+// Standard normal quantiles: of 75%, 95% and 99%.
+const z75, z95, z99 = 0.6745, 1.6449, 2.3263
 
 // slowestAnswer returns the bucket of the slowest answer in counts, -1
 // when none.

@@ -267,3 +267,56 @@ func TestOthersRecordsAreReadWithTheLearnersOwn(t *testing.T) {
 	d, _ = l.Cut(1, false)
 	assert.Greater(t, d, 7*time.Second, "the others' record gone, its own says 7s")
 }
+
+// logNormalAnswers records n answers of class 0 spread log-normally with
+// sigma around median, at evenly spaced quantiles taken in a scrambled
+// order (no randomness; n must be prime to 7), those past cut (0: none)
+// as abandoned: cut there.
+func logNormalAnswers(l *Learner, n int, median time.Duration, sigma float64, cut time.Duration) {
+	for i := range n {
+		q := (7 * i) % n
+		z := math.Sqrt2 * math.Erfinv(2*(float64(q)+0.5)/float64(n)-1)
+		d := time.Duration(float64(median) * math.Exp(sigma*z))
+		if cut > 0 && d > cut {
+			d = Abandoned
+		}
+		l.Record(0, d)
+	}
+}
+
+// TestCutFollowsTheAnswersSpread: answers whose lengths spread them (σ
+// 0.8: p95 at 3.7 times the median, p99 at 6.4) are cut past the end of
+// 95% of them, not at three times the median, which cut 8.5% of them;
+// answers of one length (σ 0.25) keep the ceiling of three times it; and
+// however wide the spread, the cut stays within ten times the median; a cut
+// that censored the answers does not hold itself down. The
+// ceiling is read off the quartiles' buckets, four per doubling: for σ 0.8
+// it comes out at about 4.7 medians (6.4 exactly).
+func TestCutFollowsTheAnswersSpread(t *testing.T) {
+	for _, tc := range []struct {
+		sigma          float64
+		cutMin, cutMax float64 // in medians
+		lastMin        float64
+	}{
+		{sigma: 0.25, cutMin: 1.9, cutMax: 2.1, lastMin: 2.9},
+		{sigma: 0.8, cutMin: 3.7, cutMax: 4.5, lastMin: 4.5},
+		{sigma: 2, cutMin: 8.5, cutMax: 11.5, lastMin: 8.5}, // ten times the median's bucket, within 12% of it
+	} {
+		l := New(1)
+		logNormalAnswers(l, 400, time.Second, tc.sigma, 0)
+		cut, _ := l.Cut(0, false)
+		last, _ := l.Cut(0, true)
+		assert.GreaterOrEqual(t, cut.Seconds(), tc.cutMin, "σ %v", tc.sigma)
+		assert.LessOrEqual(t, cut.Seconds(), tc.cutMax, "σ %v", tc.sigma)
+		assert.GreaterOrEqual(t, last.Seconds(), tc.lastMin, "σ %v", tc.sigma)
+		assert.LessOrEqual(t, last.Seconds(), float64(maxSpread)*1.15, "σ %v", tc.sigma)
+	}
+
+	// The same σ 0.8 answers, those past 2.6s cut (12% of them: the cut
+	// of three times the median): the answers left end at 2.6s, but their
+	// quartiles still read the spread, and the cut rises past 2.6s.
+	l := New(1)
+	logNormalAnswers(l, 400, time.Second, 0.8, 2600*time.Millisecond)
+	cut, _ := l.Cut(0, false)
+	assert.Greater(t, cut.Seconds(), 3.0, "the cut is not held where it censored the answers")
+}
