@@ -122,6 +122,7 @@ type histogram struct {
 	records       atomic.Int64          // answers recorded, for the refresh cadence
 	cut           atomic.Int64          // the learned cut, in nanoseconds; 0 while warming up
 	last          atomic.Int64          // the learned cut of an attempt with nowhere else to go
+	ceiling       atomic.Uint64         // the cut's ceiling in medians (answersSpread's spread99), as float64 bits; stored before cut
 	hedge         atomic.Int64          // the learned hedge delay, in nanoseconds; 0 while warming up
 	learned       chan struct{}         // closed by the refresh that first stores the deadlines
 	early         chan struct{}         // closed by the EarlyHedgeAfter-th answer, own or others' (WhenEarly)
@@ -210,13 +211,14 @@ func (l *Learner) Sent(class int) int64 {
 func (l *Learner) Ended(class int) { l.classes[class].pending.Add(-1) }
 
 // CohortCut returns the cut of an attempt of class sent before the class
-// warmed up: CutMax times the median of the answers and of the attempts
-// still in flight that were sent before (Sent), those counted as slower
-// than every answer; false until the class has warmed up, or while half
-// of them or more are in flight (their median is then not known yet).
-// With settled (the caller saw none of those attempts answer for a while:
-// what is left stalls), the median is scaled as the learned cut scales
-// the answers' median (CutMin to CutMax) instead of CutMax.
+// warmed up: the learned cut's ceiling (CutMax times, or more for answers
+// that spread wider: answersSpread) times the median of the answers and of
+// the attempts still in flight that were sent before (Sent), those counted
+// as slower than every answer; false until the class has warmed up, or
+// while half of them or more are in flight (their median is then not known
+// yet). With settled (the caller saw none of those attempts answer for a
+// while: what is left stalls), the median is scaled as the learned cut
+// scales the answers' median (CutMin to the ceiling) instead.
 // The first answers of a burst of requests are its fastest, and a model
 // whose every request slowed (a flood of them) answers them later: the
 // attempts still waiting hold the median back until most have answered.
@@ -225,9 +227,9 @@ func (l *Learner) CohortCut(class int, settled bool) (time.Duration, bool) {
 	if h.cut.Load() == 0 {
 		return 0, false
 	}
-	scale := float64(CutMax)
-	if settled { // the learned cut over the median: last is CutMax times it (or CutFloor, the cut then too)
-		scale = min(CutMax, max(CutMin, CutMax*float64(h.cut.Load())/float64(h.last.Load())))
+	scale := math.Float64frombits(h.ceiling.Load())
+	if settled { // the learned cut over the median: last is the ceiling times it (or CutFloor, the cut then too)
+		scale = min(scale, max(CutMin, scale*float64(h.cut.Load())/float64(h.last.Load())))
 	}
 	return h.cohortCut(1, scale)
 }
@@ -348,6 +350,7 @@ func (h *histogram) refresh() {
 	ceiling := time.Duration(spread99 * float64(mid))
 	cut := max(CutFloor, min(ceiling, max(CutMin*mid, End(answered), time.Duration(spread95*float64(mid)))))
 	first := h.cut.Load() == 0
+	h.ceiling.Store(math.Float64bits(spread99))
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, ceiling)))
 	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))

@@ -320,3 +320,23 @@ func TestCutFollowsTheAnswersSpread(t *testing.T) {
 	cut, _ := l.Cut(0, false)
 	assert.Greater(t, cut.Seconds(), 3.0, "the cut is not held where it censored the answers")
 }
+
+// TestCohortCutFollowsTheAnswersSpread: an attempt sent before its model
+// learned its answer times is cut, once they are learned, as the learned
+// cut scales the answers' median: for answers spread σ 0.8 the end of 95%
+// of them (settled: what is left of the cohort stalls) and the ceiling
+// otherwise, as the learned cuts are. Before, the cohort's cut was three
+// times the median (3.0s against a ceiling of 4.7s) and, settled, 2.4
+// times (against a learned cut of 3.8s): scaled as for answers of one
+// length.
+func TestCohortCutFollowsTheAnswersSpread(t *testing.T) {
+	l := New(1)
+	logNormalAnswers(l, 400, time.Second, 0.8, 0)
+	cut, _ := l.Cut(0, false)
+	last, _ := l.Cut(0, true)
+	settled, ok := l.CohortCut(0, true)
+	require.True(t, ok)
+	assert.InDelta(t, cut.Seconds(), settled.Seconds(), 0.15*cut.Seconds(), "settled: the learned cut's scale")
+	unsettled, _ := l.CohortCut(0, false)
+	assert.InDelta(t, last.Seconds(), unsettled.Seconds(), 0.15*last.Seconds(), "the ceiling's scale")
+}
