@@ -115,7 +115,7 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 	if !c.cfg.hedge.On || !call.learns || call.only || call.stream != nil && call.stream.yielded {
 		return 0, false
 	}
-	d, ok := m.lat.Hedge(call.class) // before the model learned its times, a scan of its answers
+	d, ok := m.lat.Hedge(call.class, start) // before the model learned its times, a scan of its answers
 	d = call.stretch(m, d, false)
 	switch {
 	case !ok, !start.Add(d).Before(end):

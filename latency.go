@@ -167,16 +167,17 @@ type lateCut struct {
 
 // answered counts the watched attempt's answer among its cohort's
 // (latency.Learner.CohortAnswered): the cohort is still answering.
-func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class, lc.place) }
+func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 
 // cutOnceLearned bounds an attempt to m sent at start, with room before its
 // own deadline, that was sent before m had learned the answer times of the
 // call's class: once the answers of other calls teach them, the attempt is
 // cut at its cohort's cut from start (latency.Learner.CohortCut: three
 // times the median of the answers and of the attempts still in flight
-// sent before them; once none of those answered over a look, a quarter of
-// a median apart, what is left of the cohort stalls, and the median is
-// scaled as the learned cut scales the answers', twice for answers alike),
+// sent before them, each of those as long as it has taken so far; once
+// none of those answered over a look, a quarter of a median apart, what
+// is left of the cohort stalls, and the median is scaled as the learned
+// cut scales the answers', twice for answers alike),
 // at once when that has passed, by cancel. So a stall sent in a Client's
 // first moments (a burst of callers at start-up) is cut like any later one
 // rather than waited out, while a burst that slowed every request (a
@@ -185,12 +186,11 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class, lc.place) }
 // (onward: the cut sends the call on, Client.mayCut) is cut sooner, at the
 // early delay once m has EarlyHedgeAfter answers (latency.Learner.Hedge:
 // the early hedge's, which an attempt sent before it was known could not
-// take), or, while half of the attempts sent before the cut was learned
-// are still out (stalls that outnumber the answers, or a flood), once an
-// attempt sent after it answered (latency.Learner.Overtaken: a flood's
-// first requests answer first), at three times the answers' own median;
-// one with nowhere else to go only within the cut budget. It starts a
-// goroutine, which end joins.
+// take), or, while the median of its cohort is not known (stalls that
+// outnumber the answers, a flood, or long answers still out), once it is
+// later than any answer of the widest spread the answers may have
+// (latency.Learner.StallCut); one with nowhere else to go only within the
+// cut budget. It starts a goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
 	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel, stretch: call.stretch(m, 1, !onward)}
@@ -198,10 +198,10 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 	if onward {
 		early = m.lat.WhenEarly(lc.class)
 	}
-	lc.place = m.lat.Sent(lc.class)
+	lc.place = m.lat.Sent(lc.class, start)
 	go func() {
 		defer close(lc.done)
-		defer m.lat.Ended(lc.class)
+		defer m.lat.Ended(lc.class, lc.place)
 		if w.early(early) {
 			w.cohort()
 		}
@@ -221,10 +221,12 @@ type cutWatch struct {
 	stretch time.Duration
 }
 
-// early cuts the attempt at the early delay (or, overtaken, at three times
-// the answers' median), looked at again after a quarter of it (it grows as
-// the cohort answers), from when early is closed until the class learns
-// its cut. It reports whether the watch goes on (the cut is learned).
+// early cuts the attempt at the early delay, looked at again after a
+// quarter of it (it grows as the cohort answers) or at the next answer,
+// from when early is closed until the class learns its cut; while the
+// cohort's median is not known (most of it is out), at the stall cut
+// (latency.Learner.StallCut). It reports whether the watch goes on (the
+// cut is learned).
 func (w *cutWatch) early(early <-chan struct{}) bool {
 	lat, class, learned := w.lc.lat, w.lc.class, w.lc.lat.WhenLearned(w.lc.class)
 	for !lat.Learned(class) {
@@ -235,10 +237,11 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 			continue
 		case <-early:
 		}
-		wait := latency.CutFloor // half of the cohort or more in flight: look again soon
-		d, ok := lat.Hedge(class)
-		if !ok && lat.Overtaken(class, w.lc.place) {
-			d, ok = lat.AnswersCut(class)
+		answered := lat.WhenAnswered(class) // before the look: an answer meanwhile wakes the next
+		wait := latency.CutFloor            // the cohort's median not known yet: look again soon
+		d, ok := lat.Hedge(class, time.Now())
+		if !ok {
+			d, ok = lat.StallCut(class)
 		}
 		if ok {
 			d *= w.stretch
@@ -251,7 +254,7 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 				wait = min(wait, left)
 			}
 		}
-		if !w.lc.sleep(wait, learned) {
+		if !w.lc.sleep(wait, learned, answered) {
 			return false
 		}
 	}
@@ -273,7 +276,7 @@ func (w *cutWatch) cohort() {
 		settled := prev >= 0 && answers == prev
 		prev = answers
 		wait := look
-		if d, ok := lat.CohortCut(class, settled); ok {
+		if d, ok := lat.CohortCut(class, time.Now(), settled); ok {
 			if d *= w.stretch; d >= w.room && settled { // its own deadline comes first
 				return
 			}
@@ -283,7 +286,7 @@ func (w *cutWatch) cohort() {
 			}
 			wait = min(wait, left)
 		}
-		if !w.lc.sleep(wait, nil) {
+		if !w.lc.sleep(wait, nil, nil) {
 			return
 		}
 	}
@@ -302,9 +305,9 @@ func (w *cutWatch) due(d time.Duration) (left time.Duration, done bool) {
 	return 0, true
 }
 
-// sleep waits d, or until wake is closed (nil: never), and reports false
+// sleep waits d, or until wake or wake2 is closed (nil: never), and reports false
 // when the watch was stopped meanwhile.
-func (lc *lateCut) sleep(d time.Duration, wake <-chan struct{}) bool {
+func (lc *lateCut) sleep(d time.Duration, wake, wake2 <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -312,6 +315,7 @@ func (lc *lateCut) sleep(d time.Duration, wake <-chan struct{}) bool {
 		return false
 	case <-t.C:
 	case <-wake:
+	case <-wake2:
 	}
 	return true
 }

@@ -1,6 +1,7 @@
 package geminiguard_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -230,17 +231,17 @@ func TestStallSentBeforeAnythingAnsweredIsCutAtTheEarlyDelay(t *testing.T) {
 	})
 }
 
-// TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken: three users
-// start at once and pro stalls on all three requests; a fourth user's
-// calls, back to back, answer in 1s. The stalls still out are more than
-// half of pro's requests until its fifth answer, and a median still out
-// is no median: a flood's first answers are its fastest. But the fourth
-// user's later requests answered while the first three were out: a model
-// answering its later requests is not slowed by a burst, and the earlier
-// ones stall. They are cut at three times the lower median of the answers
-// once pro has two (3s), and flash answers 0.8s on, where before they
-// waited for the fifth answer.
-func TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken(t *testing.T) {
+// TestStallsOutnumberingTheFirstAnswersAreCutOnceTheMedianIsKnown: three
+// users start at once and pro stalls on all three requests; a fourth
+// user's calls, back to back, answer in 1s. A median still out is no
+// median (a flood's first answers are its fastest), but each request in
+// flight counts as long as it has taken so far: the fourth user's next
+// request, just sent, says nothing yet. At pro's third answer (3s), half
+// of the requests out for a second had answered by then: the median is
+// 1s, the stalls are cut at three times it, and flash answers 0.8s on.
+// Before an attempt's time in flight was counted, they waited for the
+// fifth answer.
+func TestStallsOutnumberingTheFirstAnswersAreCutOnceTheMedianIsKnown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, c := stallingAtStart(t, 3)
 
@@ -257,7 +258,7 @@ func TestStallsOutnumberingTheFirstAnswersAreCutOnceOvertaken(t *testing.T) {
 			assert.NoError(t, s.err)
 			assert.Equal(t, flash, s.rec.Model)
 			assert.InDelta(t, (3*time.Second + 800*time.Millisecond).Seconds(), s.took.Seconds(), 0.4,
-				"cut at three times the answers' lower median once overtaken, not when the stalls are under half")
+				"cut at three times the answers' lower median once it is known, not when the stalls are under half")
 		}
 	})
 }
@@ -398,10 +399,12 @@ func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 // Now the median is its slowest answer, and every hang is cut in a second
 // or two and the call answered by flash; but for the first calls' when
 // half of them or more hang (a flood's would answer: see
-// TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned), cut once a
-// later request has answered, about six seconds in, as the users whose
-// first calls pro answered come back (depending on which request gets which
-// answer: 1.79s or 6.29s, the slowest).
+// TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned), cut once they
+// are later than the answers seen so far let any answer be: their median
+// times the end of 99% of them as their spread reads it, three times for
+// answers alike (0.9s; the slowest call takes 1.4s). Before, they were cut
+// once a later request had answered (depending on which request got which
+// answer, the slowest call took 1.79s or 6.29s).
 func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -602,5 +605,55 @@ func TestLongAnswerOfAWidelySpreadModelIsNotCut(t *testing.T) {
 		assert.Len(t, rec.Attempts, 1, "not cut")
 		assert.Equal(t, 4*time.Second, rec.Latency)
 		assert.Len(t, srv.Requests(pro), learned+1)
+	})
+}
+
+// TestLongAnswersSentAtStartAreNotCutOnceOvertaken: nine users start at
+// once; the answers they asked for take 5s to 50s to write, as long on
+// pro as on flash (their lengths are the calls'), and a tenth user's call,
+// sent at 5s, is answered in 4.3s. Most of the first nine are still out
+// when pro has its first answers: the median of what was sent is not known
+// yet, and none is cut (the widest spread the answers may have, ten times
+// their median, is not reached before half of them answered). Each call is
+// answered by pro in one request, as long as its answer takes. Before, an
+// attempt overtaken by the answer of one sent after it was cut at three
+// times the answers' median (14.5s) and its call began again on flash:
+// five calls took 14.5s longer, and flash wrote their answers again (the
+// wide family's long-thinking cell 1700027).
+func TestLongAnswersSentAtStartAreNotCutOnceOvertaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lengths := []time.Duration{5 * time.Second, 14 * time.Second, 18 * time.Second, 21 * time.Second, 24 * time.Second,
+			30 * time.Second, 35 * time.Second, 42 * time.Second, 50 * time.Second, 4300 * time.Millisecond}
+		write := func(r geminitest.Request, _ int) geminitest.Step {
+			var i int
+			_, err := fmt.Sscanf(r.Contents[0].Parts[0].Text, "Write answer %d", &i)
+			require.NoError(t, err)
+			return geminitest.Step{Latency: lengths[i]}
+		}
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: write}, geminitest.Model{Name: flash, Decide: write})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		took := make([]time.Duration, len(lengths))
+		var wg sync.WaitGroup
+		for i := range lengths {
+			wg.Go(func() {
+				if i == len(lengths)-1 {
+					time.Sleep(5 * time.Second) // the tenth user comes later
+				}
+				var rec geminiguard.CallRecord
+				start := time.Now()
+				_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(fmt.Sprintf("Write answer %d", i)), nil)
+				took[i] = time.Since(start)
+				assert.NoError(t, err)
+				assert.Equal(t, pro, rec.Model, "call %d", i)
+			})
+		}
+		wg.Wait()
+
+		for i, d := range lengths {
+			assert.Equal(t, d, took[i], "call %d answered as soon as its answer was written", i)
+		}
+		assert.Len(t, srv.Requests(pro), len(lengths), "one request a call")
+		assert.Zero(t, srv.Total(flash), "no answer written twice")
 	})
 }

@@ -11,6 +11,7 @@ package latency
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,23 +59,31 @@ import (
 // Before a class has Warmup answers it has no cut and no learned hedge
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
 // at the early delay (one sent before there was one, with another model to
-// go to, is cut at it: the caller's choice, WhenEarly; or, overtaken by the
-// answer of one sent after it, at CutMax times the answers' own median:
-// AnswersCut)
+// go to, is cut at it: the caller's choice, WhenEarly)
 //
 //	early = max(CutFloor, CutMax × median of the answers and of the attempts in flight sent before them)
 //
-// (those counted as slower than every answer; the lower median: of two
-// answers, the faster), so that a stall of a model that has answered only a
-// call or two is raced rather than waited out. The median is not moved by
-// stalls among up to half of the answers (their largest is: a stall waited
-// out and answered would put it past the attempt timeout), the attempts in
-// flight hold it back while a burst that slowed every request answers (its
-// first answers are its fastest; there is no early delay while half of them
-// or more are in flight, as for CohortCut), and CutMax of it leaves room for
-// the spread of a model slow on every request, which is not hedged. The cut
-// and the learned delay wait for Warmup answers: a quantile of fewer is too
-// noisy for them (BENCHMARKS.md, Brownout family).
+// (the lower median: of two answers, the faster), so that a stall of a
+// model that has answered only a call or two is raced rather than waited
+// out. The attempts in flight are the answers not known yet: each counts
+// as at least as long as it has taken so far (the median is the
+// Kaplan-Meier estimate's, of answers censored by the present), so a burst
+// that slowed every request, whose first answers are its fastest, holds
+// the median back while most of it is out, and so do long answers of a
+// model whose answers spread wide, sent with the ones that answered; an
+// attempt sent a moment ago holds back no median. The median is not moved
+// by stalls among up to half of the answers (their largest is: a stall
+// waited out and answered would put it past the attempt timeout), and
+// CutMax of it leaves room for the spread of a model slow on every
+// request, which is not hedged. While that median is not known (most of
+// what was sent is out), an attempt that was sent before there was an
+// early delay, with another model to go to, is cut once it is later than
+// the answers seen so far let any answer be (StallCut: their median times
+// the end of 99% of them, as their spread reads, CutMax to maxSpread
+// times): stalls that outnumber the answers are cut, long answers of a
+// model whose first answers already spread wide are let finish. The cut
+// and the learned delay wait for Warmup answers: a quantile of fewer is
+// too noisy for them (BENCHMARKS.md, Brownout family).
 const (
 	CutMin          = 2
 	CutMax          = 3
@@ -129,11 +138,44 @@ type histogram struct {
 	earlyOnce     sync.Once             // closes early
 	answers       atomic.Int64          // answers recorded (not Abandoned), up to EarlyHedgeAfter
 	abandonedRun  atomic.Int64          // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
-	pending       atomic.Int64          // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
+	flight        flight                // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
-	sent          atomic.Int64          // the latest of those attempts' places in the order sent (Sent)
-	overtaking    atomic.Int64          // the latest place of one of them that answered (Overtaken)
 	mu            sync.Mutex            // serialises refreshes
+}
+
+// flight is the attempts of a class sent before it warmed up and still in
+// flight (Sent, Ended), by when each was sent: the cohort's median counts
+// each as at least as long as it has taken so far.
+type flight struct {
+	mu     sync.Mutex
+	starts []time.Time // when each was sent, ascending (Sent keeps them so)
+	places []int64     // each one's place in the order sent, ascending
+	sent   int64       // the places given
+	// answered is closed at the next answer while the class warms up
+	// (WhenAnswered), nil while no one waits for it.
+	answered chan struct{}
+}
+
+// wake closes the channel WhenAnswered returned, if any.
+func (f *flight) wake() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.answered != nil {
+		close(f.answered)
+		f.answered = nil
+	}
+}
+
+// older returns how many of the attempts in flight were sent at or
+// before t. f.mu is held.
+func (f *flight) older(t time.Time) int64 {
+	n, _ := slices.BinarySearchFunc(f.starts, t, func(s, t time.Time) int {
+		if s.After(t) {
+			return 1
+		}
+		return -1
+	})
+	return int64(n)
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
@@ -149,21 +191,29 @@ func (l *Learner) Record(class int, d time.Duration) {
 	if d != Abandoned && h.answers.Load() < EarlyHedgeAfter && h.answers.Add(1) == EarlyHedgeAfter {
 		h.earlyOnce.Do(func() { close(h.early) })
 	}
+	if d != Abandoned && h.cut.Load() == 0 {
+		h.flight.wake()
+	}
 	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 {
 		h.refresh() // at each answer while it warms up, then now and then
 	}
 }
 
 // Hedge returns the learned hedge delay of an attempt of class: until the
-// class has warmed up, the early one (its cohort's cut, as CohortCut's),
-// false before it has EarlyHedgeAfter answers or while half of its cohort
-// or more is in flight.
-func (l *Learner) Hedge(class int) (time.Duration, bool) {
+// class has warmed up, the early one at now (its cohort's cut, as
+// CohortCut's), false before it has EarlyHedgeAfter answers or while the
+// median of its answers and of its cohort in flight is not known yet.
+func (l *Learner) Hedge(class int, now time.Time) (time.Duration, bool) {
 	h := &l.classes[class]
 	if d := h.hedge.Load(); d > 0 {
 		return time.Duration(d), true
 	}
-	return h.cohortCut(EarlyHedgeAfter, CutMax)
+	counts, n := h.answerCounts()
+	if n < EarlyHedgeAfter {
+		return 0, false
+	}
+	median, ok := h.cohortMedian(&counts, n, now)
+	return max(CutFloor, CutMax*median), ok
 }
 
 // Cut returns the learned deadline of an attempt of class, false until the
@@ -197,32 +247,49 @@ func (l *Learner) WhenEarly(class int) <-chan struct{} {
 	return l.classes[class].early
 }
 
-// Sent counts an attempt of class sent before the class warmed up, in
-// flight until Ended: CohortCut counts it as at least as long as it has
-// taken so far. It returns the attempt's place in the order those were
-// sent, from 1, for CohortAnswered and Overtaken.
-func (l *Learner) Sent(class int) int64 {
-	h := &l.classes[class]
-	h.pending.Add(1)
-	return h.sent.Add(1)
+// Sent counts an attempt of class sent at start, before the class warmed
+// up, in flight until Ended: CohortCut and the early Hedge count it as at
+// least as long as it has taken so far. It returns the attempt's place in
+// the order those were sent, from 1, for Ended. A start earlier than the
+// previous attempt's is counted as that one's (concurrent senders read
+// their clocks a moment apart).
+func (l *Learner) Sent(class int, start time.Time) int64 {
+	f := &l.classes[class].flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.starts); n > 0 && start.Before(f.starts[n-1]) {
+		start = f.starts[n-1]
+	}
+	f.sent++
+	f.starts = append(f.starts, start)
+	f.places = append(f.places, f.sent)
+	return f.sent
 }
 
-// Ended counts the end of an attempt counted by Sent.
-func (l *Learner) Ended(class int) { l.classes[class].pending.Add(-1) }
+// Ended counts the end of the attempt of class that Sent placed at place.
+func (l *Learner) Ended(class int, place int64) {
+	f := &l.classes[class].flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i, ok := slices.BinarySearch(f.places, place); ok {
+		f.starts = slices.Delete(f.starts, i, i+1)
+		f.places = slices.Delete(f.places, i, i+1)
+	}
+}
 
-// CohortCut returns the cut of an attempt of class sent before the class
-// warmed up: the learned cut's ceiling (CutMax times, or more for answers
-// that spread wider: answersSpread) times the median of the answers and of
-// the attempts still in flight that were sent before (Sent), those counted
-// as slower than every answer; false until the class has warmed up, or
-// while half of them or more are in flight (their median is then not known
-// yet). With settled (the caller saw none of those attempts answer for a
-// while: what is left stalls), the median is scaled as the learned cut
-// scales the answers' median (CutMin to the ceiling) instead.
+// CohortCut returns the cut at now of an attempt of class sent before the
+// class warmed up: the learned cut's ceiling (CutMax times, or more for
+// answers that spread wider: answersSpread) times the median of the
+// answers and of the attempts still in flight that were sent before
+// (Sent), each of those counted as at least as long as it has taken so
+// far; false until the class has warmed up, or while that median is not
+// known yet. With settled (the caller saw none of those attempts answer
+// for a while: what is left stalls), the median is scaled as the learned
+// cut scales the answers' median (CutMin to the ceiling) instead.
 // The first answers of a burst of requests are its fastest, and a model
 // whose every request slowed (a flood of them) answers them later: the
 // attempts still waiting hold the median back until most have answered.
-func (l *Learner) CohortCut(class int, settled bool) (time.Duration, bool) {
+func (l *Learner) CohortCut(class int, now time.Time, settled bool) (time.Duration, bool) {
 	h := &l.classes[class]
 	if h.cut.Load() == 0 {
 		return 0, false
@@ -231,73 +298,91 @@ func (l *Learner) CohortCut(class int, settled bool) (time.Duration, bool) {
 	if settled { // the learned cut over the median: last is the ceiling times it (or CutFloor, the cut then too)
 		scale = min(scale, max(CutMin, scale*float64(h.cut.Load())/float64(h.last.Load())))
 	}
-	return h.cohortCut(1, scale)
+	counts, n := h.answerCounts()
+	median, ok := h.cohortMedian(&counts, n, now)
+	return max(CutFloor, time.Duration(scale*float64(median))), ok
 }
 
-// CohortAnswered counts an answer of the attempt of class that Sent placed
-// at place.
-func (l *Learner) CohortAnswered(class int, place int64) {
+// StallCut returns the lower median of class's answers alone, scaled by
+// the end of 99% of them as their quartiles read it (spreadOf: CutMax to
+// maxSpread times), false with fewer than EarlyHedgeAfter answers: an
+// attempt later than that is later than the answers seen so far let any
+// answer be, and stalls. It is the early delay of an attempt while the
+// median of its cohort is not known (most of it is out: stalls that
+// outnumber the answers, a flood, or long answers of a model whose answers
+// spread wide, which its first answers show), which the attempts in flight
+// do not hold back.
+func (l *Learner) StallCut(class int) (time.Duration, bool) {
 	h := &l.classes[class]
-	h.cohortAnswers.Add(1)
-	for {
-		last := h.overtaking.Load()
-		if place <= last || h.overtaking.CompareAndSwap(last, place) {
-			return
+	counts, n := h.answerCounts()
+	if n < EarlyHedgeAfter {
+		return 0, false
+	}
+	_, ceiling := spreadOf(&counts, n)
+	var seen int64
+	for i, c := range counts[:Buckets-1] {
+		if seen += c; 2*seen >= n {
+			return max(CutFloor, time.Duration(ceiling*float64(Mid(i)))), true
 		}
 	}
+	return 0, false
 }
 
-// Overtaken reports whether an attempt of class sent after the one Sent
-// placed at place has answered while it is out: a model answering its
-// later requests is not slowed by a burst (a flood's first requests answer
-// first), and the earlier one stalls.
-func (l *Learner) Overtaken(class int, place int64) bool {
-	return l.classes[class].overtaking.Load() > place
+// WhenAnswered returns a channel closed at the next answer of class
+// recorded while the class warms up (then never): a look at the cohort's
+// median, which only answers make known, can wait for it.
+func (l *Learner) WhenAnswered(class int) <-chan struct{} {
+	f := &l.classes[class].flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.answered == nil {
+		f.answered = make(chan struct{})
+	}
+	return f.answered
 }
 
-// AnswersCut returns CutMax times the lower median of class's answers
-// alone, false with fewer than EarlyHedgeAfter: the early delay of an
-// attempt that was overtaken (Overtaken), which the attempts in flight do
-// not hold back.
-func (l *Learner) AnswersCut(class int) (time.Duration, bool) {
-	return l.classes[class].answersCut()
-}
+// CohortAnswered counts an answer of an attempt of class counted by Sent.
+func (l *Learner) CohortAnswered(class int) { l.classes[class].cohortAnswers.Add(1) }
 
 // CohortAnswers returns the answers CohortAnswered counted of class.
 func (l *Learner) CohortAnswers(class int) int64 { return l.classes[class].cohortAnswers.Load() }
 
-// cohortCut returns scale times the median of h's answers and of the
-// attempts in flight sent before the class warmed up, those counted as
-// slower than every answer; false with fewer than minAnswered answers, or
-// while half of them or more are in flight.
-func (h *histogram) cohortCut(minAnswered int64, scale float64) (time.Duration, bool) {
-	return h.scaledMedian(minAnswered, h.pending.Load(), scale)
-}
-
-// answersCut is AnswersCut: cohortCut with no attempt counted in flight.
-func (h *histogram) answersCut() (time.Duration, bool) {
-	return h.scaledMedian(EarlyHedgeAfter, 0, CutMax)
-}
-
-// scaledMedian returns scale times the lower median of h's answers and of
-// pending more, counted as slower than every answer (at least CutFloor);
-// false with fewer than minAnswered answers, or while pending are half of
-// them or more.
-func (h *histogram) scaledMedian(minAnswered, pending int64, scale float64) (time.Duration, bool) {
-	var answered int64
-	for i := range h.counts[:Buckets-1] {
-		answered += h.count(i)
+// answerCounts returns h's counts (its own and the others') and how many
+// answers they hold (abandoned attempts left out).
+func (h *histogram) answerCounts() (counts [Buckets]int64, n int64) {
+	for i := range counts[:Buckets-1] {
+		counts[i] = h.count(i)
+		n += counts[i]
 	}
-	if answered < minAnswered || 2*pending >= answered+pending {
+	return counts, n
+}
+
+// cohortMedian returns the lower median, at now, of the n answers in
+// counts (at least one) and of h's attempts in flight counted by Sent,
+// each of those censored at how long it has taken so far: the
+// Kaplan-Meier estimate's, an attempt in flight at risk in each bucket it
+// has reached, read at the bucket's middle. Abandoned attempts, stalls
+// cut, do not move it. It reports false while the median is not known yet
+// (the answers before it are fewer than half of those that were at risk).
+func (h *histogram) cohortMedian(counts *[Buckets]int64, n int64, now time.Time) (time.Duration, bool) {
+	if n == 0 {
 		return 0, false
 	}
-	var seen int64
-	for i := range h.counts[:Buckets-1] {
-		if seen += h.count(i); 2*seen >= answered+pending {
-			return max(CutFloor, time.Duration(scale*float64(Mid(i)))), true
+	f := &h.flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	surviving, from, later := 1.0, time.Duration(0), n // from: the bucket's start; later: the answers from it on
+	for i, c := range counts[:Buckets-1] {
+		if c > 0 {
+			atRisk := later + f.older(now.Add(-from))
+			if surviving *= 1 - float64(c)/float64(atRisk); surviving <= 0.5 {
+				return Mid(i), true
+			}
 		}
+		later -= c
+		from = End(i)
 	}
-	return 0, false // answers counted while this ran: look again later
+	return 0, false
 }
 
 // refresh recomputes the deadlines from the counts, and halves them when
@@ -439,6 +524,12 @@ func answersSpread(counts [Buckets]int64) (spread95, spread99 float64) {
 	if n < Warmup {
 		return 1, CutMax
 	}
+	return spreadOf(&counts, n)
+}
+
+// spreadOf is answersSpread of the n answers in counts (at least one),
+// however few.
+func spreadOf(counts *[Buckets]int64, n int64) (spread95, spread99 float64) {
 	q25, q75 := -1, -1
 	var seen int64
 	for i, c := range counts[:Buckets-1] {

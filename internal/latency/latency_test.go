@@ -138,13 +138,13 @@ func TestHedgeDelay(t *testing.T) {
 		}
 		l.Record(0, d)
 	}
-	h, ok := l.Hedge(0)
+	h, ok := l.Hedge(0, t0)
 	assert.True(t, ok)
 	c, _ := l.Cut(0, false)
 	assert.Greater(t, h, 1500*time.Millisecond, "after the 95th percentile's bucket")
 	assert.LessOrEqual(t, h, c, "never after the cut")
 	l.Record(0, Abandoned)
-	_, ok = l.Hedge(0)
+	_, ok = l.Hedge(0, t0)
 	assert.True(t, ok, "an abandoned attempt is counted, not a fault")
 }
 
@@ -156,10 +156,10 @@ func TestEarlyHedgeBeforeWarmup(t *testing.T) {
 	for range EarlyHedgeAfter - 1 {
 		l.Record(0, time.Second)
 	}
-	_, ok := l.Hedge(0)
+	_, ok := l.Hedge(0, t0)
 	assert.False(t, ok, "not before EarlyHedgeAfter answers")
 	l.Record(0, 45*time.Second) // a stall waited out, and answered
-	h, ok := l.Hedge(0)
+	h, ok := l.Hedge(0, t0)
 	assert.True(t, ok)
 	assert.InDelta(t, 3, h.Seconds(), 0.4, "three times the median: not moved by the stall")
 	_, ok = l.Cut(0, false)
@@ -167,57 +167,119 @@ func TestEarlyHedgeBeforeWarmup(t *testing.T) {
 	for range Warmup - EarlyHedgeAfter {
 		l.Record(0, 2*time.Second)
 	}
-	h, _ = l.Hedge(0)
+	h, _ = l.Hedge(0, t0)
 	c, ok := l.Cut(0, false)
 	assert.True(t, ok)
 	assert.Greater(t, h, 4*time.Second, "the learned delay: twice the median of 2s, at least")
 	assert.LessOrEqual(t, h, c)
 }
 
+// t0 is when the tests' attempts are sent: the learner reads no clock.
+var t0 = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+
 // TestEarlyHedgeWaitsForABurstInFlight: the early delay counts the
-// attempts in flight sent before the answers as slower than every answer,
-// and there is none while half of them or more are in flight: a burst's
+// attempts in flight sent before the answers as at least as long as they
+// have taken, and there is none while the median is not known: a burst's
 // first answers are its fastest.
 func TestEarlyHedgeWaitsForABurstInFlight(t *testing.T) {
 	l := New(1)
+	var places []int64
 	for range 3 {
-		l.Sent(0)
+		places = append(places, l.Sent(0, t0))
 	}
 	l.Record(0, time.Second)
 	l.Record(0, 2*time.Second)
-	_, ok := l.Hedge(0)
+	_, ok := l.Hedge(0, t0.Add(2500*time.Millisecond))
 	assert.False(t, ok, "two answers, three attempts in flight: the burst's median is not known yet")
-	l.Ended(0)
-	l.Ended(0)
-	h, ok := l.Hedge(0)
+	l.Ended(0, places[0])
+	l.Ended(0, places[1])
+	h, ok := l.Hedge(0, t0.Add(2500*time.Millisecond))
 	assert.True(t, ok)
 	assert.InDelta(t, 6, h.Seconds(), 0.8, "three times 2s: the attempt still in flight holds the median above the faster answer")
 }
 
-// TestOvertakenAttemptIsCutAtTheAnswersMedian: three attempts of a burst
-// in flight, then two later ones answer (1s, 2s). The burst's median is
-// still out (no early delay), but an attempt overtaken by a later one's
-// answer has the early delay of the answers alone: three times 1s, the
-// lower median of the two.
-func TestOvertakenAttemptIsCutAtTheAnswersMedian(t *testing.T) {
+// TestEarlyHedgeCountsAnAttemptInFlightAsLongAsItTook: three attempts
+// sent at once stall; a fourth user's, back to back, answer in 1s. Three
+// seconds on, half of the attempts that had been out for a second
+// answered then: the median is 1s and the stalls are cut at 3s. An
+// attempt sent a moment ago holds the median back no more than one not
+// sent: it says nothing yet of how long answers take. Before, every
+// attempt in flight counted as slower than every answer (a stall of the
+// fourth user's next request made the median unknown).
+func TestEarlyHedgeCountsAnAttemptInFlightAsLongAsItTook(t *testing.T) {
 	l := New(1)
-	first := l.Sent(0)
-	for range 2 {
-		l.Sent(0)
+	for range 3 {
+		l.Sent(0, t0)
 	}
-	later := l.Sent(0)
-	l.Record(0, time.Second)
-	l.Record(0, 2*time.Second)
-	assert.False(t, l.Overtaken(0, first), "no answer of a later attempt yet")
-	l.CohortAnswered(0, later)
-	l.Ended(0)
-	_, ok := l.Hedge(0)
-	assert.False(t, ok, "two answers, three attempts in flight: the burst's median is not known yet")
-	assert.True(t, l.Overtaken(0, first), "a later attempt answered")
-	assert.False(t, l.Overtaken(0, later), "not by itself")
-	d, ok := l.AnswersCut(0)
-	assert.True(t, ok)
-	assert.InDelta(t, 3, d.Seconds(), 0.4, "three times the lower median of the answers alone")
+	for i := range 3 {
+		start := t0.Add(time.Duration(i) * time.Second)
+		place := l.Sent(0, start)
+		l.Record(0, time.Second)
+		l.Ended(0, place)
+	}
+	for range 3 {
+		l.Sent(0, t0.Add(3*time.Second)) // the fourth user's next, and two more users'
+	}
+	h, ok := l.Hedge(0, t0.Add(3*time.Second))
+	require.True(t, ok)
+	assert.InDelta(t, 3, h.Seconds(), 0.4, "three times the 1s median")
+}
+
+// TestEarlyHedgeWaitsForLongAnswersStillOut: nine attempts sent at once to
+// a model whose answers spread wide (their lengths do); two answer, in 5s
+// and 14s, and one sent later answers in 4.3s. At 14.5s seven of the nine
+// are still out: the median is not known, and none is cut. Before, an
+// attempt overtaken by the answer of one sent after it was cut at three
+// times the answers' median (14.5s), and seven long answers were thrown
+// away at once (the wide family's long-thinking cell 1700027).
+func TestEarlyHedgeWaitsForLongAnswersStillOut(t *testing.T) {
+	l := New(1)
+	var places []int64
+	for range 9 {
+		places = append(places, l.Sent(0, t0))
+	}
+	l.Record(0, 5*time.Second)
+	l.Ended(0, places[0])
+	later := l.Sent(0, t0.Add(5*time.Second))
+	l.Record(0, 4300*time.Millisecond)
+	l.Ended(0, later)
+	l.Record(0, 14*time.Second)
+	l.Ended(0, places[1])
+	_, ok := l.Hedge(0, t0.Add(14500*time.Millisecond))
+	assert.False(t, ok, "seven of nine still out: the median is not known")
+	for _, p := range places[2:6] {
+		l.Record(0, 20*time.Second)
+		l.Ended(0, p)
+	}
+	h, ok := l.Hedge(0, t0.Add(20*time.Second))
+	require.True(t, ok, "six of ten answered")
+	assert.InDelta(t, 3*20, h.Seconds(), 3*20*0.15, "three times the median: 20s, the three still out as long")
+}
+
+// TestStallCutReadsTheAnswersSpread: while the median of what was sent is
+// not known, an attempt is a stall once it is later than the answers seen
+// so far let any answer be: their median times the end of 99% of them as
+// their spread reads it. Answers alike (1s, 1.1s): three times the median.
+// Answers apart (5s, 14s: a model whose answers' lengths spread them):
+// about six times, where three would cut an answer as long as the second
+// one seen.
+func TestStallCutReadsTheAnswersSpread(t *testing.T) {
+	alike := New(1)
+	alike.Record(0, time.Second)
+	_, ok := alike.StallCut(0)
+	assert.False(t, ok, "one answer says nothing of the spread")
+	alike.Record(0, 1100*time.Millisecond)
+	d, ok := alike.StallCut(0)
+	require.True(t, ok)
+	assert.InDelta(t, 3, d.Seconds(), 0.4, "three times the median")
+
+	apart := New(1)
+	apart.Record(0, 5*time.Second)
+	apart.Record(0, 14*time.Second)
+	d, ok = apart.StallCut(0)
+	require.True(t, ok)
+	assert.Greater(t, d, 2*14*time.Second, "past twice the slowest answer seen")
+	assert.LessOrEqual(t, d, maxSpread*5*time.Second*9/8, "within ten medians")
 }
 
 // TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
@@ -334,9 +396,9 @@ func TestCohortCutFollowsTheAnswersSpread(t *testing.T) {
 	logNormalAnswers(l, 400, time.Second, 0.8, 0)
 	cut, _ := l.Cut(0, false)
 	last, _ := l.Cut(0, true)
-	settled, ok := l.CohortCut(0, true)
+	settled, ok := l.CohortCut(0, t0, true)
 	require.True(t, ok)
 	assert.InDelta(t, cut.Seconds(), settled.Seconds(), 0.15*cut.Seconds(), "settled: the learned cut's scale")
-	unsettled, _ := l.CohortCut(0, false)
+	unsettled, _ := l.CohortCut(0, t0, false)
 	assert.InDelta(t, last.Seconds(), unsettled.Seconds(), 0.15*last.Seconds(), "the ceiling's scale")
 }
