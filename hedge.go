@@ -25,8 +25,10 @@ import (
 // cut anyway, and a hedge sends it sooner and keeps the original. Before the
 // model has the latency.Warmup answers of the class that teach its cut, but
 // from latency.EarlyHedgeAfter on, the delay is latency.CutMax times their
-// median (a stall of one caller's first calls is raced rather than waited
-// out; long thinking answers sooner), and only the cut of its cohort bounds
+// median, or the end of 99% of them as they spread once four have answered
+// (a stall of one caller's first calls is raced rather than waited out;
+// long thinking answers sooner, and long answers of a model whose answers
+// spread wide are let finish), and only the cut of its cohort bounds
 // the attempt once it is learned, as unhedged (cutOnceLearned), not the
 // hedge's: a burst that slowed every request (a flood) is waited for, not
 // cut in pairs. The hedge goes to the next model of the call's order that
@@ -72,7 +74,8 @@ const (
 // not answered by its model's learned 95th-percentile answer time (and twice
 // its median, unless the model stalls on more than 5% of its requests;
 // while the model has fewer than ten answers of the request's size, from
-// its second, three times their median) is raced by a second
+// its second, three times their median, or more when they spread wider) is
+// raced by a second
 // request, to the next model of the cascade or to the same model, whichever
 // is the better bet; the first answer wins and the other request is
 // cancelled. A GenerateContentStream attempt is hedged alike before its
@@ -115,7 +118,7 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 	if !c.cfg.hedge.On || !call.learns || call.only || call.stream != nil && call.stream.yielded {
 		return 0, false
 	}
-	d, ok := m.lat.Hedge(call.class, start) // before the model learned its times, a scan of its answers
+	d, ok := m.lat.Hedge(call.class, start, 0) // before the model learned its times, a scan of its answers
 	d = call.stretch(m, d, false)
 	switch {
 	case !ok, !start.Add(d).Before(end):
@@ -270,6 +273,7 @@ type hedgeState struct {
 	learned time.Duration   // the original's learned cut, 0 when none
 	onward  bool            // the cut sends the call on to another model: the cut budget does not pay it (Client.mayCut)
 	early   bool            // the original was sent before m learned its cut: cutOnceLearned bounds it, not the hedge's cut
+	place   int64           // then, its place among the attempts sent before (latency.Learner.Sent)
 	ocancel context.CancelFunc
 	clock   *hedgeClock // the Client's: it starts the runs
 
@@ -434,7 +438,9 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 }
 
 // hedgeFor admits the hedge of hr's original at now and returns its model
-// and context, nil when there is no hedge: the original returned, no model
+// and context, nil when there is no hedge: the original returned, its
+// early delay grew meanwhile (postponeEarly: the hedge is scheduled again),
+// no model
 // can take the hedge (hedgeTarget), the call's bulkhead has calls queued
 // (bulkheadQueues), or the hedge budget or the admission refused it; the
 // original is then cut at its learned cut (cutFrom). An admitted hedge is
@@ -447,6 +453,9 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	hr.mu.Lock()
 	defer hr.mu.Unlock()
 	if hr.origDone {
+		return nil, nil
+	}
+	if hr.early && call.postponeEarly(hr, now) {
 		return nil, nil
 	}
 	hm := call.hedgeTarget(hr.m, now)
@@ -470,6 +479,25 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	}
 	hm.counters.requests.Add(1)
 	return hm, hctx
+}
+
+// postponeEarly reads again, at now, the early delay of hr's original
+// (sent before its model learned its answer times), which it was hedged
+// at: the attempts of its cohort still out count as long as they have
+// taken, so a delay read when they had just been sent may have grown, or
+// the median it scales be no longer known (most of the cohort is out: long
+// answers). It then schedules the hedge again, at the delay read now or,
+// without one, a latency.CutFloor on, and reports true. hr.mu is held.
+func (call *call[R]) postponeEarly(hr *hedgeRun, now time.Time) bool {
+	at := now.Add(latency.CutFloor)
+	if d, ok := hr.m.lat.Hedge(call.class, now, hr.place); ok {
+		if at = hr.start.Add(call.stretch(hr.m, d, false)); !now.Before(at) {
+			return false
+		}
+	}
+	hr.decided = false
+	hr.arm(at)
+	return true
 }
 
 // hedged runs the admitted attempt a, which starts at call.now and ends by end,
@@ -503,13 +531,15 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	if early {
 		onward = call.hasNext(m) // cut at the early delay when no hedge races it (cutFrom)
 	}
-	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, onward: onward, early: early, ocancel: ocancel, tokens: -1}
-	hr.runs = 1 // nothing else holds hr before it is scheduled
-	hr.clock.schedule(hr, start.Add(after))
 	var late *lateCut
+	var place int64
 	if early { // cut once m learns its cut, as unhedged
 		late = call.cutOnceLearned(m, start, end.Sub(start), false, ocancel) // hedged at the early delay, not cut
+		place = late.place
 	}
+	hr.hedgeState = hedgeState{job: call, c: call.c, clock: call.c.hedgeClock, ctx: ctx, m: m, start: start, learned: cut, onward: onward, early: early, place: place, ocancel: ocancel, tokens: -1}
+	hr.runs = 1 // nothing else holds hr before it is scheduled
+	hr.clock.schedule(hr, start.Add(after))
 	joined := false
 	defer func() {
 		if late != nil {

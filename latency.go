@@ -239,9 +239,10 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 		}
 		answered := lat.WhenAnswered(class) // before the look: an answer meanwhile wakes the next
 		wait := latency.CutFloor            // the cohort's median not known yet: look again soon
-		d, ok := lat.Hedge(class, time.Now())
+		now := time.Now()
+		d, ok := lat.Hedge(class, now, w.lc.place)
 		if !ok {
-			d, ok = lat.StallCut(class)
+			d, ok = lat.StallCut(class, now, w.lc.place)
 		}
 		if ok {
 			d *= w.stretch
@@ -276,7 +277,7 @@ func (w *cutWatch) cohort() {
 		settled := prev >= 0 && answers == prev
 		prev = answers
 		wait := look
-		if d, ok := lat.CohortCut(class, time.Now(), settled); ok {
+		if d, ok := lat.CohortCut(class, time.Now(), w.lc.place, settled); ok {
 			if d *= w.stretch; d >= w.room && settled { // its own deadline comes first
 				return
 			}

@@ -624,36 +624,124 @@ func TestLongAnswersSentAtStartAreNotCutOnceOvertaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lengths := []time.Duration{5 * time.Second, 14 * time.Second, 18 * time.Second, 21 * time.Second, 24 * time.Second,
 			30 * time.Second, 35 * time.Second, 42 * time.Second, 50 * time.Second, 4300 * time.Millisecond}
-		write := func(r geminitest.Request, _ int) geminitest.Step {
-			var i int
-			_, err := fmt.Sscanf(r.Contents[0].Parts[0].Text, "Write answer %d", &i)
-			require.NoError(t, err)
-			return geminitest.Step{Latency: lengths[i]}
-		}
-		srv := geminitest.New(geminitest.Model{Name: pro, Decide: write}, geminitest.Model{Name: flash, Decide: write})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		assertEachAnswerWrittenOnce(t, lengths, func(i int) time.Duration {
+			if i == len(lengths)-1 {
+				return 5 * time.Second // the tenth user comes later
+			}
+			return 0
+		})
+	})
+}
 
-		took := make([]time.Duration, len(lengths))
+// TestEarlyHedgeFollowsTheFirstAnswersSpread: one user asks pro for
+// answers whose lengths spread them (5s to 30s, written as fast on pro as
+// on flash), then for one that takes 40s, before pro has the ten answers
+// that teach it its cut. The early hedge delay is the median of the first
+// answers (12s) times the end of 99% of them as their quartiles read it
+// (about five times, past the 40s answer): one request. Before, it was
+// three times the median whatever the spread, and the long answer was
+// hedged at 36s, a request written twice.
+func TestEarlyHedgeFollowsTheFirstAnswersSpread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lengths := []time.Duration{5 * time.Second, 8 * time.Second, 12 * time.Second, 20 * time.Second, 30 * time.Second, 40 * time.Second}
+		assertEachAnswerWrittenOnce(t, lengths, nil)
+	})
+}
+
+// TestFirstAnswersOfACohortMostlyOutDoNotCutTheRest: twelve users start a
+// second apart; the first two asked for short answers (4s, 4.5s), the
+// others for answers of 20s to 40s (as long on pro as on flash). While
+// most of what was sent is out, the first answers are the cohort's
+// fastest: alike, they read as a narrow spread, and three times their
+// median (12s) would cut every long answer. No answer is cut until a
+// quarter of the cohort has answered, and by then the answers read the
+// spread: each call is answered by pro in one request. Before, the
+// attempts still out were cut at 12s and written again on flash.
+func TestFirstAnswersOfACohortMostlyOutDoNotCutTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lengths := []time.Duration{4 * time.Second, 4500 * time.Millisecond, 20 * time.Second, 22 * time.Second, 25 * time.Second,
+			28 * time.Second, 30 * time.Second, 33 * time.Second, 36 * time.Second, 40 * time.Second, 24 * time.Second, 26 * time.Second}
+		assertEachAnswerWrittenOnce(t, lengths, func(i int) time.Duration { return time.Duration(i) * time.Second })
+	})
+}
+
+// assertEachAnswerWrittenOnce has pro and flash write answers of lengths,
+// call i's as long on either (its length is the call's), sends call i at
+// sentAt(i) from now (nil: each once the one before returned), and asserts
+// that every call is answered by pro as soon as its answer is written, in
+// one request, none written twice. It runs in a synctest bubble.
+func assertEachAnswerWrittenOnce(t *testing.T, lengths []time.Duration, sentAt func(i int) time.Duration) {
+	t.Helper()
+	write := func(r geminitest.Request, _ int) geminitest.Step {
+		var i int
+		_, err := fmt.Sscanf(r.Contents[0].Parts[0].Text, "Write answer %d", &i)
+		require.NoError(t, err)
+		return geminitest.Step{Latency: lengths[i]}
+	}
+	srv := geminitest.New(geminitest.Model{Name: pro, Decide: write}, geminitest.Model{Name: flash, Decide: write})
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+	took := make([]time.Duration, len(lengths))
+	call := func(i int) {
+		var rec geminiguard.CallRecord
+		start := time.Now()
+		_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(fmt.Sprintf("Write answer %d", i)), nil)
+		took[i] = time.Since(start)
+		assert.NoError(t, err)
+		assert.Equal(t, pro, rec.Model, "call %d", i)
+	}
+	if sentAt == nil {
+		for i := range lengths {
+			call(i)
+		}
+	} else {
 		var wg sync.WaitGroup
 		for i := range lengths {
 			wg.Go(func() {
-				if i == len(lengths)-1 {
-					time.Sleep(5 * time.Second) // the tenth user comes later
-				}
-				var rec geminiguard.CallRecord
-				start := time.Now()
-				_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(fmt.Sprintf("Write answer %d", i)), nil)
-				took[i] = time.Since(start)
-				assert.NoError(t, err)
-				assert.Equal(t, pro, rec.Model, "call %d", i)
+				time.Sleep(sentAt(i))
+				call(i)
 			})
 		}
 		wg.Wait()
+	}
 
-		for i, d := range lengths {
-			assert.Equal(t, d, took[i], "call %d answered as soon as its answer was written", i)
+	for i, d := range lengths {
+		assert.Equal(t, d, took[i], "call %d answered as soon as its answer was written", i)
+	}
+	assert.Len(t, srv.Requests(pro), len(lengths), "one request a call")
+	assert.Zero(t, srv.Total(flash), "no answer written twice")
+}
+
+// TestEarlyHedgeIsNotHeldBackByTheAttemptItJudges: one user; pro answers
+// its first two calls in 0.6s and 0.9s, then stalls on the third. The
+// third is hedged at three times the lower median of the answers (1.8s)
+// and flash answers 0.8s on. The early delay is read again when it comes
+// (the attempts still out count as long as they have taken), but not
+// counting the attempt it judges: counted, the stall itself held the
+// median up to 0.9s, and the hedge waited until 2.6s.
+func TestEarlyHedgeIsNotHeldBackByTheAttemptItJudges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			switch i {
+			case 0:
+				return geminitest.Step{Latency: 600 * time.Millisecond}
+			case 1:
+				return geminitest.Step{Latency: 900 * time.Millisecond}
+			}
+			return geminitest.Step{Latency: 45 * time.Second}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		for range 2 {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
 		}
-		assert.Len(t, srv.Requests(pro), len(lengths), "one request a call")
-		assert.Zero(t, srv.Total(flash), "no answer written twice")
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model, "the stall's hedge answers")
+		assert.InDelta(t, (1810*time.Millisecond + 800*time.Millisecond).Seconds(), time.Since(start).Seconds(), 0.15,
+			"hedged at three times the faster answer's bucket, not held back by the stall's own time")
 	})
 }

@@ -61,9 +61,12 @@ import (
 // at the early delay (one sent before there was one, with another model to
 // go to, is cut at it: the caller's choice, WhenEarly)
 //
-//	early = max(CutFloor, CutMax × median of the answers and of the attempts in flight sent before them)
+//	early = max(CutFloor, ceiling × median of the answers and of the attempts in flight sent before them)
 //
-// (the lower median: of two answers, the faster), so that a stall of a
+// (the lower median: of two answers, the faster; the ceiling is the end of
+// 99% of the answers as their quartiles read it, CutMax to maxSpread, as
+// the learned cut's, and CutMax before four answers, whose quartiles would
+// be the fastest and the slowest, perhaps a stall waited out), so that a stall of a
 // model that has answered only a call or two is raced rather than waited
 // out. The attempts in flight are the answers not known yet: each counts
 // as at least as long as it has taken so far (the median is the
@@ -74,8 +77,8 @@ import (
 // attempt sent a moment ago holds back no median. The median is not moved
 // by stalls among up to half of the answers (their largest is: a stall
 // waited out and answered would put it past the attempt timeout), and
-// CutMax of it leaves room for the spread of a model slow on every
-// request, which is not hedged. While that median is not known (most of
+// the ceiling leaves room for the spread of a model slow on every request,
+// which is not hedged. While that median is not known (most of
 // what was sent is out), an attempt that was sent before there was an
 // early delay, with another model to go to, is cut once it is later than
 // the answers seen so far let any answer be (StallCut: their median times
@@ -202,8 +205,11 @@ func (l *Learner) Record(class int, d time.Duration) {
 // Hedge returns the learned hedge delay of an attempt of class: until the
 // class has warmed up, the early one at now (its cohort's cut, as
 // CohortCut's), false before it has EarlyHedgeAfter answers or while the
-// median of its answers and of its cohort in flight is not known yet.
-func (l *Learner) Hedge(class int, now time.Time) (time.Duration, bool) {
+// median of its answers and of its cohort in flight is not known yet. self
+// is the place Sent gave the attempt that asks, not counted in flight (its
+// own time is what the delay judges), 0 for one not sent yet; so for
+// CohortCut and StallCut.
+func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	if d := h.hedge.Load(); d > 0 {
 		return time.Duration(d), true
@@ -212,8 +218,12 @@ func (l *Learner) Hedge(class int, now time.Time) (time.Duration, bool) {
 	if n < EarlyHedgeAfter {
 		return 0, false
 	}
-	median, ok := h.cohortMedian(&counts, n, now)
-	return max(CutFloor, CutMax*median), ok
+	median, ok := h.cohortQuantile(&counts, n, now, 0.5, self)
+	scale := float64(CutMax)
+	if n >= 4 { // quartiles that leave out the slowest answer (a stall waited out)
+		_, scale = spreadOf(&counts, n)
+	}
+	return max(CutFloor, time.Duration(scale*float64(median))), ok
 }
 
 // Cut returns the learned deadline of an attempt of class, false until the
@@ -289,7 +299,7 @@ func (l *Learner) Ended(class int, place int64) {
 // The first answers of a burst of requests are its fastest, and a model
 // whose every request slowed (a flood of them) answers them later: the
 // attempts still waiting hold the median back until most have answered.
-func (l *Learner) CohortCut(class int, now time.Time, settled bool) (time.Duration, bool) {
+func (l *Learner) CohortCut(class int, now time.Time, self int64, settled bool) (time.Duration, bool) {
 	h := &l.classes[class]
 	if h.cut.Load() == 0 {
 		return 0, false
@@ -299,23 +309,29 @@ func (l *Learner) CohortCut(class int, now time.Time, settled bool) (time.Durati
 		scale = min(scale, max(CutMin, scale*float64(h.cut.Load())/float64(h.last.Load())))
 	}
 	counts, n := h.answerCounts()
-	median, ok := h.cohortMedian(&counts, n, now)
+	median, ok := h.cohortQuantile(&counts, n, now, 0.5, self)
 	return max(CutFloor, time.Duration(scale*float64(median))), ok
 }
 
 // StallCut returns the lower median of class's answers alone, scaled by
 // the end of 99% of them as their quartiles read it (spreadOf: CutMax to
-// maxSpread times), false with fewer than EarlyHedgeAfter answers: an
-// attempt later than that is later than the answers seen so far let any
-// answer be, and stalls. It is the early delay of an attempt while the
-// median of its cohort is not known (most of it is out: stalls that
-// outnumber the answers, a flood, or long answers of a model whose answers
-// spread wide, which its first answers show), which the attempts in flight
-// do not hold back.
-func (l *Learner) StallCut(class int) (time.Duration, bool) {
+// maxSpread times): an attempt later than that is later than the answers
+// seen so far let any answer be, and stalls. It is the early delay of an
+// attempt while the median of its cohort is not known at now (most of it
+// is out: stalls that outnumber the answers, a flood, or long answers),
+// which the attempts in flight do not hold back. It reports false with
+// fewer than EarlyHedgeAfter answers, or while fewer than a quarter of the
+// cohort's attempts answered (its first quartile is not known): the first
+// answers of a cohort mostly out are its fastest, and their median and
+// spread say nothing yet of the rest (the long answers of a model whose
+// answers spread wide).
+func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	counts, n := h.answerCounts()
 	if n < EarlyHedgeAfter {
+		return 0, false
+	}
+	if _, ok := h.cohortQuantile(&counts, n, now, 0.25, self); !ok {
 		return 0, false
 	}
 	_, ceiling := spreadOf(&counts, n)
@@ -357,25 +373,34 @@ func (h *histogram) answerCounts() (counts [Buckets]int64, n int64) {
 	return counts, n
 }
 
-// cohortMedian returns the lower median, at now, of the n answers in
-// counts (at least one) and of h's attempts in flight counted by Sent,
-// each of those censored at how long it has taken so far: the
+// cohortQuantile returns the lower q-quantile (the median for 0.5), at
+// now, of the n answers in counts and of h's attempts in flight counted by
+// Sent, each of those censored at how long it has taken so far: the
 // Kaplan-Meier estimate's, an attempt in flight at risk in each bucket it
 // has reached, read at the bucket's middle. Abandoned attempts, stalls
-// cut, do not move it. It reports false while the median is not known yet
-// (the answers before it are fewer than half of those that were at risk).
-func (h *histogram) cohortMedian(counts *[Buckets]int64, n int64, now time.Time) (time.Duration, bool) {
+// cut, do not move it, and neither does the attempt Sent placed at self.
+// It reports false while the quantile is not known yet (the answers before
+// it are fewer than q of those that were at risk).
+func (h *histogram) cohortQuantile(counts *[Buckets]int64, n int64, now time.Time, q float64, self int64) (time.Duration, bool) {
 	if n == 0 {
 		return 0, false
 	}
 	f := &h.flight
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var selfStart time.Time // the asking attempt's, not counted
+	if i, ok := slices.BinarySearch(f.places, self); ok {
+		selfStart = f.starts[i]
+	}
 	surviving, from, later := 1.0, time.Duration(0), n // from: the bucket's start; later: the answers from it on
 	for i, c := range counts[:Buckets-1] {
 		if c > 0 {
-			atRisk := later + f.older(now.Add(-from))
-			if surviving *= 1 - float64(c)/float64(atRisk); surviving <= 0.5 {
+			t := now.Add(-from)
+			atRisk := later + f.older(t)
+			if !selfStart.IsZero() && !selfStart.After(t) {
+				atRisk--
+			}
+			if surviving *= 1 - float64(c)/float64(atRisk); surviving <= 1-q {
 				return Mid(i), true
 			}
 		}

@@ -138,13 +138,13 @@ func TestHedgeDelay(t *testing.T) {
 		}
 		l.Record(0, d)
 	}
-	h, ok := l.Hedge(0, t0)
+	h, ok := l.Hedge(0, t0, 0)
 	assert.True(t, ok)
 	c, _ := l.Cut(0, false)
 	assert.Greater(t, h, 1500*time.Millisecond, "after the 95th percentile's bucket")
 	assert.LessOrEqual(t, h, c, "never after the cut")
 	l.Record(0, Abandoned)
-	_, ok = l.Hedge(0, t0)
+	_, ok = l.Hedge(0, t0, 0)
 	assert.True(t, ok, "an abandoned attempt is counted, not a fault")
 }
 
@@ -156,10 +156,10 @@ func TestEarlyHedgeBeforeWarmup(t *testing.T) {
 	for range EarlyHedgeAfter - 1 {
 		l.Record(0, time.Second)
 	}
-	_, ok := l.Hedge(0, t0)
+	_, ok := l.Hedge(0, t0, 0)
 	assert.False(t, ok, "not before EarlyHedgeAfter answers")
 	l.Record(0, 45*time.Second) // a stall waited out, and answered
-	h, ok := l.Hedge(0, t0)
+	h, ok := l.Hedge(0, t0, 0)
 	assert.True(t, ok)
 	assert.InDelta(t, 3, h.Seconds(), 0.4, "three times the median: not moved by the stall")
 	_, ok = l.Cut(0, false)
@@ -167,7 +167,7 @@ func TestEarlyHedgeBeforeWarmup(t *testing.T) {
 	for range Warmup - EarlyHedgeAfter {
 		l.Record(0, 2*time.Second)
 	}
-	h, _ = l.Hedge(0, t0)
+	h, _ = l.Hedge(0, t0, 0)
 	c, ok := l.Cut(0, false)
 	assert.True(t, ok)
 	assert.Greater(t, h, 4*time.Second, "the learned delay: twice the median of 2s, at least")
@@ -189,11 +189,11 @@ func TestEarlyHedgeWaitsForABurstInFlight(t *testing.T) {
 	}
 	l.Record(0, time.Second)
 	l.Record(0, 2*time.Second)
-	_, ok := l.Hedge(0, t0.Add(2500*time.Millisecond))
+	_, ok := l.Hedge(0, t0.Add(2500*time.Millisecond), 0)
 	assert.False(t, ok, "two answers, three attempts in flight: the burst's median is not known yet")
 	l.Ended(0, places[0])
 	l.Ended(0, places[1])
-	h, ok := l.Hedge(0, t0.Add(2500*time.Millisecond))
+	h, ok := l.Hedge(0, t0.Add(2500*time.Millisecond), 0)
 	assert.True(t, ok)
 	assert.InDelta(t, 6, h.Seconds(), 0.8, "three times 2s: the attempt still in flight holds the median above the faster answer")
 }
@@ -220,7 +220,7 @@ func TestEarlyHedgeCountsAnAttemptInFlightAsLongAsItTook(t *testing.T) {
 	for range 3 {
 		l.Sent(0, t0.Add(3*time.Second)) // the fourth user's next, and two more users'
 	}
-	h, ok := l.Hedge(0, t0.Add(3*time.Second))
+	h, ok := l.Hedge(0, t0.Add(3*time.Second), 0)
 	require.True(t, ok)
 	assert.InDelta(t, 3, h.Seconds(), 0.4, "three times the 1s median")
 }
@@ -245,15 +245,16 @@ func TestEarlyHedgeWaitsForLongAnswersStillOut(t *testing.T) {
 	l.Ended(0, later)
 	l.Record(0, 14*time.Second)
 	l.Ended(0, places[1])
-	_, ok := l.Hedge(0, t0.Add(14500*time.Millisecond))
+	_, ok := l.Hedge(0, t0.Add(14500*time.Millisecond), 0)
 	assert.False(t, ok, "seven of nine still out: the median is not known")
 	for _, p := range places[2:6] {
 		l.Record(0, 20*time.Second)
 		l.Ended(0, p)
 	}
-	h, ok := l.Hedge(0, t0.Add(20*time.Second))
+	h, ok := l.Hedge(0, t0.Add(20*time.Second), 0)
 	require.True(t, ok, "six of ten answered")
-	assert.InDelta(t, 3*20, h.Seconds(), 3*20*0.15, "three times the median: 20s, the three still out as long")
+	assert.InDelta(t, maxSpread*20, h.Seconds(), maxSpread*20*0.15,
+		"the median, 20s (the three still out as long), times the end of 99% of the answers as they spread: as wide as the learner accepts")
 }
 
 // TestStallCutReadsTheAnswersSpread: while the median of what was sent is
@@ -266,17 +267,17 @@ func TestEarlyHedgeWaitsForLongAnswersStillOut(t *testing.T) {
 func TestStallCutReadsTheAnswersSpread(t *testing.T) {
 	alike := New(1)
 	alike.Record(0, time.Second)
-	_, ok := alike.StallCut(0)
+	_, ok := alike.StallCut(0, t0, 0)
 	assert.False(t, ok, "one answer says nothing of the spread")
 	alike.Record(0, 1100*time.Millisecond)
-	d, ok := alike.StallCut(0)
+	d, ok := alike.StallCut(0, t0, 0)
 	require.True(t, ok)
 	assert.InDelta(t, 3, d.Seconds(), 0.4, "three times the median")
 
 	apart := New(1)
 	apart.Record(0, 5*time.Second)
 	apart.Record(0, 14*time.Second)
-	d, ok = apart.StallCut(0)
+	d, ok = apart.StallCut(0, t0, 0)
 	require.True(t, ok)
 	assert.Greater(t, d, 2*14*time.Second, "past twice the slowest answer seen")
 	assert.LessOrEqual(t, d, maxSpread*5*time.Second*9/8, "within ten medians")
@@ -396,9 +397,9 @@ func TestCohortCutFollowsTheAnswersSpread(t *testing.T) {
 	logNormalAnswers(l, 400, time.Second, 0.8, 0)
 	cut, _ := l.Cut(0, false)
 	last, _ := l.Cut(0, true)
-	settled, ok := l.CohortCut(0, t0, true)
+	settled, ok := l.CohortCut(0, t0, 0, true)
 	require.True(t, ok)
 	assert.InDelta(t, cut.Seconds(), settled.Seconds(), 0.15*cut.Seconds(), "settled: the learned cut's scale")
-	unsettled, _ := l.CohortCut(0, t0, false)
+	unsettled, _ := l.CohortCut(0, t0, 0, false)
 	assert.InDelta(t, last.Seconds(), unsettled.Seconds(), 0.15*last.Seconds(), "the ceiling's scale")
 }
