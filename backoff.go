@@ -320,6 +320,15 @@ func (b *retryBudget) deposit(now time.Time) {
 // allows reports whether withdraw would succeed at now, recording nothing.
 func (b *retryBudget) allows(now time.Time) bool { return b.allowsOf(&b.own, now) }
 
+// credits returns how many retries withdraw would allow at now, were no
+// other withdrawal made meanwhile.
+func (b *retryBudget) credits(now time.Time) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	return max(0, (b.own.sum+b.own.reserve)/budgetScale)
+}
+
 // withdraw reports whether a retry may be sent at now, and if so records it.
 func (b *retryBudget) withdraw(now time.Time) bool { return b.withdrawFrom(&b.own, now) }
 

@@ -57,7 +57,9 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	// The first round walks the cascade; a later round, after a backoff,
 	// walks again the models that failed retryably while another model
 	// could still answer (so a sick primary gets its retries too, after a
-	// pause, and the call returns to it before giving up).
+	// pause, and the call returns to it before giving up); when the retry
+	// budget cannot pay for the whole round, the likeliest to answer first
+	// (likeliestFirst).
 	var slotsOnStack [4]retrySlot // a cascade of up to four: no allocation
 	slots := slotsOnStack[:0]
 	for _, m := range call.order() {
@@ -93,6 +95,9 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 			return call.finish(ctx, zero, nil, err)
 		}
 		slots = append(slots[:0], call.later...)
+		if c.budget.credits(call.now) < int64(len(slots)) {
+			call.likeliestFirst(slots) // the budget cannot pay for the whole round: its likeliest answers first
+		}
 	}
 	switch resp, m, next, err := call.probeAllOpen(ctx); next {
 	case stepDone:
@@ -101,6 +106,36 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 		return call.finish(ctx, zero, nil, err)
 	}
 	return call.finish(ctx, zero, nil, nil)
+}
+
+// likeliestFirst orders the slots of a call's next round by the share of
+// their recent requests their models answered (over the latency
+// throttle's window, as the throttle reads it, with one answer and one
+// failure more for a model little tried), the cascade's order between
+// equals. A round after the first is paid from the Client's retry budget,
+// model by model; when the budget cannot pay for the whole round, a model
+// in a bad spell, first in the cascade, would spend what is left of it on
+// a request it fails, and the budget then refuse the model that answers
+// (a cluster of calls that met both models' failures empties it). When it
+// can, the round keeps the cascade's order: the primary's answer is the
+// better one.
+func (call *call[R]) likeliestFirst(slots []retrySlot) {
+	if len(slots) < 2 {
+		return
+	}
+	var onStack [4]float64 // a cascade of up to four: no allocation
+	rates := onStack[:0]
+	for _, sl := range slots {
+		requests, accepts, _, held := sl.m.routes[call.endpoint].totals(call.now)
+		rates = append(rates, float64(accepts+1)/float64(requests-held+2))
+	}
+	// An insertion sort: stable, in place, and a round holds a few slots.
+	for i := 1; i < len(slots); i++ {
+		for j := i; j > 0 && rates[j] > rates[j-1]; j-- {
+			slots[j], slots[j-1] = slots[j-1], slots[j]
+			rates[j], rates[j-1] = rates[j-1], rates[j]
+		}
+	}
 }
 
 // errNoTimeForRound: the backoff before another round would overrun the
