@@ -110,8 +110,8 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 
 // likeliestFirst orders the slots of a call's next round by the share of
 // their recent requests their models answered (over the latency
-// throttle's window, as the throttle reads it, with one answer and one
-// failure more for a model little tried), the cascade's order between
+// throttle's window, as the throttle reads it: answerRate), the cascade's
+// order between
 // equals. A round after the first is paid from the Client's retry budget,
 // model by model; when the budget cannot pay for the whole round, a model
 // in a bad spell, first in the cascade, would spend what is left of it on
@@ -127,7 +127,7 @@ func (call *call[R]) likeliestFirst(slots []retrySlot) {
 	rates := onStack[:0]
 	for _, sl := range slots {
 		requests, accepts, _, held := sl.m.routes[call.endpoint].totals(call.now)
-		rates = append(rates, float64(accepts+1)/float64(requests-held+2))
+		rates = append(rates, answerRate(requests-held, accepts))
 	}
 	// An insertion sort: stable, in place, and a round holds a few slots.
 	for i := 1; i < len(slots); i++ {

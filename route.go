@@ -300,8 +300,15 @@ func (a *availability) rejectProbability(now time.Time) (p float64, sent, accept
 // that throttled it. With the bound, the throttle acts on a rate it is
 // sure of: at a hundred requests or more, about the rate.
 func answerRateBound(sent, accepts int64) float64 {
-	q := float64(accepts+1) / float64(sent+2)
+	q := answerRate(sent, accepts)
 	return q + math.Sqrt(q*(1-q)/float64(sent+2))
+}
+
+// answerRate returns Laplace's estimate of the rate at which a model
+// answered, from the accepts among the requests sent: (accepts+1)/(sent+2),
+// one half for a model not tried.
+func answerRate(sent, accepts int64) float64 {
+	return float64(accepts+1) / float64(sent+2)
 }
 
 // throttledError says why a model was skipped without a request: it has

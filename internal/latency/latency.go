@@ -98,6 +98,10 @@ const (
 	refreshEvery    = 32                     // answers between two refreshes of a class, once warm
 	maxSpread       = 10                     // the cut's ceiling, in medians, however widely the answers spread (answersSpread)
 	maxSamples      = 512                    // past it, a class's counts are halved: recent answers weigh more
+	// earlySpreadAfter is the answers from which the early delay reads
+	// their spread: the quartiles of fewer are the fastest and the slowest
+	// answer, perhaps a stall waited out.
+	earlySpreadAfter = 4
 )
 
 // Buckets: four per doubling, from about 1ms to about 4.9h.
@@ -220,7 +224,7 @@ func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bo
 	}
 	median, ok := h.cohortQuantile(&counts, n, now, 0.5, self)
 	scale := float64(CutMax)
-	if n >= 4 { // quartiles that leave out the slowest answer (a stall waited out)
+	if n >= earlySpreadAfter {
 		_, scale = spreadOf(&counts, n)
 	}
 	return max(CutFloor, time.Duration(scale*float64(median))), ok
