@@ -100,11 +100,13 @@ type BreakerSettings struct {
 	// lets probes through (half-open), unless every model is open (see
 	// AllOpenProbeEvery). A breaker opened from closed refuses for
 	// MinOpenFor; each failed probe reopens it for twice as long as the
-	// time before, up to OpenFor, or up to half of OpenFor while the model
-	// answered within twice OpenFor: a model is not taken out for much
-	// longer than its bad spell lasts, one in and out of bad spells is
-	// probed again within half of OpenFor, and one that stays down costs a
-	// probe per OpenFor once the periods reach it.
+	// time before, up to OpenFor, and never for longer than a quarter of
+	// the time since the model last answered (since the Client started,
+	// when it never did), though for MinOpenFor at least: a model in and
+	// out of bad spells, silent for about as long as its spell has lasted,
+	// is probed again within seconds, so it is not taken out for much
+	// longer than its bad spell lasts; one that stays down costs a probe
+	// per OpenFor once it has been silent for four times OpenFor.
 	// Default: 30s.
 	OpenFor time.Duration
 	// MinOpenFor is how long a breaker opened from closed refuses requests

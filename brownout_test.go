@@ -20,14 +20,20 @@ import (
 
 func TestThrottledModelAnswersWhenTheOthersFailTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// For 20s the primary answers one request in twenty (it is throttled),
-		// then every request; from 20s to 30s the secondary fails every
-		// request. The throttle still remembers the primary's bad spell
-		// when the secondary goes down.
+		// For 20s the primary answers one request in ten, often enough
+		// that its breaker stays closed and rarely enough that the
+		// throttle keeps most calls from it; then it answers every request.
+		// From 20s to 30s the secondary fails every request. The throttle
+		// still remembers the primary's bad spell when the secondary goes
+		// down: a call it kept from the primary meets the secondary's
+		// failure, and comes back to the primary. (With one user, the
+		// primary answered too rarely to keep its breaker closed: the
+		// throttle was met only by a call that happened to end a moment
+		// after 20s, and a change of the breaker's open periods lost it.)
 		start := time.Now()
 		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 500 * time.Millisecond,
 			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				if time.Since(start) < 20*time.Second && i%20 != 0 {
+				if time.Since(start) < 20*time.Second && i%10 != 0 {
 					return geminitest.Step{Fault: geminitest.Overloaded}
 				}
 				return geminitest.Step{}
@@ -40,24 +46,40 @@ func TestThrottledModelAnswersWhenTheOthersFailTheCall(t *testing.T) {
 			}})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		var throttled, lost int
-		for time.Since(start) < 30*time.Second {
-			_, rec, err := ask(t.Context(), c, "")
-			if time.Since(start) >= 20*time.Second {
-				for _, a := range rec.Attempts {
-					if a.Skipped && errors.Is(a.Err, geminiguard.ErrCircuitOpen) && a.Model == pro {
-						throttled++
+		var mu sync.Mutex
+		var throttled, lost, answeredByPro int
+		var users sync.WaitGroup
+		for range 4 {
+			users.Go(func() {
+				for time.Since(start) < 30*time.Second {
+					sent := time.Since(start)
+					_, rec, err := ask(t.Context(), c, "")
+					if sent < 20*time.Second {
+						time.Sleep(100 * time.Millisecond)
+						continue
 					}
+					mu.Lock()
+					for _, a := range rec.Attempts {
+						if a.Skipped && errors.Is(a.Err, geminiguard.ErrCircuitOpen) && a.Model == pro {
+							throttled++
+							if err == nil && rec.Model == pro {
+								answeredByPro++
+							}
+						}
+					}
+					if err != nil {
+						lost++
+					}
+					mu.Unlock()
+					time.Sleep(100 * time.Millisecond)
 				}
-				if err != nil {
-					lost++
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
+			})
 		}
+		users.Wait()
 
 		require.Positive(t, throttled, "the primary was throttled while the secondary was down")
 		assert.Zero(t, lost, "a throttled model that answers is tried again before a call fails")
+		assert.Equal(t, throttled, answeredByPro, "each call that skipped the primary was answered by it in its next round")
 	})
 }
 

@@ -751,14 +751,12 @@ func (b *Breaker) setState(to State, now time.Time) *Transition {
 
 // openPeriod returns how long the breaker stays open when it opens at now:
 // MinOpenFor from closed, doubled for each failed probe since, up to
-// OpenFor, or up to half of OpenFor while the model answered within twice
-// OpenFor before now: a model in and out of bad spells is probed again
-// sooner than one that has been silent for a minute. Callers hold mu.
+// OpenFor, and never longer than 1/silenceShare of the model's silence (the
+// time since its last answer, or since the breaker was made when it never
+// answered), though at least MinOpenFor. Callers hold mu.
 func (b *Breaker) openPeriod(now time.Time) time.Duration {
-	longest := b.s.OpenFor
-	if !b.answered.never() && !b.answered.SilentFor(now, 2*b.s.OpenFor) {
-		longest = max(b.s.OpenFor/2, b.s.MinOpenFor)
-	}
+	silence := now.Sub(b.answered.Origin) - time.Duration(b.answered.at.Load())
+	longest := min(b.s.OpenFor, max(b.s.MinOpenFor, silence/silenceShare))
 	d := b.s.MinOpenFor
 	for range b.reopens {
 		if d >= longest/2 {
@@ -768,6 +766,25 @@ func (b *Breaker) openPeriod(now time.Time) time.Duration {
 	}
 	return min(d, longest)
 }
+
+// silenceShare bounds an open period by the model's silence: a model silent
+// for s is reopened for s/silenceShare at most. A model in and out of bad
+// spells is silent for about as long as its bad spell has lasted, and
+// whether the spell has ended by the next probe hardly depends on how long
+// it lasted (spells of a brownout end at random: what is left of one is as
+// long whatever has passed); a model that has been silent for minutes is
+// likelier down for minutes more (an outage). Doubling alone took a model
+// out for 15s after three failed probes, whatever its bad spells lasted:
+// in the brownout families, primaries in alternating spells of 10–30s
+// kept 0.52× and 0.70× the oracle's share (2700032, 3000200) and a
+// start-up brownout at ten calls a second 0.73× (2700029); bounded by a
+// quarter of the silence, 0.86×, 0.81× and 0.80×, with share ≥ 0.9× the
+// oracle's in 1–1.5 more points of the cells on the seeds that missed it
+// and the other targets within a cell (by half: as doubling alone on the
+// family; BENCHMARKS.md, Brownout family). A dead model costs a few probes
+// more over its first minutes, one per OpenFor once silent for
+// silenceShare·OpenFor.
+const silenceShare = 4
 
 // openForOutage opens the breaker at now for OpenFor, an outage's opening
 // (OutageOver). Callers hold mu.

@@ -567,10 +567,11 @@ func TestBreakerConcurrent(t *testing.T) {
 	t.Logf("transitions %d, probes %d (max %d in flight), refused %d", transitions.Load(), probesSeen, maxInFlight, refused.Load())
 }
 
-// The open period starts at MinOpenFor, doubles with each failed probe up to
-// OpenFor, and starts again from MinOpenFor once a probe closes the breaker.
+// The open period of a model silent for long starts at MinOpenFor, doubles
+// with each failed probe up to OpenFor, and starts again from MinOpenFor
+// once a probe closes the breaker.
 func TestBreakerOpenPeriodGrows(t *testing.T) {
-	b := newBreaker(Settings{FailureThreshold: 1, DeadAfter: -1})
+	b := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1}), brkT0.Add(-time.Hour)) // silent for an hour
 	now := brkT0
 	fail := func() {
 		t.Helper()
@@ -789,27 +790,50 @@ func TestBreakerWaitsForABurstsAnswersAfterAQuietSpell(t *testing.T) {
 	assert.Equal(t, Open, tr.To)
 }
 
-// A model that answered within twice OpenFor is reopened for half of
-// OpenFor at most: 2s, 4s, 8s, then 15s, not 16s and 30s; once it has been
-// silent for twice OpenFor, the periods grow to OpenFor again.
-func TestBreakerOpenPeriodOfAModelThatAnsweredLately(t *testing.T) {
-	b := newBreaker(Settings{FailureThreshold: 1, DeadAfter: -1})
-	now := brkT0
-	p, _, _ := b.Allow(now)
-	require.Nil(t, b.Done(p, now, Success))
-	p, _, _ = b.Allow(now)
-	require.NotNil(t, b.Done(p, now, Failure))
-	var periods []time.Duration
-	for range 8 { // each probe fails
-		until := b.Snapshot(now).OpenUntil
-		periods = append(periods, until.Sub(now))
-		now = until
-		p, _, r := b.Allow(now)
-		require.Nil(t, r)
-		require.NotNil(t, b.Done(p, now, Failure))
-	}
+// An open period is at most a quarter of the model's silence (though at
+// least MinOpenFor): a model that answered a moment before its opening is
+// probed every 2s until it has been silent for 8s, then every quarter of
+// its silence, doubling no faster than before (2s, 4s, 8s at most), and
+// every OpenFor once it has been silent for 4·OpenFor; one that never
+// answered, likewise from the breaker's start. Before, the first was
+// reopened for 2s, 4s, 8s, then 15s for a minute: out for 15s after three
+// failed probes, whatever its bad spells lasted.
+func TestBreakerOpenPeriodIsBoundedByTheModelsSilence(t *testing.T) {
 	s := time.Second
-	assert.Equal(t, []time.Duration{2 * s, 4 * s, 8 * s, 15 * s, 15 * s, 15 * s, 15 * s, 30 * s}, periods, "reopened at 74s, silent for a minute: the period reaches OpenFor")
+	periods := func(b *Breaker, now time.Time) []time.Duration {
+		var out []time.Duration
+		for range 12 { // each probe fails
+			until := b.Snapshot(now).OpenUntil
+			out = append(out, until.Sub(now).Round(time.Millisecond))
+			now = until
+			p, _, r := b.Allow(now)
+			require.Nil(t, r)
+			require.NotNil(t, b.Done(p, now, Failure))
+		}
+		return out
+	}
+	want := []time.Duration{2 * s, 2 * s, 2 * s, 2 * s, 2 * s, 2500 * time.Millisecond, 3125 * time.Millisecond,
+		3906 * time.Millisecond, 4883 * time.Millisecond, 6104 * time.Millisecond, 7629 * time.Millisecond, 9537 * time.Millisecond}
+
+	answered := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1}), brkT0.Add(-time.Hour))
+	p, _, _ := answered.Allow(brkT0)
+	require.Nil(t, answered.Done(p, brkT0, Success))
+	p, _, _ = answered.Allow(brkT0)
+	require.NotNil(t, answered.Done(p, brkT0, Failure))
+	assert.Equal(t, want, periods(answered, brkT0), "silent since its opening")
+
+	never := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1}), brkT0)
+	p, _, _ = never.Allow(brkT0)
+	require.NotNil(t, never.Done(p, brkT0, Failure))
+	assert.Equal(t, want, periods(never, brkT0), "never answered since its start")
+
+	late := New(withDefaults(Settings{FailureThreshold: 1, DeadAfter: -1}), brkT0.Add(-time.Hour))
+	p, _, _ = late.Allow(brkT0)
+	require.Nil(t, late.Done(p, brkT0, Success))
+	at := brkT0.Add(2 * time.Minute) // silent for 4·OpenFor when it opens
+	p, _, _ = late.Allow(at)
+	require.NotNil(t, late.Done(p, at, Failure))
+	assert.Equal(t, []time.Duration{2 * s, 4 * s, 8 * s, 16 * s, 30 * s}, periods(late, at)[:5], "silent for two minutes: the doubling up to OpenFor")
 }
 
 // A run of failures makes a model dead only when a model answering as it
