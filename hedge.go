@@ -48,11 +48,16 @@ import (
 // answers after its original's learned cut took the cut's place (the cut
 // would have sent that request): the cut budget pays for it, when it
 // allows, and the hedge budget gets its credit back, so that the hedge
-// budget counts the requests hedging adds to what cutting sends. When the budget
-// (or the lack of a model to take the hedge) refuses, the attempt is cut at
-// the learned cut as before; so is the attempt of a call whose bulkhead has
-// calls queued, which runs as many calls as its feature allows (a hedge
-// would be a request beyond them). A model slow on every request (long
+// budget counts the requests hedging adds to what cutting sends. When the
+// hedge budget refuses, the request the cut would send at the learned cut
+// is sent then as a hedge in the cut's place (inCutsPlace), paid by the cut
+// budget as the cut would be, not the hedge's: the original is kept, and
+// an answer that was only long, not stalled, still comes first instead of
+// being written again from the start (a unary attempt's; a stream's is cut
+// as before). When no model can take the hedge, or it is not admitted, the
+// attempt is cut at the learned cut as before; so is the attempt of a call
+// whose bulkhead has calls queued, which runs as many calls as its feature
+// allows (a hedge would be a request beyond them). A model slow on every request (long
 // thinking) has a slow median and a narrow spread: its requests end before
 // their hedge delay, and are neither hedged nor cut. A stream hedges before
 // its first chunk only: the first of the two streams to send one is the one
@@ -95,7 +100,10 @@ type HedgePolicy struct {
 	// top of three a minute always allowed; in (0, 1]. A hedge answered
 	// after its original would have been cut (its learned deadline) is
 	// counted as the cut it replaced, within the cuts' own cap (10% of
-	// first attempts plus one a second), not here.
+	// first attempts plus one a second), not here. Once the budget is
+	// spent, an attempt is not hedged before its learned deadline; at it,
+	// the request its cut would send is sent as a hedge that keeps the
+	// original (a unary call's), counted as the cut, not here.
 	// Default: 0.05 (at most 5% more requests than cutting sends).
 	Budget float64
 }
@@ -284,10 +292,13 @@ type hedgeState struct {
 	cutAt    time.Time // when set, the original is cut then
 	pairAt   time.Time // when set, both requests are cut then unless one returned
 	cut      time.Duration
-	cutting  bool               // the cut bounds the original
-	hcut     time.Duration      // the hedge's learned cut, when it was cut with its original (pairAt)
-	hcancel  context.CancelFunc // the hedge's, once sent
-	done     bool               // the hedge returned
+	cutting  bool // the cut bounds the original
+	// inCutsPlace: the hedge budget refused the hedge, which is sent at
+	// the original's learned cut instead of the cut (mayTakeCutsPlace).
+	inCutsPlace bool
+	hcut        time.Duration      // the hedge's learned cut, when it was cut with its original (pairAt)
+	hcancel     context.CancelFunc // the hedge's, once sent
+	done        bool               // the hedge returned
 
 	// The hedge's, written by its run, read by the call's goroutine once
 	// it joined the runs.
@@ -459,11 +470,22 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 		return nil, nil
 	}
 	hm := call.hedgeTarget(hr.m, now)
-	if hm == nil || c.bulkheadQueues(hr.ctx) || !c.hedges.allows(now) || !call.admitHedge(hr.ctx, hm, &hr.h, now, &hr.tokens) {
+	budgeted := hr.inCutsPlace || c.hedges.allows(now)
+	if !budgeted && hm != nil && call.stream == nil && hr.mayTakeCutsPlace(now) {
+		if at := hr.start.Add(hr.learned); now.Before(at) {
+			hr.inCutsPlace, hr.decided = true, false
+			hr.arm(at)
+			return nil, nil
+		}
+		hr.inCutsPlace, budgeted = true, true
+	}
+	if hm == nil || c.bulkheadQueues(hr.ctx) || !budgeted || !call.admitHedge(hr.ctx, hm, &hr.h, now, &hr.tokens) {
 		hr.cutFrom(now) // no hedge: cut as without hedging (at once when the hedge delay was the cut)
 		return nil, nil
 	}
-	c.hedges.withdraw(now)
+	if !hr.inCutsPlace {
+		c.hedges.withdraw(now)
+	}
 	hr.h.sent, hr.hstart, hr.cut = true, now, 0
 	hend := now.Add(hm.timeout)
 	if call.deadline.Before(hend) {
@@ -479,6 +501,20 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	}
 	hm.counters.requests.Add(1)
 	return hm, hctx
+}
+
+// mayTakeCutsPlace reports whether the hedge of hr's original, which the
+// hedge budget refused at now, may be sent at the original's learned cut in
+// the cut's place (inCutsPlace): the cut would send a request to another
+// model then anyway, and sent as a hedge that request keeps the original,
+// whose answer may still come first (a long answer of a model whose
+// answers spread wide, which a cut throws away to be written again from
+// the start). The hedge budget does not pay for it; the cut's does, as for
+// a cut (Client.chargeCut). Not when the original has no learned cut that
+// may be made (Client.mayCut), or was hedged at the early delay. hr.mu is
+// held.
+func (hr *hedgeRun) mayTakeCutsPlace(now time.Time) bool {
+	return !hr.early && hr.learned > 0 && hr.c.mayCut(hr.onward, now)
 }
 
 // postponeEarly reads again, at now, the early delay of hr's original
@@ -594,7 +630,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	defer hedge.release()
 	hstart := hr.hstart
 	if err != nil && hedge.err == nil { // the hedge's answer wins
-		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.chargeCut(hr.onward, hedge.end) {
+		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.chargeCut(hr.onward, hedge.end) && !hr.inCutsPlace {
 			call.c.hedges.refund(hedge.end) // the original outlived its cut: the hedge took the cut's place, and the cut pays
 		}
 		call.loser(ctx, a, &orig, start, 0)

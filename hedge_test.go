@@ -826,3 +826,65 @@ func TestHedgeOfABrownoutsFirstStallsGoesToTheNext(t *testing.T) {
 		assert.LessOrEqual(t, bothCut, 2, "only the stalls hedged to pro before any of them was cut wait for both cuts (%d calls)", bothCut)
 	})
 }
+
+// TestLongAnswerPastTheCutIsKeptWhenTheHedgeBudgetIsSpent: one call in
+// twenty-five asks for a long answer (3.5s on pro, 3s on flash; the others
+// 1s and 0.8s), eight users back to back, and the hedge budget is 1% of the
+// calls: pro's long answers, past its learned cut (2s), are more than the
+// budget hedges. Before, the hedges the budget refused were cuts: the long
+// answer thrown away and written again by flash, 5s into the call. The
+// request the cut would send is now sent as a hedge at the cut, which keeps
+// the original: pro's long answer comes first, at 3.5s, on every call.
+func TestLongAnswerPastTheCutIsKeptWhenTheHedgeBudgetIsSpent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		answer := func(short, long time.Duration) func(geminitest.Request, int) geminitest.Step {
+			return func(r geminitest.Request, _ int) geminitest.Step {
+				if strings.Contains(r.Contents[0].Parts[0].Text, "long") {
+					return geminitest.Step{Latency: long}
+				}
+				return geminitest.Step{Latency: short}
+			}
+		}
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: answer(time.Second, 3500*time.Millisecond)},
+			geminitest.Model{Name: flash, Decide: answer(800*time.Millisecond, 3*time.Second)})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true, Budget: 0.01}))
+		for range 20 { // flash's answer times are learned too: a hedge goes to it
+			_, _, err := ask(t.Context(), c, flash)
+			require.NoError(t, err)
+		}
+
+		var mu sync.Mutex
+		var users sync.WaitGroup
+		longCalls, byPro, slowest := 0, 0, time.Duration(0)
+		for u := range 8 {
+			users.Go(func() {
+				for i := range 300 {
+					prompt := "Say hi"
+					if (u+i)%25 == 24 {
+						prompt = "Say hi, long"
+					}
+					start := time.Now()
+					var rec geminiguard.CallRecord
+					_, err := c.GenerateContent(geminiguard.RecordCall(t.Context(), &rec), "", genai.Text(prompt), nil)
+					assert.NoError(t, err)
+					if prompt == "Say hi" || i < 25 { // pro's answer times are learned from its first calls
+						continue
+					}
+					mu.Lock()
+					longCalls++
+					if rec.Model == pro {
+						byPro++
+					}
+					slowest = max(slowest, time.Since(start))
+					mu.Unlock()
+				}
+			})
+		}
+		users.Wait()
+
+		require.Positive(t, longCalls)
+		assert.Equal(t, longCalls, byPro, "every long answer is pro's")
+		assert.Equal(t, 3500*time.Millisecond, slowest, "none written again from the start by flash")
+	})
+}
