@@ -406,11 +406,21 @@ func (l *LastAnswer) SilentFor(now time.Time, d time.Duration) bool {
 // SilentAt is SilentFor at the time at since Origin, for a caller that has
 // it already.
 func (l *LastAnswer) SilentAt(at, d time.Duration) bool {
-	var last time.Duration
+	return l.silenceAt(at) >= d
+}
+
+// Silence returns how long no answer has come before now: since the last
+// answer, or since Origin when none came.
+func (l *LastAnswer) Silence(now time.Time) time.Duration {
+	return l.silenceAt(now.Sub(l.Origin))
+}
+
+// silenceAt is Silence at the time at since Origin.
+func (l *LastAnswer) silenceAt(at time.Duration) time.Duration {
 	if l.seen.Load() {
-		last = time.Duration(l.at.Load())
+		at -= time.Duration(l.at.Load())
 	}
-	return at-last >= d
+	return at
 }
 
 // never reports whether no answer came since Origin.
@@ -755,8 +765,7 @@ func (b *Breaker) setState(to State, now time.Time) *Transition {
 // time since its last answer, or since the breaker was made when it never
 // answered), though at least MinOpenFor. Callers hold mu.
 func (b *Breaker) openPeriod(now time.Time) time.Duration {
-	silence := now.Sub(b.answered.Origin) - time.Duration(b.answered.at.Load())
-	longest := min(b.s.OpenFor, max(b.s.MinOpenFor, silence/silenceShare))
+	longest := min(b.s.OpenFor, max(b.s.MinOpenFor, b.answered.Silence(now)/silenceShare))
 	d := b.s.MinOpenFor
 	for range b.reopens {
 		if d >= longest/2 {
@@ -778,12 +787,12 @@ func (b *Breaker) openPeriod(now time.Time) time.Duration {
 // in the brownout families, primaries in alternating spells of 10–30s
 // kept 0.52× and 0.70× the oracle's share (2700032, 3000200) and a
 // start-up brownout at ten calls a second 0.73× (2700029); bounded by a
-// quarter of the silence, 0.86×, 0.81× and 0.80×, with share ≥ 0.9× the
-// oracle's in 1–1.5 more points of the cells on the seeds that missed it
-// and the other targets within a cell (by half: as doubling alone on the
-// family; BENCHMARKS.md, Brownout family). A dead model costs a few probes
-// more over its first minutes, one per OpenFor once silent for
-// silenceShare·OpenFor.
+// quarter of the silence, 0.86×, 0.81× and 0.80×, and share ≥ 0.9× the
+// oracle's in 2 and 1 more points of the cells on the seeds that missed or
+// nearly missed it (the wide family's 2, the brownout family's 3); half of
+// the silence did as doubling alone (BENCHMARKS.md, Brownout family). A
+// dead model costs a few probes more over its first minutes, one per
+// OpenFor once silent for silenceShare·OpenFor.
 const silenceShare = 4
 
 // openForOutage opens the breaker at now for OpenFor, an outage's opening
