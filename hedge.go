@@ -510,11 +510,12 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 // whose answer may still come first (a long answer of a model whose
 // answers spread wide, which a cut throws away to be written again from
 // the start). The hedge budget does not pay for it; the cut's does, as for
-// a cut (Client.chargeCut). Not when the original has no learned cut that
-// may be made (Client.mayCut), or was hedged at the early delay. hr.mu is
-// held.
+// a cut (Client.chargeCut), and the retry budget not at all (the call is
+// not sent on). Not when the original has no learned cut, the cut budget
+// would refuse its cut (one with no other model to go to), or it was
+// hedged at the early delay. hr.mu is held.
 func (hr *hedgeRun) mayTakeCutsPlace(now time.Time) bool {
-	return !hr.early && hr.learned > 0 && hr.c.mayCut(hr.onward, now)
+	return !hr.early && hr.learned > 0 && (hr.onward || hr.c.cuts.allows(now))
 }
 
 // postponeEarly reads again, at now, the early delay of hr's original

@@ -55,12 +55,16 @@ const (
 // mayCut reports whether an attempt may be cut at its learned deadline at
 // now: always when the cut sends the call on to another model (onward),
 // for the latency throttle bounds what those cost (routeSlowCost a request
-// sent to the model, route.go), else while the cut budget allows. With
-// the cut budget alone, a model stalling on a quarter of its requests
-// under 30 calls a second had the stalls over the budget waited out (45s,
+// sent to the model, route.go), else while the cut budget allows and the
+// retry budget can pay for the attempt the cut leads to (a retry, or the
+// call's next round): a cut it could not pay for would fail the call,
+// where the attempt left alone may still answer (a long answer; a stall
+// ends at the attempt timeout, as the call would have). With the cut
+// budget alone, a model stalling on a quarter of its requests under 30
+// calls a second had the stalls over the budget waited out (45s,
 // TestCutsThatSendTheCallOnAreNotCappedByTheCutBudget).
 func (c *Client) mayCut(onward bool, now time.Time) bool {
-	return onward || c.cuts.allows(now)
+	return onward || c.cuts.allows(now) && c.budget.allows(now)
 }
 
 // chargeCut records at now a cut made, or whose place a hedge took, on the

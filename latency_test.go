@@ -155,6 +155,42 @@ func TestCutsThatSendTheCallOnAreNotCappedByTheCutBudget(t *testing.T) {
 	})
 }
 
+// TestCutTheRetryBudgetCannotPayForIsNotMade: one model, one call in
+// twenty-five a long answer (4s, the others 1s), and a retry budget that
+// allows next to no retry. A cut of an attempt with no other model to go to
+// (at three times the median, 3s) leads to a retry of the same model; when
+// the retry budget refuses that retry, the cut has failed the call, where
+// the attempt left alone answers a second later. Before, every long answer
+// after the first ones was cut and its call failed.
+func TestCutTheRetryBudgetCannotPayForIsNotMade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i%25 == 24 {
+				return geminitest.Step{Latency: 4 * time.Second}
+			}
+			return geminitest.Step{Latency: time.Second}
+		}})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro), geminiguard.WithJitterSource(seeded()), hedgingOff,
+			geminiguard.WithRetry(geminiguard.RetryPolicy{BudgetRatio: 0.001, BudgetMinPerSecond: 0.001}))
+
+		failed, long := 0, 0
+		for range 200 {
+			start := time.Now()
+			_, _, err := ask(t.Context(), c, "")
+			if err != nil {
+				failed++
+			}
+			if time.Since(start) == 4*time.Second {
+				long++
+			}
+		}
+
+		assert.Zero(t, failed, "no call failed by a cut its retry could not follow")
+		assert.Equal(t, 8, long, "every long answer let finish")
+		assert.Equal(t, 200, srv.Total(pro), "one request a call")
+	})
+}
+
 // slowestOfBackToBackCalls returns the slowest call of 30 users sending 20
 // calls each back to back (about 30 calls a second) through pro and flash,
 // pro answering in 1s but, once its answer times are learned (from its
