@@ -161,7 +161,7 @@ func TestCutsThatSendTheCallOnAreNotCappedByTheCutBudget(t *testing.T) {
 // (at three times the median, 3s) leads to a retry of the same model; when
 // the retry budget refuses that retry, the cut has failed the call, where
 // the attempt left alone answers a second later. Before, every long answer
-// after the first ones was cut and its call failed.
+// was cut and its call failed (8 of the 200).
 func TestCutTheRetryBudgetCannotPayForIsNotMade(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
