@@ -280,6 +280,10 @@ func newRetryBudget(ratio, minPerSecond float64, ttl time.Duration) *retryBudget
 	return b
 }
 
+// allows reports whether the ledger allows a withdrawal, its slots advanced
+// to the present. b.mu of its retryBudget must be held.
+func (l *budgetLedger) allows() bool { return l.sum+l.reserve >= budgetScale }
+
 // fund sets the ledger's credit per first attempt (ratio) and its floor
 // (minPerSecond over ttl).
 func (l *budgetLedger) fund(ratio, minPerSecond float64, ttl time.Duration) {
@@ -346,7 +350,7 @@ func (b *retryBudget) refund(now time.Time) {
 func (b *retryBudget) allowsOf(l *budgetLedger, now time.Time) bool {
 	b.mu.Lock()
 	b.advance(now)
-	ok := l.sum+l.reserve >= budgetScale
+	ok := l.allows()
 	b.mu.Unlock()
 	return ok
 }
@@ -356,7 +360,7 @@ func (b *retryBudget) allowsOf(l *budgetLedger, now time.Time) bool {
 func (b *retryBudget) withdrawFrom(l *budgetLedger, now time.Time) bool {
 	b.mu.Lock()
 	i := b.advance(now)
-	ok := l.sum+l.reserve >= budgetScale
+	ok := l.allows()
 	if ok {
 		l.slots[i] -= budgetScale
 		l.sum -= budgetScale
@@ -392,6 +396,18 @@ type cutBudget struct{ b *retryBudget }
 
 // allows reports whether withdraw would succeed at now, recording nothing.
 func (v cutBudget) allows(now time.Time) bool { return v.b.allowsOf(&v.b.cuts, now) }
+
+// allowsWithRetry reports whether, at now, the cut budget allows a cut and
+// its retryBudget the retry the cut leads to: both ledgers read under one
+// lock.
+func (v cutBudget) allowsWithRetry(now time.Time) bool {
+	b := v.b
+	b.mu.Lock()
+	b.advance(now)
+	ok := b.cuts.allows() && b.own.allows()
+	b.mu.Unlock()
+	return ok
+}
 
 // withdraw reports whether a cut may be made at now, and if so records it.
 func (v cutBudget) withdraw(now time.Time) bool { return v.b.withdrawFrom(&v.b.cuts, now) }

@@ -64,7 +64,7 @@ const (
 // calls a second had the stalls over the budget waited out (45s,
 // TestCutsThatSendTheCallOnAreNotCappedByTheCutBudget).
 func (c *Client) mayCut(onward bool, now time.Time) bool {
-	return onward || c.cuts.allows(now) && c.budget.allows(now)
+	return onward || c.cuts.allowsWithRetry(now)
 }
 
 // chargeCut records at now a cut made, or whose place a hedge took, on the
