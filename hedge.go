@@ -39,7 +39,13 @@ import (
 // is the better bet, and its answer keeps the primary's quality; one that
 // stalls more often would stall the hedge as often). A hedge that has not
 // answered by its own learned cut is cut with its original, and the call
-// goes on to the next model. The first answer wins; the other attempt is
+// goes on to the next model. A hedge that loses its race (the original
+// answered first while it was out) says the model's late attempts are long
+// answers, as long on any model, not stalls: once a model's hedges of a
+// class lose (latency.Learner.Raced: five races or so, and fewer than one
+// in eight won), its attempts are hedged and cut at the learned cut's
+// ceiling (the end of 99% of its answers as they spread) until its hedges
+// win again. The first answer wins; the other attempt is
 // cancelled, joined before the call goes on, and its breaker permit handed
 // back with an ignored outcome (its tokens were spent: the request left). A
 // hedge pays tokens like any request and is capped by a Client-wide budget
@@ -103,7 +109,10 @@ type HedgePolicy struct {
 	// first attempts plus one a second), not here. Once the budget is
 	// spent, an attempt is not hedged before its learned deadline; at it,
 	// the request its cut would send is sent as a hedge that keeps the
-	// original (a unary call's), counted as the cut, not here.
+	// original (a unary call's), counted as the cut, not here. A model
+	// whose hedges lose their races (its late answers are long, not
+	// stalled) is hedged at the end of 99% of its answers instead, until
+	// they win again.
 	// Default: 0.05 (at most 5% more requests than cutting sends).
 	Budget float64
 }
@@ -630,6 +639,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	hr.hedge.session = nil
 	defer hedge.release()
 	hstart := hr.hstart
+	call.raced(m, &orig, &hedge)
 	if err != nil && hedge.err == nil { // the hedge's answer wins
 		if hr.learned > 0 && hedge.end.Sub(start) >= hr.learned && call.c.chargeCut(hr.onward, hedge.end) && !hr.inCutsPlace {
 			call.c.hedges.refund(hedge.end) // the original outlived its cut: the hedge took the cut's place, and the cut pays
@@ -642,6 +652,20 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 	}
 	call.loser(ctx, &hr.h, &hedge, hstart, hr.hcut)
 	return call.ended(ctx, m, start, orig.end, cut, onward, timedOut, resp, err)
+}
+
+// raced records on m, the original's model, the race of the original orig
+// with its hedge (latency.Learner.Raced) when one answered while the other
+// was still out: the hedge won when it answered no later than the original
+// ended (cancelled by that answer), lost when the original answered no
+// later than the hedge ended.
+func (call *call[R]) raced(m *modelState, orig, hedge *raced[R]) {
+	switch {
+	case hedge.err == nil && orig.err != nil && !orig.end.Before(hedge.end):
+		m.lat.Raced(call.class, true)
+	case orig.err == nil && hedge.err != nil && !hedge.end.Before(orig.end):
+		m.lat.Raced(call.class, false)
+	}
 }
 
 // opened hands the stream the winning request r opened, if any, to the

@@ -25,7 +25,9 @@ import (
 // by then is abandoned for the next model (or, with no other model, tried
 // again), as a stalled request would only be waited out. The median and
 // the answers' p95 are robust to the stalls themselves (a minority, cut
-// and so never answered). A model that is slow on every request has a
+// and so never answered). Once a model's hedges lose their races (its
+// late attempts answer first: long answers, not stalls; hedge.go), the
+// cut is the ceiling. A model that is slow on every request has a
 // slow median, so its requests are not cut (40s answers: an 80s cut, past
 // the 60s attempt timeout); a request that asks for more (a larger
 // maxOutputTokens or thinking budget) is learned apart. An abandoned

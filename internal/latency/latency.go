@@ -54,7 +54,9 @@ import (
 // original, sends it sooner (the brownout family's p99 ≤ 2× the oracle's
 // in 1.5 more points of the cells of each seed; BENCHMARKS.md). A model
 // that does not (long thinking) keeps the spread's floor, and is not
-// hedged into double cost.
+// hedged into double cost. A class whose hedges lose their races (Raced:
+// its late attempts answer before their hedges, long answers as long on
+// any model) is hedged and cut at last, the ceiling, until they win again.
 //
 // Before a class has Warmup answers it has no cut and no learned hedge
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
@@ -102,6 +104,13 @@ const (
 	// their spread: the quartiles of fewer are the fastest and the slowest
 	// answer, perhaps a stall waited out.
 	earlySpreadAfter = 4
+	// The races of a class's attempts with their hedges (Raced) that it
+	// remembers (each race weighs the earlier ones down by 1/raceMemory),
+	// the lost races it needs before its hedges lose, and the races its
+	// hedges must win, one in raceWinEvery, not to.
+	raceMemory   = 16
+	raceEvidence = 4
+	raceWinEvery = 8
 )
 
 // Buckets: four per doubling, from about 1ms to about 4.9h.
@@ -148,6 +157,17 @@ type histogram struct {
 	flight        flight                // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
+	races         races                 // the recent races of its attempts with their hedges (Raced)
+}
+
+// races is a class's record of the races of its attempts with their
+// hedges (Raced): the races each side won, weighed down by raceMemory at
+// each race, so that the latest raceMemory or so count.
+type races struct {
+	mu        sync.Mutex
+	won, lost float64 // by the hedge, by the attempt
+	// hedgesLose is set while the hedges lose (Raced): read without mu.
+	hedgesLose atomic.Bool
 }
 
 // flight is the attempts of a class sent before it warmed up and still in
@@ -216,6 +236,9 @@ func (l *Learner) Record(class int, d time.Duration) {
 func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	if d := h.hedge.Load(); d > 0 {
+		if h.races.hedgesLose.Load() {
+			d = h.last.Load()
+		}
 		return time.Duration(d), true
 	}
 	counts, n := h.answerCounts()
@@ -232,13 +255,41 @@ func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bo
 
 // Cut returns the learned deadline of an attempt of class, false until the
 // class has warmed up; last: the attempt has no other model to go to.
+// While the class's hedges lose (Raced), it is the last one's.
 func (l *Learner) Cut(class int, last bool) (time.Duration, bool) {
 	h := &l.classes[class]
 	c := h.cut.Load()
-	if last {
+	if last || h.races.hedgesLose.Load() {
 		c = h.last.Load()
 	}
 	return time.Duration(c), c > 0
+}
+
+// Raced records the outcome of a race between an attempt of class and its
+// hedge, sent once the attempt was late: won, the hedge answered first
+// while the attempt was out; else the attempt answered first while the
+// hedge was out (a race one side lost by failing says nothing of the
+// other's time, and is not recorded). While the class's hedges lose (they
+// lost raceEvidence races or more of those it remembers, and won fewer
+// than one in raceWinEvery), its attempts past the hedge delay are long
+// answers, as long on any model (an answer's time is its output's length),
+// not stalls that a second request would answer sooner: its hedge delay and
+// its cut are the learned cut's ceiling (Cut's last: the end of 99% of the
+// answers as they spread, CutMax to maxSpread times their median), for
+// fewer hedges and cuts, each of which keeps the record. Hedges that win
+// again (stalls) bring back the learned ones.
+func (l *Learner) Raced(class int, won bool) {
+	r := &l.classes[class].races
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.won *= 1 - 1.0/raceMemory
+	r.lost *= 1 - 1.0/raceMemory
+	if won {
+		r.won++
+	} else {
+		r.lost++
+	}
+	r.hedgesLose.Store(r.lost >= raceEvidence && raceWinEvery*r.won < r.won+r.lost)
 }
 
 // Learned reports whether class has warmed up: Cut and Hedge report its

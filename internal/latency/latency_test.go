@@ -403,3 +403,44 @@ func TestCohortCutFollowsTheAnswersSpread(t *testing.T) {
 	unsettled, _ := l.CohortCut(0, t0, 0, false)
 	assert.InDelta(t, last.Seconds(), unsettled.Seconds(), 0.15*last.Seconds(), "the ceiling's scale")
 }
+
+// TestHedgesThatLoseTheirRacesMoveTheDeadlinesToTheCeiling: a class whose
+// hedges keep losing (its late attempts answer before them: long answers,
+// as long on any model) is hedged and cut at the learned cut's ceiling,
+// until its hedges win again one race in raceWinEvery.
+func TestHedgesThatLoseTheirRacesMoveTheDeadlinesToTheCeiling(t *testing.T) {
+	l := New(1)
+	logNormalAnswers(l, 400, time.Second, 0.8, 0)
+	cut, _ := l.Cut(0, false)
+	hedge, _ := l.Hedge(0, time.Time{}, 0)
+	last, _ := l.Cut(0, true)
+	require.Less(t, cut, last)
+	require.Less(t, hedge, last)
+
+	for range 4 {
+		l.Raced(0, false)
+	}
+	d, _ := l.Cut(0, false)
+	assert.Equal(t, cut, d, "four lost races are not yet the evidence")
+	l.Raced(0, false)
+	d, _ = l.Cut(0, false)
+	assert.Equal(t, last, d, "the cut, once the hedges lose")
+	d, _ = l.Hedge(0, time.Time{}, 0)
+	assert.Equal(t, last, d, "the hedge delay, once the hedges lose")
+
+	for range 40 { // one race in twelve won: still losing
+		for range 11 {
+			l.Raced(0, false)
+		}
+		l.Raced(0, true)
+	}
+	d, _ = l.Cut(0, false)
+	assert.Equal(t, last, d, "hedges winning one race in twelve lose")
+	for range 3 {
+		l.Raced(0, true)
+	}
+	d, _ = l.Cut(0, false)
+	assert.Equal(t, cut, d, "hedges that win again bring the learned cut back")
+	d, _ = l.Hedge(0, time.Time{}, 0)
+	assert.Equal(t, hedge, d)
+}
