@@ -373,9 +373,16 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 			defer late.end() // joined on a panic of the SDK too
 		}
 	}
+	young := call.sentWhileYoung(m, start, learning)
+	if young > 0 {
+		defer m.lat.Ended(call.class, young) // on a panic of the SDK too
+	}
 	m.counters.requests.Add(1)
 	a.sent = true
 	resp, err := call.send(actx, call, m)
+	if young > 0 {
+		m.lat.Ended(call.class, young) // before its answer is learned (ended)
+	}
 	if late != nil {
 		if cut, onward = late.end(), late.onward; err == nil {
 			late.answered()
@@ -383,6 +390,19 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 	}
 	call.now = time.Now()
 	return call.ended(ctx, m, start, call.now, cut, onward, actx.Err() != nil, resp, err)
+}
+
+// sentWhileYoung counts the call's attempt to m sent at start in flight
+// while m's class is young (latency.Learner.SentWhileYoung), for the
+// deadlines learned from its first answers to count it as at least as long
+// as it has taken; an attempt sent while m learns (learning) is counted by
+// cutOnceLearned already. It returns its place for Ended, 0 when it is not
+// counted.
+func (call *call[R]) sentWhileYoung(m *modelState, start time.Time, learning bool) int64 {
+	if !call.learns || learning {
+		return 0
+	}
+	return m.lat.SentWhileYoung(call.class, start)
 }
 
 // boundingCut returns the learned deadline of the call's attempt to m (see
@@ -439,13 +459,13 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 		err = &cutError{err: err, after: cut}
 		call.cutOn = append(call.cutOn, m)
 		c.chargeCut(onward, call.now)
-		m.lat.Record(call.class, latency.Abandoned)
+		m.lat.Record(call.class, latency.Abandoned, finish)
 		m.routes[call.endpoint].slowed(call.now)
 	case timedOut:
 		err = &attemptTimeoutError{err: err}
 	}
 	if err == nil && call.learns {
-		m.lat.Record(call.class, elapsed)
+		m.lat.Record(call.class, elapsed, finish)
 		if call.lateAnswer(m, elapsed) {
 			m.routes[call.endpoint].slowed(call.now) // late, and not cut (no budget then)
 		}

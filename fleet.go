@@ -1027,7 +1027,7 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		return fleet.Lease{}, false
 	}
 	if shared {
-		m.lat.SetOthers(othersLatency(l.Latency))
+		m.lat.SetOthers(othersLatency(l.Latency), now)
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
 	f.peak.saw(max(1, l.Replicas), now)

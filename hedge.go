@@ -600,9 +600,16 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		hr.hedgeState = hedgeState{}
 		hedgeRuns.Put(hr)
 	}()
+	young := call.sentWhileYoung(m, start, early)
+	if young > 0 {
+		defer m.lat.Ended(call.class, young) // on a panic of the SDK too
+	}
 	m.counters.requests.Add(1)
 	a.sent = true
 	resp, err := call.send(octx, call, m)
+	if young > 0 {
+		m.lat.Ended(call.class, young) // before its answer is learned (ended, loser)
+	}
 	var lc time.Duration
 	if late != nil {
 		if lc = late.end(); err == nil {
@@ -691,7 +698,7 @@ func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start
 	if cut > 0 && r.err != nil && ctx.Err() == nil && elapsed >= cut {
 		err := &cutError{err: r.err, after: cut}
 		call.cutOn = append(call.cutOn, m)
-		m.lat.Record(call.class, latency.Abandoned)
+		m.lat.Record(call.class, latency.Abandoned, r.end)
 		m.routes[call.endpoint].slowed(r.end)
 		v := m.classify(err)
 		c.settle(a, r.end, err, v)
@@ -705,7 +712,7 @@ func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start
 			a.lose(r.end)
 		}
 		if !r.hedge {
-			m.lat.Record(call.class, latency.Abandoned) // later than any answer
+			m.lat.Record(call.class, latency.Abandoned, r.end) // later than any answer
 			m.routes[call.endpoint].slowed(r.end)
 		}
 		call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeModel}, Err: errHedgeLost}, 0, elapsed)

@@ -27,7 +27,10 @@ import (
 // the answers' p95 are robust to the stalls themselves (a minority, cut
 // and so never answered). Once a model's hedges lose their races (its
 // late attempts answer first: long answers, not stalls; hedge.go), the
-// cut is the ceiling. A model that is slow on every request has a
+// cut is the ceiling. While a model's class has its first few hundred
+// answers, the attempts still in flight count as at least as long as they
+// have taken (the first answers are the fastest of what was sent):
+// sentWhileYoung. A model that is slow on every request has a
 // slow median, so its requests are not cut (40s answers: an 80s cut, past
 // the 60s attempt timeout); a request that asks for more (a larger
 // maxOutputTokens or thinking budget) is learned apart. An abandoned

@@ -781,3 +781,28 @@ func TestEarlyHedgeIsNotHeldBackByTheAttemptItJudges(t *testing.T) {
 			"hedged at three times the faster answer's bucket, not held back by the stall's own time")
 	})
 }
+
+// TestLongAnswersStillOutAreNotCutByTheFirstAnswersDeadline: forty users,
+// one every 0.7s, ask for answers that take 4s to 38s to write, as long
+// on pro as on flash (log-normal around 15s, σ 0.6: their lengths are the
+// calls'). When pro has its tenth answer, 20s or so on, those are the
+// fastest of what was sent, and most of the long ones are still out: the
+// learned deadlines count those as at least as long as they have taken,
+// and every call is answered by pro in one request, as long as its answer
+// takes. Before, the deadlines were learned from the first answers alone:
+// two calls were hedged 21.5s after they were sent (twice those answers'
+// median), and flash wrote their answers again, for nothing (the wide
+// family's long-thinking cells 1700099, 3700009: cuts and hedges of their
+// long answers in their first minute).
+func TestLongAnswersStillOutAreNotCutByTheFirstAnswersDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 40
+		lengths := make([]time.Duration, n)
+		for i := range lengths {
+			q := (17 * i) % n // evenly spaced quantiles, scrambled
+			z := math.Sqrt2 * math.Erfinv(2*(float64(q)+0.5)/n-1)
+			lengths[i] = min(38*time.Second, time.Duration(float64(15*time.Second)*math.Exp(0.6*z))).Round(time.Millisecond)
+		}
+		assertEachAnswerWrittenOnce(t, lengths, func(i int) time.Duration { return time.Duration(i) * 700 * time.Millisecond })
+	})
+}

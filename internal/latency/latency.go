@@ -2,10 +2,10 @@
 // request, and derives from it the two deadlines the chain acts on: the cut
 // (an attempt not answered by then is abandoned) and the hedge delay (an
 // attempt not answered by then is raced by a second request). It reads no
-// clock: callers record durations they measured. A learner may read other
-// learners' records of the same model with its own (SetOthers: a fleet's
-// replicas, each seeing a share of the traffic, learn as one would from
-// all of it); each halves only its own.
+// clock: callers record durations they measured, and when. A learner may
+// read other learners' records of the same model with its own (SetOthers:
+// a fleet's replicas, each seeing a share of the traffic, learn as one
+// would from all of it); each halves only its own.
 package latency
 
 import (
@@ -57,6 +57,12 @@ import (
 // hedged into double cost. A class whose hedges lose their races (Raced:
 // its late attempts answer before their hedges, long answers as long on
 // any model) is hedged and cut at last, the ceiling, until they win again.
+// While a class is young (fewer than youngRecords records), every attempt
+// still in flight counts as at least as long as it has taken
+// (SentWhileYoung; censoredBody): the median and the quartiles are the
+// Kaplan-Meier estimates' when that makes them longer, for a class's
+// first answers are its fastest, and the long ones still out would
+// otherwise teach a cut and a hedge delay that throw them away.
 //
 // Before a class has Warmup answers it has no cut and no learned hedge
 // delay; from EarlyHedgeAfter answers on, an attempt is hedged (never cut)
@@ -111,6 +117,11 @@ const (
 	raceMemory   = 16
 	raceEvidence = 4
 	raceWinEvery = 8
+	// youngRecords is the records (answers and abandoned attempts) until
+	// which a class counts every attempt in flight (SentWhileYoung), for
+	// the deadlines learned from its first answers to count the long ones
+	// still out: past it, those are a small share of the record.
+	youngRecords = 256
 )
 
 // Buckets: four per doubling, from about 1ms to about 4.9h.
@@ -154,7 +165,7 @@ type histogram struct {
 	earlyOnce     sync.Once             // closes early
 	answers       atomic.Int64          // answers recorded (not Abandoned), up to EarlyHedgeAfter
 	abandonedRun  atomic.Int64          // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
-	flight        flight                // attempts sent before the deadlines were learned, still in flight (Sent, Ended)
+	flight        flight                // attempts sent before the deadlines were learned, or while the class is young, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
 	races         races                 // the recent races of its attempts with their hedges (Raced)
@@ -170,9 +181,10 @@ type races struct {
 	hedgesLose atomic.Bool
 }
 
-// flight is the attempts of a class sent before it warmed up and still in
-// flight (Sent, Ended), by when each was sent: the cohort's median counts
-// each as at least as long as it has taken so far.
+// flight is the attempts of a class sent before it warmed up, or while it
+// was young, and still in flight (Sent, SentWhileYoung, Ended), by when
+// each was sent: the cohort's median and the learned deadlines count each
+// as at least as long as it has taken so far.
 type flight struct {
 	mu     sync.Mutex
 	starts []time.Time // when each was sent, ascending (Sent keeps them so)
@@ -206,8 +218,9 @@ func (f *flight) older(t time.Time) int64 {
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
-// abandoned unanswered).
-func (l *Learner) Record(class int, d time.Duration) {
+// abandoned unanswered), which came at now: the attempts still in flight
+// (Sent) are as long as they have taken by then.
+func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 	h := &l.classes[class]
 	h.counts[Bucket(d)].Add(1)
 	if d == Abandoned {
@@ -222,7 +235,7 @@ func (l *Learner) Record(class int, d time.Duration) {
 		h.flight.wake()
 	}
 	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 {
-		h.refresh() // at each answer while it warms up, then now and then
+		h.refresh(now) // at each answer while it warms up, then now and then
 	}
 }
 
@@ -312,9 +325,22 @@ func (l *Learner) WhenEarly(class int) <-chan struct{} {
 	return l.classes[class].early
 }
 
+// SentWhileYoung counts an attempt of class sent at start as Sent does
+// while the class is young (it has recorded fewer than youngRecords
+// answers and abandoned attempts), so that the deadlines learned from its
+// first answers count it as at least as long as it has taken (refresh);
+// it returns 0, counting nothing, once the class is not.
+func (l *Learner) SentWhileYoung(class int, start time.Time) int64 {
+	if l.classes[class].records.Load() >= youngRecords {
+		return 0
+	}
+	return l.Sent(class, start)
+}
+
 // Sent counts an attempt of class sent at start, before the class warmed
-// up, in flight until Ended: CohortCut and the early Hedge count it as at
-// least as long as it has taken so far. It returns the attempt's place in
+// up, in flight until Ended: CohortCut, the early Hedge and the learned
+// deadlines (refresh) count it as at least as long as it has taken so
+// far. It returns the attempt's place in
 // the order those were sent, from 1, for Ended. A start earlier than the
 // previous attempt's is counted as that one's (concurrent senders read
 // their clocks a moment apart).
@@ -465,9 +491,9 @@ func (h *histogram) cohortQuantile(counts *[Buckets]int64, n int64, now time.Tim
 	return 0, false
 }
 
-// refresh recomputes the deadlines from the counts, and halves them when
-// they hold more than maxSamples.
-func (h *histogram) refresh() {
+// refresh recomputes the deadlines from the counts and the attempts in
+// flight at now, and halves the counts when they hold more than maxSamples.
+func (h *histogram) refresh(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var own, counts [Buckets]int64
@@ -510,8 +536,16 @@ func (h *histogram) refresh() {
 	if median == Buckets-1 && h.abandonedRun.Load() < refreshEvery && float64(total-counts[Buckets-1]) >= (1-HedgeQuantile)*float64(total) {
 		median = slowestAnswer(counts) // most attempts hang, the rest answer: not a shift
 	}
-	mid := Mid(median)
 	spread95, spread99 := answersSpread(counts)
+	m, q25, q75 := h.censoredBody(&counts, now)
+	if median < Buckets-1 && m > median {
+		median = m
+	}
+	if q25 >= 0 && q75 >= 0 && total-counts[Buckets-1] >= Warmup {
+		s95, s99 := spreadOfQuartiles(q25, q75)
+		spread95, spread99 = max(spread95, s95), max(spread99, s99)
+	}
+	mid := Mid(median)
 	ceiling := time.Duration(spread99 * float64(mid))
 	cut := max(CutFloor, min(ceiling, max(CutMin*mid, End(answered), time.Duration(spread95*float64(mid)))))
 	first := h.cut.Load() == 0
@@ -555,9 +589,10 @@ func (l *Learner) Snapshot() []Count {
 // fleet's other replicas learning the same model: their Snapshots, summed)
 // and recomputes the deadlines from both, so that a learner with few
 // answers of its own (a replica starting, or seeing a share of the
-// traffic) cuts and hedges as one learner with all of them would. Counts
-// out of range are ignored. Safe for concurrent use with the rest.
-func (l *Learner) SetOthers(counts []Count) {
+// traffic) cuts and hedges as one learner with all of them would; now is
+// as Record's. Counts out of range are ignored. Safe for concurrent use
+// with the rest.
+func (l *Learner) SetOthers(counts []Count, now time.Time) {
 	next := make([][Buckets]int64, len(l.classes))
 	for _, c := range counts {
 		if c.Class >= 0 && c.Class < len(l.classes) && c.Bucket >= 0 && c.Bucket < Buckets && c.N > 0 {
@@ -582,7 +617,7 @@ func (l *Learner) SetOthers(counts []Count) {
 		if answers >= EarlyHedgeAfter {
 			h.earlyOnce.Do(func() { close(h.early) })
 		}
-		h.refresh()
+		h.refresh(now)
 	}
 }
 
@@ -622,8 +657,60 @@ func spreadOf(counts *[Buckets]int64, n int64) (spread95, spread99 float64) {
 			break
 		}
 	}
+	return spreadOfQuartiles(q25, q75)
+}
+
+// spreadOfQuartiles is spreadOf of answers whose quartiles are in buckets
+// q25 and q75.
+func spreadOfQuartiles(q25, q75 int) (spread95, spread99 float64) {
 	iqr := float64(Mid(q75)) / float64(Mid(q25))
 	return math.Pow(iqr, z95/(2*z75)), min(maxSpread, max(CutMax, math.Pow(iqr, z99/(2*z75))))
+}
+
+// censoredBody returns the median of the record in counts (the abandoned
+// attempts counted as slower than every answer) and the quartiles of its
+// answers, with the attempts in flight at now (Sent) counted as at least
+// as long as they have taken so far: the Kaplan-Meier estimates, as
+// cohortQuantile's; -1 for one not known yet, and all three -1 when no
+// attempt is in flight (the record's own are exact). A class's first
+// answers are its fastest: while the long ones are still out, the record
+// alone reads the answers shorter and narrower than they are, and so the
+// cut and the hedge delay it teaches (a model thinking 10 to 50s whose
+// first answers, 7 to 25s, taught a cut of 40s).
+func (h *histogram) censoredBody(counts *[Buckets]int64, now time.Time) (median, q25, q75 int) {
+	f := &h.flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	median, q25, q75 = -1, -1, -1
+	if len(f.starts) == 0 {
+		return median, q25, q75 // the record's own are exact
+	}
+	var later int64 // the answers from the bucket on
+	for _, c := range counts[:Buckets-1] {
+		later += c
+	}
+	abandoned := counts[Buckets-1]
+	all, answers := 1.0, 1.0 // the share of the record, and of the answers, later than the bucket
+	from := time.Duration(0)
+	for i, c := range counts[:Buckets-1] {
+		if c > 0 {
+			out := f.older(now.Add(-from))
+			all *= 1 - float64(c)/float64(later+abandoned+out)
+			answers *= 1 - float64(c)/float64(later+out)
+			if median < 0 && all <= 0.5 {
+				median = i
+			}
+			if q25 < 0 && answers <= 0.75 {
+				q25 = i
+			}
+			if q75 < 0 && answers <= 0.25 {
+				q75 = i
+			}
+		}
+		later -= c
+		from = End(i)
+	}
+	return median, q25, q75
 }
 
 // Standard normal quantiles: of 75%, 95% and 99%.

@@ -24,7 +24,7 @@ func TestBucketsHoldTheirMiddle(t *testing.T) {
 func TestCutAfterWarmup(t *testing.T) {
 	l := New(2)
 	for range Warmup - 1 {
-		l.Record(0, 800*time.Millisecond)
+		l.Record(0, 800*time.Millisecond, t0)
 	}
 	_, ok := l.Cut(0, false)
 	assert.False(t, ok, "not before Warmup answers")
@@ -34,7 +34,7 @@ func TestCutAfterWarmup(t *testing.T) {
 		t.Fatal("WhenLearned closed before Warmup answers")
 	default:
 	}
-	l.Record(0, 800*time.Millisecond)
+	l.Record(0, 800*time.Millisecond, t0)
 	d, ok := l.Cut(0, false)
 	assert.True(t, ok)
 	assert.True(t, l.Learned(0))
@@ -49,7 +49,7 @@ func TestCutAfterWarmup(t *testing.T) {
 	_, ok = l.Cut(1, false)
 	assert.False(t, ok, "another class learns apart")
 	for range 1000 {
-		l.Record(0, 100*time.Millisecond)
+		l.Record(0, 100*time.Millisecond, t0)
 	}
 	d, _ = l.Cut(0, false)
 	assert.Equal(t, CutFloor, d, "never below the floor")
@@ -65,7 +65,7 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 		if i%10 == 0 {
 			d = 5 * time.Second // the slowest tenth: an answer, not a stall
 		}
-		l.Record(0, d)
+		l.Record(0, d, t0)
 	}
 	d, _ := l.Cut(0, false)
 	assert.Greater(t, d, 5*time.Second, "past the slowest tenth of the answers")
@@ -77,7 +77,7 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 		if i%5 == 0 {
 			d = Abandoned // a fifth of the attempts stalled and were cut
 		}
-		l.Record(0, d)
+		l.Record(0, d, t0)
 	}
 	d, _ = l.Cut(0, false)
 	assert.InDelta(t, 4, d.Seconds(), 0.5, "twice the median: the cut stalls are not answers")
@@ -99,7 +99,7 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 		if i%3 != 0 {
 			d = Abandoned
 		}
-		l.Record(0, d)
+		l.Record(0, d, t0)
 	}
 	d, ok := l.Cut(0, false)
 	require.True(t, ok)
@@ -111,7 +111,7 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 		if i%25 != 0 {
 			d = Abandoned // 4% answered: every request slowed past the cut
 		}
-		l.Record(0, d)
+		l.Record(0, d, t0)
 	}
 	d, ok = l.Cut(0, false)
 	require.True(t, ok)
@@ -119,10 +119,10 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 
 	l = New(1)
 	for range 100 {
-		l.Record(0, time.Second)
+		l.Record(0, time.Second, t0)
 	}
 	for range 4 * refreshEvery {
-		l.Record(0, Abandoned) // every request slowed past the cut
+		l.Record(0, Abandoned, t0) // every request slowed past the cut
 	}
 	d, ok = l.Cut(0, false)
 	require.True(t, ok)
@@ -136,14 +136,14 @@ func TestHedgeDelay(t *testing.T) {
 		if i%10 == 0 {
 			d = 1500 * time.Millisecond // the slowest tenth
 		}
-		l.Record(0, d)
+		l.Record(0, d, t0)
 	}
 	h, ok := l.Hedge(0, t0, 0)
 	assert.True(t, ok)
 	c, _ := l.Cut(0, false)
 	assert.Greater(t, h, 1500*time.Millisecond, "after the 95th percentile's bucket")
 	assert.LessOrEqual(t, h, c, "never after the cut")
-	l.Record(0, Abandoned)
+	l.Record(0, Abandoned, t0)
 	_, ok = l.Hedge(0, t0, 0)
 	assert.True(t, ok, "an abandoned attempt is counted, not a fault")
 }
@@ -154,18 +154,18 @@ func TestHedgeDelay(t *testing.T) {
 func TestEarlyHedgeBeforeWarmup(t *testing.T) {
 	l := New(1)
 	for range EarlyHedgeAfter - 1 {
-		l.Record(0, time.Second)
+		l.Record(0, time.Second, t0)
 	}
 	_, ok := l.Hedge(0, t0, 0)
 	assert.False(t, ok, "not before EarlyHedgeAfter answers")
-	l.Record(0, 45*time.Second) // a stall waited out, and answered
+	l.Record(0, 45*time.Second, t0) // a stall waited out, and answered
 	h, ok := l.Hedge(0, t0, 0)
 	assert.True(t, ok)
 	assert.InDelta(t, 3, h.Seconds(), 0.4, "three times the median: not moved by the stall")
 	_, ok = l.Cut(0, false)
 	assert.False(t, ok, "a hedge delay, not a cut")
 	for range Warmup - EarlyHedgeAfter {
-		l.Record(0, 2*time.Second)
+		l.Record(0, 2*time.Second, t0)
 	}
 	h, _ = l.Hedge(0, t0, 0)
 	c, ok := l.Cut(0, false)
@@ -187,8 +187,8 @@ func TestEarlyHedgeWaitsForABurstInFlight(t *testing.T) {
 	for range 3 {
 		places = append(places, l.Sent(0, t0))
 	}
-	l.Record(0, time.Second)
-	l.Record(0, 2*time.Second)
+	l.Record(0, time.Second, t0)
+	l.Record(0, 2*time.Second, t0)
 	_, ok := l.Hedge(0, t0.Add(2500*time.Millisecond), 0)
 	assert.False(t, ok, "two answers, three attempts in flight: the burst's median is not known yet")
 	l.Ended(0, places[0])
@@ -214,7 +214,7 @@ func TestEarlyHedgeCountsAnAttemptInFlightAsLongAsItTook(t *testing.T) {
 	for i := range 3 {
 		start := t0.Add(time.Duration(i) * time.Second)
 		place := l.Sent(0, start)
-		l.Record(0, time.Second)
+		l.Record(0, time.Second, t0)
 		l.Ended(0, place)
 	}
 	for range 3 {
@@ -238,17 +238,17 @@ func TestEarlyHedgeWaitsForLongAnswersStillOut(t *testing.T) {
 	for range 9 {
 		places = append(places, l.Sent(0, t0))
 	}
-	l.Record(0, 5*time.Second)
+	l.Record(0, 5*time.Second, t0)
 	l.Ended(0, places[0])
 	later := l.Sent(0, t0.Add(5*time.Second))
-	l.Record(0, 4300*time.Millisecond)
+	l.Record(0, 4300*time.Millisecond, t0)
 	l.Ended(0, later)
-	l.Record(0, 14*time.Second)
+	l.Record(0, 14*time.Second, t0)
 	l.Ended(0, places[1])
 	_, ok := l.Hedge(0, t0.Add(14500*time.Millisecond), 0)
 	assert.False(t, ok, "seven of nine still out: the median is not known")
 	for _, p := range places[2:6] {
-		l.Record(0, 20*time.Second)
+		l.Record(0, 20*time.Second, t0)
 		l.Ended(0, p)
 	}
 	h, ok := l.Hedge(0, t0.Add(20*time.Second), 0)
@@ -266,17 +266,17 @@ func TestEarlyHedgeWaitsForLongAnswersStillOut(t *testing.T) {
 // one seen.
 func TestStallCutReadsTheAnswersSpread(t *testing.T) {
 	alike := New(1)
-	alike.Record(0, time.Second)
+	alike.Record(0, time.Second, t0)
 	_, ok := alike.StallCut(0, t0, 0)
 	assert.False(t, ok, "one answer says nothing of the spread")
-	alike.Record(0, 1100*time.Millisecond)
+	alike.Record(0, 1100*time.Millisecond, t0)
 	d, ok := alike.StallCut(0, t0, 0)
 	require.True(t, ok)
 	assert.InDelta(t, 3, d.Seconds(), 0.4, "three times the median")
 
 	apart := New(1)
-	apart.Record(0, 5*time.Second)
-	apart.Record(0, 14*time.Second)
+	apart.Record(0, 5*time.Second, t0)
+	apart.Record(0, 14*time.Second, t0)
 	d, ok = apart.StallCut(0, t0, 0)
 	require.True(t, ok)
 	assert.Greater(t, d, 2*14*time.Second, "past twice the slowest answer seen")
@@ -289,7 +289,7 @@ func TestStallCutReadsTheAnswersSpread(t *testing.T) {
 func TestFastModelIsCutWithinASecond(t *testing.T) {
 	l := New(1)
 	for range 100 {
-		l.Record(0, 250*time.Millisecond)
+		l.Record(0, 250*time.Millisecond, t0)
 	}
 	d, ok := l.Cut(0, false)
 	assert.True(t, ok)
@@ -305,13 +305,13 @@ func TestFastModelIsCutWithinASecond(t *testing.T) {
 // record is what it shares (Snapshot); the others' go when replaced.
 func TestOthersRecordsAreReadWithTheLearnersOwn(t *testing.T) {
 	l := New(2)
-	l.Record(1, 200*time.Millisecond)
-	l.Record(1, 7*time.Second)
+	l.Record(1, 200*time.Millisecond, t0)
+	l.Record(1, 7*time.Second, t0)
 	_, ok := l.Cut(1, false)
 	require.False(t, ok, "two answers of its own: no cut yet")
 
 	fast := Bucket(200 * time.Millisecond)
-	l.SetOthers([]Count{{Class: 1, Bucket: fast, N: 20}, {Class: 1, Bucket: Buckets - 1, N: 6}, {Class: 7, Bucket: fast, N: 5}})
+	l.SetOthers([]Count{{Class: 1, Bucket: fast, N: 20}, {Class: 1, Bucket: Buckets - 1, N: 6}, {Class: 7, Bucket: fast, N: 5}}, t0)
 	select {
 	case <-l.WhenEarly(1):
 	default:
@@ -323,9 +323,9 @@ func TestOthersRecordsAreReadWithTheLearnersOwn(t *testing.T) {
 	assert.False(t, l.Learned(0), "other classes apart")
 	assert.ElementsMatch(t, []Count{{1, fast, 1}, {1, Bucket(7 * time.Second), 1}}, l.Snapshot(), "its own record only")
 
-	l.SetOthers(nil)
+	l.SetOthers(nil, t0)
 	for range 8 {
-		l.Record(1, 7*time.Second)
+		l.Record(1, 7*time.Second, t0)
 	}
 	d, _ = l.Cut(1, false)
 	assert.Greater(t, d, 7*time.Second, "the others' record gone, its own says 7s")
@@ -343,7 +343,7 @@ func logNormalAnswers(l *Learner, n int, median time.Duration, sigma float64, cu
 		if cut > 0 && d > cut {
 			d = Abandoned
 		}
-		l.Record(0, d)
+		l.Record(0, d, t0)
 	}
 }
 
@@ -443,4 +443,36 @@ func TestHedgesThatLoseTheirRacesMoveTheDeadlinesToTheCeiling(t *testing.T) {
 	assert.Equal(t, cut, d, "hedges that win again bring the learned cut back")
 	d, _ = l.Hedge(0, time.Time{}, 0)
 	assert.Equal(t, hedge, d)
+}
+
+// TestLearnedDeadlinesCountTheLongAnswersStillOut: twenty attempts sent at
+// once to a model whose answers take 5s to 40s; at 14s the ten fastest
+// have answered and ten are still out. The deadlines learned then count
+// those as at least 14s long: the median is 14s or so, not the 9.5s of
+// the answers alone, and the cut twice that at least. Before, the cut was
+// learned from the ten fastest answers alone (19s), and cut the long
+// answers still out (the wide family's long-thinking cells).
+func TestLearnedDeadlinesCountTheLongAnswersStillOut(t *testing.T) {
+	learn := func(inFlight bool) time.Duration {
+		l := New(1)
+		var places []int64
+		for range 20 {
+			if inFlight {
+				places = append(places, l.SentWhileYoung(0, t0))
+			}
+		}
+		for i := range 10 {
+			d := time.Duration(5+i) * time.Second
+			if inFlight {
+				l.Ended(0, places[i])
+			}
+			l.Record(0, d, t0.Add(d))
+		}
+		cut, ok := l.Cut(0, false)
+		require.True(t, ok)
+		return cut
+	}
+	alone, counted := learn(false), learn(true)
+	assert.Less(t, alone.Seconds(), 20.0, "the ten fastest answers alone")
+	assert.GreaterOrEqual(t, counted.Seconds(), 2*14*0.88, "the ten still out counted as 14s at least: twice their median")
 }
