@@ -340,10 +340,9 @@ func (l *Learner) SentWhileYoung(class int, start time.Time) int64 {
 // Sent counts an attempt of class sent at start, before the class warmed
 // up, in flight until Ended: CohortCut, the early Hedge and the learned
 // deadlines (refresh) count it as at least as long as it has taken so
-// far. It returns the attempt's place in
-// the order those were sent, from 1, for Ended. A start earlier than the
-// previous attempt's is counted as that one's (concurrent senders read
-// their clocks a moment apart).
+// far. It returns the attempt's place in the order those were sent, from
+// 1, for Ended. A start earlier than the previous attempt's is counted as
+// that one's (concurrent senders read their clocks a moment apart).
 func (l *Learner) Sent(class int, start time.Time) int64 {
 	f := &l.classes[class].flight
 	f.mu.Lock()
@@ -357,7 +356,8 @@ func (l *Learner) Sent(class int, start time.Time) int64 {
 	return f.sent
 }
 
-// Ended counts the end of the attempt of class that Sent placed at place.
+// Ended counts the end of the attempt of class that Sent placed at place;
+// it does nothing for one whose end was counted already.
 func (l *Learner) Ended(class int, place int64) {
 	f := &l.classes[class].flight
 	f.mu.Lock()
@@ -537,9 +537,9 @@ func (h *histogram) refresh(now time.Time) {
 		median = slowestAnswer(counts) // most attempts hang, the rest answer: not a shift
 	}
 	spread95, spread99 := answersSpread(counts)
-	m, q25, q75 := h.censoredBody(&counts, now)
-	if median < Buckets-1 && m > median {
-		median = m
+	censored, q25, q75 := h.censoredBody(&counts, now)
+	if median < Buckets-1 && censored > median {
+		median = censored
 	}
 	if q25 >= 0 && q75 >= 0 && total-counts[Buckets-1] >= Warmup {
 		s95, s99 := spreadOfQuartiles(q25, q75)

@@ -456,8 +456,8 @@ func TestLearnedDeadlinesCountTheLongAnswersStillOut(t *testing.T) {
 	learn := func(inFlight bool) time.Duration {
 		l := New(1)
 		var places []int64
-		for range 20 {
-			if inFlight {
+		if inFlight {
+			for range 20 {
 				places = append(places, l.SentWhileYoung(0, t0))
 			}
 		}
