@@ -374,15 +374,11 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		}
 	}
 	young := call.sentWhileYoung(m, start, learning)
-	if young > 0 {
-		defer m.lat.Ended(call.class, young) // on a panic of the SDK too
-	}
+	defer young.end() // on a panic of the SDK too
 	m.counters.requests.Add(1)
 	a.sent = true
 	resp, err := call.send(actx, call, m)
-	if young > 0 {
-		m.lat.Ended(call.class, young) // before its answer is learned (ended)
-	}
+	young.end() // before its answer is learned (ended)
 	if late != nil {
 		if cut, onward = late.end(), late.onward; err == nil {
 			late.answered()
@@ -395,14 +391,30 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 // sentWhileYoung counts the call's attempt to m sent at start in flight
 // while m's class is young (latency.Learner.SentWhileYoung), for the
 // deadlines learned from its first answers to count it as at least as long
-// as it has taken; an attempt sent while m learns (learning) is counted by
-// cutOnceLearned already. It returns its place for Ended, 0 when it is not
-// counted.
-func (call *call[R]) sentWhileYoung(m *modelState, start time.Time, learning bool) int64 {
+// as it has taken, until its end; an attempt sent while m learns
+// (learning) is counted by cutOnceLearned already.
+func (call *call[R]) sentWhileYoung(m *modelState, start time.Time, learning bool) youngAttempt {
 	if !call.learns || learning {
-		return 0
+		return youngAttempt{}
 	}
-	return m.lat.SentWhileYoung(call.class, start)
+	return youngAttempt{lat: m.lat, class: call.class, place: m.lat.SentWhileYoung(call.class, start)}
+}
+
+// youngAttempt is an attempt counted in flight while its model's class is
+// young (sentWhileYoung); the zero value counts none. Not safe for
+// concurrent use: the attempt's goroutine ends it.
+type youngAttempt struct {
+	lat   *latency.Learner
+	class int
+	place int64 // 0: not counted, or ended
+}
+
+// end counts the attempt's end, once; later calls do nothing.
+func (y *youngAttempt) end() {
+	if y.place > 0 {
+		y.lat.Ended(y.class, y.place)
+		y.place = 0
+	}
 }
 
 // boundingCut returns the learned deadline of the call's attempt to m (see

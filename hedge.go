@@ -601,15 +601,11 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		hedgeRuns.Put(hr)
 	}()
 	young := call.sentWhileYoung(m, start, early)
-	if young > 0 {
-		defer m.lat.Ended(call.class, young) // on a panic of the SDK too
-	}
+	defer young.end() // on a panic of the SDK too
 	m.counters.requests.Add(1)
 	a.sent = true
 	resp, err := call.send(octx, call, m)
-	if young > 0 {
-		m.lat.Ended(call.class, young) // before its answer is learned (ended, loser)
-	}
+	young.end() // before its answer is learned (ended, loser)
 	var lc time.Duration
 	if late != nil {
 		if lc = late.end(); err == nil {

@@ -357,8 +357,7 @@ func (l *Learner) Sent(class int, start time.Time) int64 {
 	return f.sent
 }
 
-// Ended counts the end of the attempt of class that Sent placed at place;
-// it does nothing for one whose end was counted already.
+// Ended counts the end of the attempt of class that Sent placed at place.
 func (l *Learner) Ended(class int, place int64) {
 	f := &l.classes[class].flight
 	f.mu.Lock()
