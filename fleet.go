@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,9 +56,16 @@ const (
 	// given no WithFleetSize, divides each limit by while alone.
 	coldShare = 10
 	// shareLatencyEvery is how often at most a replica shares its record
-	// of a model's answer times with the fleet and reads the others'
-	// (fleet.LeaseRequest.Latency), on a round trip for that model.
+	// of a model's answer times and its throttle's window with the fleet
+	// and reads the others' (fleet.LeaseRequest.Latency), on a round trip
+	// for that model.
 	shareLatencyEvery = time.Second
+	// throttleClass is the first class of a replica's record of a model
+	// (fleet.LatencyCount) that holds its throttle's window of the model's
+	// generate endpoint, after the classes of answer times: the requests,
+	// accepts, slow requests and requests kept back (throttleClass+0…3) of
+	// each span, by its start in Unix seconds as the bucket.
+	throttleClass = 1 << 10
 )
 
 // StoreSettings' defaults.
@@ -543,21 +551,62 @@ func (l *modelLease) shareLatency(now time.Time) bool {
 	return true
 }
 
-// latencyRecord returns a Learner's record as the fleet keeps it.
-func latencyRecord(own []latency.Count) []fleet.LatencyCount {
-	out := make([]fleet.LatencyCount, len(own))
+// modelRecord returns a replica's record of a model as the fleet keeps it:
+// its Learner's answer times, then its throttle window's spans from
+// throttleClass on.
+func modelRecord(own []latency.Count, spans []spanCounts) []fleet.LatencyCount {
+	out := make([]fleet.LatencyCount, len(own), len(own)+4*len(spans))
 	for i, c := range own {
 		out[i] = fleet.LatencyCount{Class: c.Class, Bucket: c.Bucket, N: c.N}
+	}
+	for _, x := range spans {
+		sec := int(x.start.Unix())
+		for i, n := range [4]int64{x.requests, x.accepts, x.slow, x.held} {
+			if n > 0 {
+				out = append(out, fleet.LatencyCount{Class: throttleClass + i, Bucket: sec, N: n})
+			}
+		}
 	}
 	return out
 }
 
-// othersLatency returns the fleet's record of the other replicas as a
-// Learner reads it (latency.Learner.SetOthers).
+// othersLatency returns the answer times of the fleet's record of the
+// other replicas as a Learner reads it (latency.Learner.SetOthers).
 func othersLatency(fleetCounts []fleet.LatencyCount) []latency.Count {
-	out := make([]latency.Count, len(fleetCounts))
-	for i, c := range fleetCounts {
-		out[i] = latency.Count{Class: c.Class, Bucket: c.Bucket, N: c.N}
+	out := make([]latency.Count, 0, len(fleetCounts))
+	for _, c := range fleetCounts {
+		if c.Class < throttleClass {
+			out = append(out, latency.Count{Class: c.Class, Bucket: c.Bucket, N: c.N})
+		}
+	}
+	return out
+}
+
+// othersSpans returns the throttle windows' spans of the fleet's record of
+// the other replicas, summed by start (availability.setOthers).
+func othersSpans(fleetCounts []fleet.LatencyCount) []spanCounts {
+	var out []spanCounts
+	for _, c := range fleetCounts {
+		kind := c.Class - throttleClass
+		if kind < 0 || kind > 3 || c.N <= 0 {
+			continue
+		}
+		start := time.Unix(int64(c.Bucket), 0)
+		i := slices.IndexFunc(out, func(x spanCounts) bool { return x.start.Equal(start) })
+		if i < 0 {
+			i = len(out)
+			out = append(out, spanCounts{start: start})
+		}
+		switch x := &out[i]; kind {
+		case 0:
+			x.requests += c.N
+		case 1:
+			x.accepts += c.N
+		case 2:
+			x.slow += c.N
+		case 3:
+			x.held += c.N
+		}
 	}
 	return out
 }
@@ -996,7 +1045,7 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 	}
 	shared := m.lease.shareLatency(now)
 	if shared {
-		r.Latency, r.Latencies = latencyRecord(m.lat.Snapshot()), true
+		r.Latency, r.Latencies = modelRecord(m.lat.Snapshot(), m.routes[endpointGenerate].spans(now)), true
 	}
 	var spent Micros
 	spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
@@ -1028,6 +1077,7 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 	}
 	if shared {
 		m.lat.SetOthers(othersLatency(l.Latency), now)
+		m.routes[endpointGenerate].setOthers(othersSpans(l.Latency))
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
 	f.peak.saw(max(1, l.Replicas), now)

@@ -1051,3 +1051,33 @@ func TestFleetOutageOpeningEndsWithTheFirstAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetThrottlesAStallingModelAsOneProcessDoes: a primary that
+// stalls on every other request after its first twenty, a call a second
+// spread over four replicas in turn. One process's throttle window of 30s
+// holds thirty requests, and its latency rule keeps most calls off the
+// primary, whose stalls cost each a hedge; each replica's held seven or
+// eight, under the ten it needs to throttle, so the fleet kept sending the
+// primary every call. Each replica now shares its window with its record
+// of answer times (fleet.LeaseRequest.Latency), and throttles on the
+// fleet's.
+func TestFleetThrottlesAStallingModelAsOneProcessDoes(t *testing.T) {
+	const calls = 240
+	primaryRequests := func(t *testing.T, replicas int) (sent int) {
+		synctest.Test(t, func(t *testing.T) {
+			srv := geminitest.New(stallEvery(pro, time.Second, 2, 45*time.Second), geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+			fleet := newSeededFleet(t, srv, replicas, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+			for i := range calls {
+				_, _, err := ask(t.Context(), fleet[i%replicas], "")
+				require.NoError(t, err)
+				time.Sleep(time.Second)
+			}
+			sent = srv.Total(pro)
+		})
+		return sent
+	}
+	one, four := primaryRequests(t, 1), primaryRequests(t, 4)
+	t.Logf("one %d four %d", one, four)
+	assert.Less(t, one, calls*9/10, "one process throttles the primary")
+	assert.LessOrEqual(t, four, one+calls/20, "four replicas send it about what one process does (one: %d of %d calls)", one, calls)
+}

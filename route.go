@@ -1,8 +1,10 @@
 package geminiguard
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,14 +100,30 @@ const (
 // the new span: the counts are a routing estimate, not an audit. The
 // window's totals of the spans before the current one are cached (past),
 // until the next span or a record in one of those spans; a record of a past
-// span racing with the caching may be missed by the cache until then. Safe
-// for concurrent use; create with newAvailability.
+// span racing with the caching may be missed by the cache until then. In a
+// fleet (WithSharedState), the window also counts the other replicas'
+// spans as they last shared them (setOthers), so that a replica seeing a
+// share of the traffic throttles as one process seeing all of it would.
+// Safe for concurrent use; create with newAvailability.
 type availability struct {
 	origin  time.Time // spans count from it
 	mu      sync.Mutex
 	buckets [routeBuckets]availabilityBucket
 	past    atomic.Pointer[pastSpans] // nil until totals caches them
 	pastGen atomic.Uint64             // bumped by a record of a span before past's current
+	// others are the other replicas' spans (setOthers), nil until a
+	// fleet's replica shares them; those before the epoch othersFrom are
+	// not counted (recovered starts the window again for them too).
+	others     atomic.Pointer[[]spanCounts]
+	othersFrom atomic.Int64
+}
+
+// spanCounts are one span's counts: the span's epoch in the window that
+// holds them, and its start.
+type spanCounts struct {
+	epoch                         int64
+	start                         time.Time
+	requests, accepts, slow, held int64
 }
 
 type availabilityBucket struct {
@@ -182,7 +200,8 @@ func (a *availability) slowed(now time.Time) {
 // recovered is told at now that the model's breaker closed on the answers
 // of its probes (already counted). When the window holds no other answer,
 // its failures are the spell that opened the breaker, which the probes say
-// is over: the window starts again from those answers.
+// is over: the window starts again from those answers, the other replicas'
+// spans from the next.
 func (a *availability) recovered(now time.Time, probes int) {
 	if _, acc, _, _ := a.totals(now); acc > int64(probes) {
 		return
@@ -194,6 +213,7 @@ func (a *availability) recovered(now time.Time, probes int) {
 	a.mu.Unlock()
 	a.pastGen.Add(1)
 	b, e := a.bucket(now)
+	a.othersFrom.Store(e + 1)
 	b.requests.Add(int64(probes))
 	b.accepts.Add(int64(probes))
 	a.recorded(e)
@@ -216,8 +236,8 @@ func (a *availability) recorded(e int64) {
 }
 
 // totals returns the requests, accepts, abandoned attempts and requests
-// kept back of the window that ends at now: those of the current span, and
-// those of the spans before it, cached.
+// kept back of the window that ends at now: those of the current span,
+// those of the spans before it, cached, and the other replicas'.
 func (a *availability) totals(now time.Time) (requests, accepts, slow, held int64) {
 	b, e := a.bucket(now)
 	p := a.past.Load()
@@ -231,12 +251,46 @@ func (a *availability) totals(now time.Time) (requests, accepts, slow, held int6
 		slow += b.slow.Load()
 		held += b.held.Load()
 	}
+	for _, x := range a.othersWindow(e) {
+		requests += x.requests
+		accepts += x.accepts
+		slow += x.slow
+		held += x.held
+	}
 	return requests, accepts, slow, held
 }
 
+// othersWindow returns the other replicas' spans (setOthers) that the
+// window of span e counts: a window's worth up to the latest of them, none
+// of span e or later nor older than two windows. A replica shares its
+// spans on its round trips for the model, a few seconds apart or more when
+// it sees a share of the traffic: its latest spans are as old as its last
+// round trip, and a window that ended at e would miss the older ones.
+func (a *availability) othersWindow(e int64) []spanCounts {
+	o := a.others.Load()
+	if o == nil || len(*o) == 0 {
+		return nil
+	}
+	spans := *o // sorted by epoch
+	hi := len(spans)
+	for hi > 0 && spans[hi-1].epoch > e {
+		hi--
+	}
+	if hi == 0 {
+		return nil
+	}
+	from := max(spans[hi-1].epoch-routeBuckets+1, e-2*routeBuckets+1, a.othersFrom.Load())
+	lo := hi
+	for lo > 0 && spans[lo-1].epoch >= from {
+		lo--
+	}
+	return spans[lo:hi]
+}
+
 // recent returns the requests sent (not kept back) and the slow ones of
-// the span of now and the span before it: the last routeSpan or two, in
-// which a brownout's first stalls are not yet diluted by the window.
+// the span of now and the span before it, the other replicas' included:
+// the last routeSpan or two, in which a brownout's first stalls are not
+// yet diluted by the window.
 func (a *availability) recent(now time.Time) (sent, slow int64) {
 	_, e := a.bucket(now)
 	for _, x := range [2]int64{e, e - 1} {
@@ -245,7 +299,39 @@ func (a *availability) recent(now time.Time) (sent, slow int64) {
 			slow += b.slow.Load()
 		}
 	}
+	for _, x := range a.othersWindow(e) {
+		if x.epoch >= e-1 {
+			sent += x.requests - x.held
+			slow += x.slow
+		}
+	}
 	return sent, slow
+}
+
+// spans returns the window's spans at now that hold a request, with their
+// starts, for a fleet's other replicas (setOthers).
+func (a *availability) spans(now time.Time) []spanCounts {
+	_, e := a.bucket(now)
+	var out []spanCounts
+	for i := range a.buckets {
+		b := &a.buckets[i]
+		if be := b.epoch.Load(); be > e-routeBuckets && be <= e && b.requests.Load() > 0 {
+			out = append(out, spanCounts{epoch: be, start: a.origin.Add(time.Duration(be-1) * routeSpan),
+				requests: b.requests.Load(), accepts: b.accepts.Load(), slow: b.slow.Load(), held: b.held.Load()})
+		}
+	}
+	return out
+}
+
+// setOthers replaces the other replicas' spans with spans, each counted in
+// the span of this window nearest its start (replicas' spans begin at
+// their own origins). It takes spans over.
+func (a *availability) setOthers(spans []spanCounts) {
+	for i := range spans {
+		spans[i].epoch = int64(math.Round(float64(spans[i].start.Sub(a.origin))/float64(routeSpan))) + 1
+	}
+	slices.SortFunc(spans, func(x, y spanCounts) int { return cmp.Compare(x.epoch, y.epoch) })
+	a.others.Store(&spans)
 }
 
 // cachePast sums the window's spans before span e, caches and returns them.

@@ -187,13 +187,16 @@ type LeaseRequest struct {
 	// dead while its answers may be on their way.
 	Awaiting time.Time
 
-	// Latency, when not nil, is this replica's record of Model's answer
-	// times, by class and bucket (the Client's; the store only adds them
-	// up): the store keeps each replica's latest, in place of the one
-	// before, for ReplicaTTL. Latencies asks for the other replicas'
-	// records of Model, summed (Lease.Latency), so that a replica that
-	// starts, or sees a share of the traffic, learns from the fleet's
-	// answers as one process would. Neither applies to Next.
+	// Latency, when not nil, is this replica's record of Model, by class
+	// and bucket (the Client's encoding; the store only adds them up): its
+	// answer times, and its throttle's recent requests and answers (the
+	// classes from 1024 on, by the Unix second their span began). The
+	// store keeps each replica's latest, in place of the one before, for
+	// ReplicaTTL. Latencies asks for the other replicas' records of
+	// Model, summed (Lease.Latency), so that a replica that starts, or
+	// sees a share of the traffic, learns from the fleet's answers and
+	// throttles on its failures as one process would. Neither applies to
+	// Next.
 	Latency   []LatencyCount
 	Latencies bool
 
@@ -295,9 +298,10 @@ type Lease struct {
 	Next *Lease
 }
 
-// LatencyCount is N answers (or abandoned attempts) of a model in one
-// bucket of one class of a replica's record of its answer times
-// (LeaseRequest.Latency). The store keeps them without reading them.
+// LatencyCount is N answers (or abandoned attempts, or requests of a
+// throttle's span) of a model in one bucket of one class of a replica's
+// record (LeaseRequest.Latency): Class and Bucket are from 0 to 2³¹−1. The
+// store keeps them without reading them.
 type LatencyCount struct {
 	Class, Bucket int
 	N             int64

@@ -604,20 +604,24 @@ func drawsAcrossReplicas(t *testing.T, s fleet.SharedState) {
 func latencyAcrossReplicas(t *testing.T, s fleet.SharedState) {
 	a, b, c := replicasOfModel()
 
-	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 3}, {Class: 4, Bucket: 95, N: 1}}
+	// A throttle's span: a class from 1024 on, the Unix second it began.
+	const span, began = 1024, 1<<31 - 1
+	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 3}, {Class: 4, Bucket: 95, N: 1}, {Class: span, Bucket: began, N: 7}}
 	assert.Nil(t, lease(t, s, a).Latency, "not asked")
-	b.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 2}, {Class: 0, Bucket: 60, N: 5}}
+	b.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 2}, {Class: 0, Bucket: 60, N: 5}, {Class: span, Bucket: began, N: 4}}
 	b.Latencies = true
 	assert.ElementsMatch(t, a.Latency, lease(t, s, b).Latency, "the others' records, not its own")
 
 	c.Latencies = true
 	l := lease(t, s, c)
-	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 5}, {Class: 0, Bucket: 60, N: 5}, {Class: 4, Bucket: 95, N: 1}}, l.Latency, "summed by class and bucket")
+	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 40, N: 5}, {Class: 0, Bucket: 60, N: 5}, {Class: 4, Bucket: 95, N: 1}, {Class: span, Bucket: began, N: 11}},
+		l.Latency, "summed by class and bucket")
 
 	a.Latency = []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}}
 	lease(t, s, a)
 	l = lease(t, s, c)
-	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}, {Class: 0, Bucket: 40, N: 2}, {Class: 0, Bucket: 60, N: 5}}, l.Latency, "a replica's latest record replaces its last")
+	assert.ElementsMatch(t, []fleet.LatencyCount{{Class: 0, Bucket: 41, N: 1}, {Class: 0, Bucket: 40, N: 2}, {Class: 0, Bucket: 60, N: 5}, {Class: span, Bucket: began, N: 4}},
+		l.Latency, "a replica's latest record replaces its last")
 
 	b.ReplicaTTL, b.Latencies = 0, false // its record lapses at once
 	lease(t, s, b)

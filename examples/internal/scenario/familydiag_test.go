@@ -25,6 +25,7 @@ import (
 //
 //	FAMILY_DIAG=200 FAMILY_SEED=1 go test -run TestFamilyDiagnosis -v ./internal/scenario
 //	FAMILY_CELL=1000010 go test -run TestFamilyDiagnosisCell -v ./internal/scenario
+//	FAMILY_CELL=1000010 FAMILY_REPLICAS=4 go test -run TestFamilyDiagnosisCell -v ./internal/scenario   # as a fleet of 4
 //
 // Share: for the calls the primary did not answer, the call's first try of
 // it (throttle-fail: the failure rule; throttle-slow: the latency rule;
@@ -41,7 +42,11 @@ func playDiagnosed(t *testing.T, c Cell) (*diagCaller, *Result) {
 	var res *Result
 	synctest.Test(t, func(t *testing.T) {
 		sc := c.Scenario()
-		sc.Arms = []Arm{diagArm(&d), OracleArm()}
+		arm := diagArm(&d)
+		if n, _ := strconv.Atoi(os.Getenv("FAMILY_REPLICAS")); n > 1 { // each call's record only
+			arm = recordedArm(&d, fleetArm("geminiguard", n, sharedFleet))
+		}
+		sc.Arms = []Arm{arm, OracleArm()}
 		res = Run(t.Context(), sc)
 	})
 	return d, res
@@ -86,12 +91,26 @@ func TestFamilyDiagnosis(t *testing.T) {
 	fmt.Printf("share misses %d: %v\np99 misses %d: %v\n", shareMiss, shareCause, p99Miss, p99Cause)
 }
 
+// recordedArm is inner with every call's record kept in a diagCaller,
+// stored in *out when it starts (FAMILY_REPLICAS: a fleet's calls).
+func recordedArm(out **diagCaller, inner Arm) Arm {
+	return Arm{Name: inner.Name, New: func(ctx context.Context, env Env) (Caller, error) {
+		c, err := inner.New(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		*out = &diagCaller{inner: c, recs: map[int]*geminiguard.CallRecord{}, start: env.Start}
+		return *out, nil
+	}}
+}
+
 // diagCaller is geminiguard at its defaults with every call's record kept,
-// and its primary's breaker openings counted.
+// and its primary's breaker openings counted; or inner's calls, recorded.
 type diagCaller struct {
-	c    *geminiguard.Client
-	mu   sync.Mutex
-	recs map[int]*geminiguard.CallRecord
+	inner Caller
+	c     *geminiguard.Client
+	mu    sync.Mutex
+	recs  map[int]*geminiguard.CallRecord
 	// primary's breaker openings, and whether the primary had answered before
 	opens        []time.Time
 	startupOpens int
@@ -134,7 +153,12 @@ func diagArm(out **diagCaller) Arm {
 
 func (d *diagCaller) Generate(ctx context.Context, call int) Outcome {
 	rec := new(geminiguard.CallRecord)
-	o := generate(geminiguard.RecordCall(ctx, rec), d.c.GenerateContent, "", call)
+	var o Outcome
+	if d.inner != nil {
+		o = d.inner.Generate(geminiguard.RecordCall(ctx, rec), call)
+	} else {
+		o = generate(geminiguard.RecordCall(ctx, rec), d.c.GenerateContent, "", call)
+	}
 	d.mu.Lock()
 	d.recs[call] = rec
 	if o.Err == nil && o.Model == flash {
