@@ -150,10 +150,12 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 // nil when none can take it now: the next model of the call's order that
 // is neither cooling down, open nor throttled, or m itself when m is not
 // throttled, at most 1 − latency.HedgeQuantile of its requests were slow
-// (over the throttle's window, and over its last span or two: a window of
-// healthy answers counts a brownout's first stalls only once they are many),
-// and its learned cut is no longer than that model's (or there is no such
-// model), at now.
+// (over the throttle's window, which must hold routeMinRequests sent, as
+// the throttle's rules need: two requests, both answered, are no proof that
+// a model does not stall; and over its last span or two: a window of
+// healthy answers counts a brownout's first stalls only once they are
+// many), and its learned cut is no longer than that model's (or there is
+// no such model), at now.
 func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	ready := func(x *modelState) bool {
 		p, _, _ := x.routes[call.endpoint].rejectProbability(now)
@@ -174,8 +176,8 @@ func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	if next == nil {
 		return m
 	}
-	if r, _, slow, held := m.routes[call.endpoint].totals(now); float64(slow) > (1-latency.HedgeQuantile)*float64(r-held) {
-		return next // a second request to m stalls as often: a bet for the median, not the tail
+	if r, _, slow, held := m.routes[call.endpoint].totals(now); r-held < routeMinRequests || float64(slow) > (1-latency.HedgeQuantile)*float64(r-held) {
+		return next // a second request to m stalls as often, or its window is too small to tell: a bet for the median, not the tail
 	}
 	if sent, slow := m.routes[call.endpoint].recent(now); float64(slow) > (1-latency.HedgeQuantile)*float64(sent) {
 		return next // the same, of the last seconds: a brownout's first stalls

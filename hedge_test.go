@@ -585,23 +585,47 @@ func TestHedgeCutWithItsOriginalIsRecordedAsCut(t *testing.T) {
 // its hedges go to flash, slower but sure.
 func TestHedgeOfAStallingModelGoesToTheNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(stallEvery(pro, time.Second, 4, 45*time.Second), geminitest.Model{Name: flash, Latency: 3 * time.Second})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
-			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true, Budget: 1}))
-		for range 20 {
-			_, _, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-		}
-		twice := 0 // calls that sent pro a second request
-		for range 40 {
-			before := srv.Total(pro)
-			_, _, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			if srv.Total(pro)-before > 1 {
-				twice++
-			}
-		}
+		twice := callsSendingProTwice(t, 4, 3*time.Second, 40, 0)
 		assert.LessOrEqual(t, twice, 2, "only the first stalls, before they are known, are hedged to pro (%d)", twice)
+	})
+}
+
+// callsSendingProTwice plays 20 calls, then calls more, each after gap, on
+// pro (answering in 1s, stalling 45s on every nth request after its first
+// 20) then flash (answering in flashLatency), hedging within a budget of
+// 1, and returns how many of the later calls sent pro a second request.
+func callsSendingProTwice(t *testing.T, n int, flashLatency time.Duration, calls int, gap time.Duration) int {
+	srv := geminitest.New(stallEvery(pro, time.Second, n, 45*time.Second), geminitest.Model{Name: flash, Latency: flashLatency})
+	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+		geminiguard.WithHedging(geminiguard.HedgePolicy{On: true, Budget: 1}))
+	for range 20 {
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+	}
+	twice := 0
+	for range calls {
+		time.Sleep(gap)
+		before := srv.Total(pro)
+		_, _, err := ask(t.Context(), c, "")
+		require.NoError(t, err)
+		if srv.Total(pro)-before > 1 {
+			twice++
+		}
+	}
+	return twice
+}
+
+// TestHedgeOfAQuietModelsStallGoesToTheNext: as above, pro stalls one
+// request in three, but a call comes every 15s: the throttle's window of
+// 30s holds two requests, the last stall's cut long out of it. A window of
+// two requests, neither slow, says little of how often pro stalls; read as
+// a rate of none, every stall was hedged to pro, a third of those hedges
+// stalled too, and those calls waited for both cuts. The bet for a second
+// request to pro now needs a window of ten requests, as the throttle's
+// rules do: two clean requests are no proof.
+func TestHedgeOfAQuietModelsStallGoesToTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		assert.Zero(t, callsSendingProTwice(t, 3, 1500*time.Millisecond, 30, 15*time.Second), "pro's stalls are hedged to flash")
 	})
 }
 
