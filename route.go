@@ -261,8 +261,8 @@ func (a *availability) totals(now time.Time) (requests, accepts, slow, held int6
 }
 
 // othersWindow returns the other replicas' spans (setOthers) that the
-// window of span e counts: a window's worth up to the latest of them, none
-// of span e or later nor older than two windows. A replica shares its
+// window of span e counts: a window's worth up to the latest of them (none
+// later than e), none older than two windows. A replica shares its
 // spans on its round trips for the model, a few seconds apart or more when
 // it sees a share of the traffic: its latest spans are as old as its last
 // round trip, and a window that ended at e would miss the older ones.
