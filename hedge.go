@@ -122,8 +122,14 @@ func newHedgeBudget(p HedgePolicy) *retryBudget {
 	return newRetryBudget(p.Budget, hedgeMinPerSec, hedgeTTL)
 }
 
-// errHedgeLost marks an attempt cancelled because its hedge answered first.
-var errHedgeLost = errors.New("geminiguard: attempt cancelled: its hedge answered first")
+// errHedgeLost marks an attempt cancelled because its hedge answered
+// first, errHedgeOvertaken a hedge cancelled because the attempt it hedged
+// answered first: a call's record (CallRecord.Attempts) tells the two
+// requests of a race apart by them.
+var (
+	errHedgeLost      = errors.New("geminiguard: attempt cancelled: its hedge answered first")
+	errHedgeOvertaken = errors.New("geminiguard: hedge cancelled: the attempt it hedged answered first")
+)
 
 // hedgeAfter returns the delay after which the attempt of call to m that
 // starts at start is hedged, false when it is not hedged: calls that do
@@ -709,11 +715,13 @@ func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start
 		} else { // cancelled, or a stream whose outcome its first chunk does not tell
 			a.lose(r.end)
 		}
+		lost := errHedgeOvertaken
 		if !r.hedge {
 			m.lat.Record(call.class, latency.Abandoned, r.end) // later than any answer
 			m.routes[call.endpoint].slowed(r.end)
+			lost = errHedgeLost
 		}
-		call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeModel}, Err: errHedgeLost}, 0, elapsed)
+		call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeModel}, Err: lost}, 0, elapsed)
 		return
 	}
 	err := r.err

@@ -56,6 +56,46 @@ func TestHedgeAnswersAndItsLoserIsCancelledAndSettled(t *testing.T) {
 	})
 }
 
+// TestHedgeThatLosesItsRaceIsRecordedAsTheLoser: pro's 21st request
+// answers in 2.6s, a long answer, hedged to pro at its answers' p95 (1s
+// and a bit); the hedge would take 5s, and the original answers first. The
+// call's record says which of the two was cancelled: the hedge, its
+// original having answered. Before, a losing hedge read "its hedge
+// answered first", as a losing original does, and a user reading the
+// record took the answer for the hedge's.
+func TestHedgeThatLosesItsRaceIsRecordedAsTheLoser(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				switch i {
+				case 20:
+					return geminitest.Step{Latency: 2600 * time.Millisecond}
+				case 21:
+					return geminitest.Step{Latency: 5 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		for range 20 {
+			_, _, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+		}
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.InDelta(t, 2.6, time.Since(start).Seconds(), 0.01, "the original answers")
+		require.Len(t, rec.Attempts, 2, "the original and its hedge: %+v", rec.Attempts)
+		lost := rec.Attempts[0]
+		require.Error(t, lost.Err)
+		assert.Less(t, lost.Elapsed, 2*time.Second, "the hedge, sent after the original, is the one cancelled")
+		assert.ErrorContains(t, lost.Err, "the attempt it hedged answered first")
+		assert.NotContains(t, lost.Err.Error(), "its hedge answered first")
+		assert.Equal(t, 22, srv.Total(pro))
+	})
+}
+
 func TestHedgeBudgetHoldsUnderAStorm(t *testing.T) {
 	// After 20 answers every request of pro stalls: every call is late.
 	assertHedgeBudgetHolds(t, geminitest.Step{Latency: 45 * time.Second}, func(ctx context.Context, c *geminiguard.Client) (geminiguard.CallRecord, error) {
@@ -307,11 +347,13 @@ func streamedRec(ctx context.Context, c *geminiguard.Client) (string, int, gemin
 	return text, chunks, rec, err
 }
 
-// hedgesIn counts the attempts of rec that a hedge beat.
+// hedgesIn counts the races of rec: the attempts cancelled because the
+// other request of their race answered first (an original its hedge beat,
+// or a hedge its original beat).
 func hedgesIn(rec geminiguard.CallRecord) int {
 	n := 0
 	for _, a := range rec.Attempts {
-		if a.Err != nil && strings.Contains(a.Err.Error(), "its hedge answered first") {
+		if a.Err != nil && (strings.Contains(a.Err.Error(), "its hedge answered first") || strings.Contains(a.Err.Error(), "the attempt it hedged answered first")) {
 			n++
 		}
 	}
