@@ -65,21 +65,8 @@ func TestHedgeAnswersAndItsLoserIsCancelledAndSettled(t *testing.T) {
 // record took the answer for the hedge's.
 func TestHedgeThatLosesItsRaceIsRecordedAsTheLoser(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				switch i {
-				case 20:
-					return geminitest.Step{Latency: 2600 * time.Millisecond}
-				case 21:
-					return geminitest.Step{Latency: 5 * time.Second}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
-		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
-		for range 20 {
-			_, _, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-		}
+		srv := geminitest.New(proWith21st22nd(geminitest.Step{Latency: 2600 * time.Millisecond}, geminitest.Step{Latency: 5 * time.Second}), geminitest.Model{Name: flash, Latency: 3 * time.Second})
+		c := warmHedgingClient(t, srv)
 
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "")
@@ -317,16 +304,7 @@ func TestFailedHedgeStillCutsItsStalledOriginal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// pro answers in 1s; its 21st request stalls 45s, and the 22nd (the
 		// hedge, sent to pro: flash's times are unknown) fails at once.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				switch i {
-				case 20:
-					return geminitest.Step{Latency: 45 * time.Second}
-				case 21:
-					return geminitest.Step{Fault: geminitest.Overloaded}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := geminitest.New(proWith21st22nd(geminitest.Step{Latency: 45 * time.Second}, geminitest.Step{Fault: geminitest.Overloaded}), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := warmHedgingClient(t, srv)
 
 		start := time.Now()
@@ -433,16 +411,7 @@ func TestStreamThatDeliveredAChunkIsNotHedged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// pro's 21st stream is cut after its first event; the resume's
 		// request stalls 45s before its first event.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				switch i {
-				case 20:
-					return geminitest.Step{Fault: geminitest.StreamCutBetween, CutAfter: 1}
-				case 21:
-					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := geminitest.New(proWith21st22nd(geminitest.Step{Fault: geminitest.StreamCutBetween, CutAfter: 1}, geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
 			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}), geminiguard.WithStreamResume(true))
 		for range 20 { // pro's first chunks are learned: 1s
@@ -526,16 +495,7 @@ func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
 		// pro's first chunks take 1s; its 21st stream stalls 45s before its
 		// first event, and the 22nd (the hedge, sent to pro: flash's times
 		// are unknown) fails at once.
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
-			Decide: func(_ geminitest.Request, i int) geminitest.Step {
-				switch i {
-				case 20:
-					return geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}
-				case 21:
-					return geminitest.Step{Fault: geminitest.Overloaded}
-				}
-				return geminitest.Step{}
-			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := geminitest.New(proWith21st22nd(geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}, geminitest.Step{Fault: geminitest.Overloaded}), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
 			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
 		for range 20 {
@@ -557,6 +517,20 @@ func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
 
 // warmHedgingClient returns a hedging Client of srv's pro and flash whose
 // 20 first calls pro answered: its answer times are learned.
+// proWith21st22nd returns pro answering in 1s, but its 21st request as
+// twentyFirst says and its 22nd (a hedge, or a resume) as twentySecond.
+func proWith21st22nd(twentyFirst, twentySecond geminitest.Step) geminitest.Model {
+	return geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		switch i {
+		case 20:
+			return twentyFirst
+		case 21:
+			return twentySecond
+		}
+		return geminitest.Step{}
+	}}
+}
+
 func warmHedgingClient(t *testing.T, srv *geminitest.Server) *geminiguard.Client {
 	t.Helper()
 	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
