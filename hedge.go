@@ -467,7 +467,7 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 
 // hedgeFor admits the hedge of hr's original at now and returns its model
 // and context, nil when there is no hedge: the original returned, its
-// early delay grew meanwhile (postponeEarly: the hedge is scheduled again),
+// hedge delay grew meanwhile (postponed: the hedge is scheduled again),
 // no model
 // can take the hedge (hedgeTarget), the call's bulkhead has calls queued
 // (bulkheadQueues), or the hedge budget or the admission refused it; the
@@ -483,7 +483,7 @@ func (call *call[R]) hedgeFor(hr *hedgeRun, now time.Time) (*modelState, context
 	if hr.origDone {
 		return nil, nil
 	}
-	if hr.early && call.postponeEarly(hr, now) {
+	if call.postponed(hr, now) {
 		return nil, nil
 	}
 	hm := call.hedgeTarget(hr.m, now)
@@ -535,14 +535,25 @@ func (hr *hedgeRun) mayTakeCutsPlace(now time.Time) bool {
 	return !hr.early && hr.learned > 0 && (hr.onward || hr.c.cuts.allows(now))
 }
 
-// postponeEarly reads again, at now, the early delay of hr's original
-// (sent before its model learned its answer times), which it was hedged
-// at: the attempts of its cohort still out count as long as they have
-// taken, so a delay read when they had just been sent may have grown, or
-// the median it scales be no longer known (most of the cohort is out: long
-// answers). It then schedules the hedge again, at the delay read now or,
-// without one, a latency.CutFloor on, and reports true. hr.mu is held.
-func (call *call[R]) postponeEarly(hr *hedgeRun, now time.Time) bool {
+// postponed reads again, at now, the hedge delay of hr's original, which
+// it was hedged at, and when it grew meanwhile schedules the hedge again,
+// at the delay read now or, without one, a latency.CutFloor on, and
+// reports true. hr.mu is held. An early delay (the original was sent
+// before its model learned its answer times) counts the attempts of its
+// cohort still out as long as they have taken, so a delay read when they
+// had just been sent may have grown, or the median it scales be no longer
+// known (most of the cohort is out: long answers). A learned one is read
+// again only once the model's hedges lose their races
+// (latency.Learner.HedgesLose): it is then the cut's ceiling, and the
+// attempts of a burst of long answers, whose delays were read before the
+// first of its races was lost, wait for it too. (Read again otherwise, a
+// delay that grew as the model's answers were learned held back the
+// hedges of stalls in brownouts, and the cuts that took their place spent
+// the retry budget: one call in 400 failed in two cells of 600.)
+func (call *call[R]) postponed(hr *hedgeRun, now time.Time) bool {
+	if !hr.early && !hr.m.lat.HedgesLose(call.class) {
+		return false
+	}
 	at := now.Add(latency.CutFloor)
 	if d, ok := hr.m.lat.Hedge(call.class, now, hr.place); ok {
 		if at = hr.start.Add(call.stretch(hr.m, d, false)); !now.Before(at) {

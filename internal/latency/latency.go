@@ -306,6 +306,12 @@ func (l *Learner) Raced(class int, won bool) {
 	r.hedgesLose.Store(r.lost >= raceEvidence && raceWinEvery*r.won < r.won+r.lost)
 }
 
+// HedgesLose reports whether class's hedges lose their races (Raced):
+// its hedge delay and its cut are then the learned cut's ceiling.
+func (l *Learner) HedgesLose(class int) bool {
+	return l.classes[class].races.hedgesLose.Load()
+}
+
 // Learned reports whether class has warmed up: Cut and Hedge report its
 // deadlines.
 func (l *Learner) Learned(class int) bool {
