@@ -34,7 +34,10 @@ import (
 // cut in pairs. The hedge goes to the next model of the call's order that
 // can take a request at once (not cooling down, not open, not throttled), or
 // to the same model when that model answers its recent requests, stalls on
-// at most 5% of them, and learned to answer no slower than the next one (a
+// at most 5% of them (the attempt hedged, late already, counted with the
+// last seconds' requests: a stall of a model asked once a second is as
+// likely a brownout's first as a rare one's), and learned to answer no
+// slower than the next one (a
 // rare stall that is a draw per request: a second request to the same model
 // is the better bet, and its answer keeps the primary's quality; one that
 // stalls more often would stall the hedge as often). A hedge that has not
@@ -160,8 +163,10 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 // the throttle's rules need: two requests, both answered, are no proof that
 // a model does not stall; and over its last span or two: a window of
 // healthy answers counts a brownout's first stalls only once they are
-// many), and its learned cut is no longer than that model's (or there is
-// no such model), at now.
+// many, and the attempt hedged, late already, counts as one: the bet needs
+// twenty requests of the last seconds, the attempt's one of them), and its
+// learned cut is no longer than that model's (or there is no such model),
+// at now.
 func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	ready := func(x *modelState) bool {
 		p, _, _ := x.routes[call.endpoint].rejectProbability(now)
@@ -185,8 +190,8 @@ func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	if r, _, slow, held := m.routes[call.endpoint].totals(now); r-held < routeMinRequests || float64(slow) > (1-latency.HedgeQuantile)*float64(r-held) {
 		return next // a second request to m stalls as often, or its window is too small to tell: a bet for the median, not the tail
 	}
-	if sent, slow := m.routes[call.endpoint].recent(now); float64(slow) > (1-latency.HedgeQuantile)*float64(sent) {
-		return next // the same, of the last seconds: a brownout's first stalls
+	if sent, slow := m.routes[call.endpoint].recent(now); float64(slow+1) > (1-latency.HedgeQuantile)*float64(sent+1) {
+		return next // the same, of the last seconds and the attempt hedged: a brownout's first stalls
 	}
 	if mm, ok := m.lat.Cut(call.class, false); ok {
 		if nm, ok := next.lat.Cut(call.class, false); !ok || mm <= nm { // cuts are medians scaled by their spreads

@@ -28,11 +28,7 @@ func TestHedgeAnswersAndItsLoserIsCancelledAndSettled(t *testing.T) {
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-		for range 20 { // pro's answer times are learned: 1s
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
+		warmAtOnce(t, c, askedRec) // pro's answer times are learned: 1s
 
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "") // pro's 21st request stalls 45s
@@ -85,10 +81,7 @@ func TestHedgeThatLosesItsRaceIsRecordedAsTheLoser(t *testing.T) {
 
 func TestHedgeBudgetHoldsUnderAStorm(t *testing.T) {
 	// After 20 answers every request of pro stalls: every call is late.
-	assertHedgeBudgetHolds(t, geminitest.Step{Latency: 45 * time.Second}, func(ctx context.Context, c *geminiguard.Client) (geminiguard.CallRecord, error) {
-		_, rec, err := ask(ctx, c, "")
-		return rec, err
-	})
+	assertHedgeBudgetHolds(t, geminitest.Step{Latency: 45 * time.Second}, askedRec)
 }
 
 // assertHedgeBudgetHolds: pro answers its first 20 requests, then answers
@@ -352,11 +345,7 @@ func TestStreamHedgeAnswersBeforeTheFirstChunk(t *testing.T) {
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-		for range 20 { // pro's first chunks are learned: 1s
-			_, _, rec, err := streamedRec(t.Context(), c)
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
+		warmAtOnce(t, c, streamedOnce) // pro's first chunks are learned: 1s
 
 		start := time.Now()
 		text, chunks, rec, err := streamedRec(t.Context(), c)
@@ -430,11 +419,7 @@ func TestStreamThatDeliveredAChunkIsNotHedged(t *testing.T) {
 
 func TestStreamHedgeBudgetHoldsUnderAStorm(t *testing.T) {
 	// After 20 answers every stream of pro stalls before its first event.
-	assertHedgeBudgetHolds(t, geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second},
-		func(ctx context.Context, c *geminiguard.Client) (geminiguard.CallRecord, error) {
-			_, _, rec, err := streamedRec(ctx, c)
-			return rec, err
-		})
+	assertHedgeBudgetHolds(t, geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}, streamedOnce)
 }
 
 func TestUniformlySlowStreamIsNeitherHedgedNorCut(t *testing.T) {
@@ -471,10 +456,7 @@ func TestStreamHedgeAndOriginalSendingTogetherYieldOneAnswer(t *testing.T) {
 		changes := &stateChanges{}
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithHooks(changes.hooks()),
 			geminiguard.WithJitterSource(seeded()), geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-		for range 20 {
-			_, _, err := streamed(t.Context(), c, "")
-			require.NoError(t, err)
-		}
+		warmAtOnce(t, c, streamedOnce)
 
 		start := time.Now()
 		text, chunks, rec, err := streamedRec(t.Context(), c)
@@ -498,10 +480,7 @@ func TestFailedStreamHedgeStillCutsItsStalledOriginal(t *testing.T) {
 		srv := geminitest.New(proWith21st22nd(geminitest.Step{Fault: geminitest.StreamStallFirst, Stall: 45 * time.Second}, geminitest.Step{Fault: geminitest.Overloaded}), geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
 			geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
-		for range 20 {
-			_, _, err := streamed(t.Context(), c, "")
-			require.NoError(t, err)
-		}
+		warmAtOnce(t, c, streamedOnce)
 
 		start := time.Now()
 		text, _, rec, err := streamedRec(t.Context(), c)
@@ -533,33 +512,107 @@ func proWith21st22nd(twentyFirst, twentySecond geminitest.Step) geminitest.Model
 
 func warmHedgingClient(t *testing.T, srv *geminitest.Server) *geminiguard.Client {
 	t.Helper()
-	c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
+	c := hedgingClient(t, srv)
+	warmAtOnce(t, c, askedRec)
+	return c
+}
+
+// hedgingClient returns a Client of srv's pro and flash, hedging.
+func hedgingClient(t *testing.T, srv *geminitest.Server) *geminiguard.Client {
+	t.Helper()
+	return newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
 		geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}))
+}
+
+// warmAtOnce makes 20 calls to c at once through send, as twenty users
+// would, each answered by pro: its answer (or first-chunk) times are
+// learned, and its last seconds hold twenty requests answered on time, the
+// evidence a hedge to pro needs (a stall of a model asked once a second is
+// as likely a brownout's first as a rare one's).
+func warmAtOnce(t *testing.T, c *geminiguard.Client, send func(context.Context, *geminiguard.Client) (geminiguard.CallRecord, error)) {
+	t.Helper()
+	var wg sync.WaitGroup
 	for range 20 {
+		wg.Go(func() {
+			rec, err := send(t.Context(), c)
+			assert.NoError(t, err)
+			assert.Equal(t, pro, rec.Model)
+		})
+	}
+	wg.Wait()
+	require.False(t, t.Failed(), "pro answers the 20 calls")
+}
+
+// warmInTurn makes n calls to c one after another, as one user would,
+// each answered by pro.
+func warmInTurn(t *testing.T, c *geminiguard.Client, n int) {
+	t.Helper()
+	for range n {
 		_, rec, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
 		require.Equal(t, pro, rec.Model)
 	}
-	return c
 }
 
-// stallingTwice returns the fake and a warm hedging Client of pro, which
-// answers its first 20 requests in 1s and stalls the next two 45s, then
-// flash (3s).
+// askedRec makes one unary call, returning its record.
+func askedRec(ctx context.Context, c *geminiguard.Client) (geminiguard.CallRecord, error) {
+	_, rec, err := ask(ctx, c, "")
+	return rec, err
+}
+
+// streamedOnce makes one streamed call, read to its end, returning its
+// record.
+func streamedOnce(ctx context.Context, c *geminiguard.Client) (geminiguard.CallRecord, error) {
+	_, _, rec, err := streamedRec(ctx, c)
+	return rec, err
+}
+
+// stallingTwice returns the fake and a warm hedging Client (warmAtOnce) of
+// pro, which answers its first 20 requests in 1s and stalls the next two
+// 45s, then flash (3s).
 func stallingTwice(t *testing.T) (*geminitest.Server, *geminiguard.Client) {
-	srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+	srv := stallingTwiceServer()
+	return srv, warmHedgingClient(t, srv)
+}
+
+// stallingTwiceServer returns stallingTwice's fake.
+func stallingTwiceServer() *geminitest.Server {
+	return geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
 		if i == 20 || i == 21 {
 			return geminitest.Step{Latency: 45 * time.Second}
 		}
 		return geminitest.Step{}
 	}}, geminitest.Model{Name: flash, Latency: 3 * time.Second})
-	return srv, warmHedgingClient(t, srv)
 }
 
-// TestHedgeThatStallsTooIsCutWithItsOriginal: pro answers 20 calls in 1s,
-// then stalls its next two requests 45s (the original and its hedge, sent
-// to pro, which answers sooner than flash's 3s); both are cut at the
-// hedge's learned deadline and flash answers: not a 45s wait.
+// TestHedgeOfAStallOfAModelAskedOnceASecondGoesToTheNext: one user calls
+// pro back to back; pro answers 20 calls in 1s, then stalls its next two
+// requests 45s: a brownout's first stalls. Its window holds twenty
+// answers, none slow, but its last seconds three or four: with the
+// attempt hedged, late already, one request in five is slow, and a second
+// request to pro is no better a bet than the first. The hedge goes to
+// flash (3s); before, it went to pro, stalled too, and the call waited for
+// both cuts, then flash.
+func TestHedgeOfAStallOfAModelAskedOnceASecondGoesToTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := stallingTwiceServer()
+		c := hedgingClient(t, srv)
+		warmInTurn(t, c, 20)
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+		assert.Equal(t, 21, srv.Total(pro), "no second request to pro")
+		assert.InDelta(t, 5.0, time.Since(start).Seconds(), 0.1, "hedged at twice pro's median (2s), answered by flash 3s later: not after both cuts")
+	})
+}
+
+// TestHedgeThatStallsTooIsCutWithItsOriginal: pro answers 20 calls at once
+// in 1s, then stalls its next two requests 45s (the original and its
+// hedge, sent to pro, which answers sooner than flash's 3s); both are cut
+// at the hedge's learned deadline and flash answers: not a 45s wait.
 func TestHedgeThatStallsTooIsCutWithItsOriginal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, c := stallingTwice(t)
@@ -665,7 +718,7 @@ func stalledCallTimes(t *testing.T, flashLatency time.Duration) []time.Duration 
 			stalled = append(stalled, time.Since(start))
 		}
 	}
-	require.Len(t, stalled, 11, "every fifth request stalls: flash answers those calls")
+	require.Len(t, stalled, 12, "every fifth request stalls: flash answers those calls (its first stall too, pro asked once a second)")
 	return stalled
 }
 
@@ -695,11 +748,16 @@ func TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95(t *testing.T) {
 // anyway, so the hedge is paid by the cut budget and its hedge budget
 // credit given back. Every stall is hedged, where the hedge budget alone
 // (5% of the calls and 3 a minute) hedged 7 of them and cut the others at
-// 2s.
+// 2s. (The first two, before the stalls are more than 5% of pro's record,
+// are hedged at the cut, to flash: pro, asked once a second, is no better
+// a bet.)
 func TestHedgeInPlaceOfACutIsPaidByTheCutBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stalled := stalledCallTimes(t, 1500*time.Millisecond)
-		for _, d := range stalled {
+		for _, d := range stalled[:2] {
+			assert.InDelta(t, 3.5, d.Seconds(), 0.1, "the first two stalls, before pro's stalls are known, are hedged at twice its median, its cut: %v", stalled)
+		}
+		for _, d := range stalled[2:] {
 			assert.Less(t, d, 3*time.Second, "hedged at pro's p95, answered 1.5s later, not cut at 2s: %v", stalled)
 		}
 	})
@@ -723,12 +781,14 @@ func (p *panicOnPost) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // TestHedgedRequestPanicReachesTheCallerOnceBothAreJoined: pro answers 20
-// calls in 1s; on the 21st call, one of the two requests panics while the
-// other is out: the hedge as it is sent (the original stalls 45s), or the
-// original after 2.5s (the hedge, sent at 2s, is then out until 3s). The
-// panic reaches the caller once the other request is cancelled and joined
-// (goleak: no goroutine outlives the call), and the Client goes on
-// answering and hedging: nothing of the two admissions is left held.
+// calls at once in 1s; on the 21st call, one of the two requests panics
+// while the other is out: the hedge as it is sent (the original stalls
+// 45s), or the original after 2.5s (the hedge, sent at 2s, is then out
+// until 3s). The panic reaches the caller once the other request is
+// cancelled and joined (goleak: no goroutine outlives the call), and the
+// Client goes on answering and hedging (20 calls at once, two of whose
+// requests stall, each hedged to pro): nothing of the two admissions is
+// left held.
 func TestHedgedRequestPanicReachesTheCallerOnceBothAreJoined(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -745,22 +805,15 @@ func TestHedgedRequestPanicReachesTheCallerOnceBothAreJoined(t *testing.T) {
 				tr := &panicOnPost{base: srv.Transport(), n: tc.post, wait: tc.wait}
 				c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()),
 					geminiguard.WithHedging(geminiguard.HedgePolicy{On: true}), geminiguard.WithHTTPClient(&http.Client{Transport: tr}))
-				for range 20 {
-					_, rec, err := ask(t.Context(), c, "")
-					require.NoError(t, err)
-					require.Equal(t, pro, rec.Model)
-				}
+				warmAtOnce(t, c, askedRec)
 
 				start := time.Now()
 				p := recovered(func() { _, _, _ = ask(t.Context(), c, "") })
 
 				assert.Equal(t, "the transport", p, "the panic reaches the caller")
 				assert.InDelta(t, tc.after, time.Since(start).Seconds(), 0.1, "raised once the other request is cancelled and joined, not waited out")
-				for range 20 {
-					_, rec, err := ask(t.Context(), c, "")
-					require.NoError(t, err)
-					assert.Equal(t, pro, rec.Model)
-				}
+				warmAtOnce(t, c, askedRec)
+				assert.Equal(t, 43, srv.Total(pro), "the 21st call's request that was sent, the 20 calls and the hedges of two stalls among them, to pro")
 				st := c.Stats().Models[0]
 				assert.Equal(t, geminiguard.StateClosed, st.State)
 			})

@@ -768,11 +768,7 @@ func TestEarlyHedgeIsNotHeldBackByTheAttemptItJudges(t *testing.T) {
 		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		for range 2 {
-			_, rec, err := ask(t.Context(), c, "")
-			require.NoError(t, err)
-			require.Equal(t, pro, rec.Model)
-		}
+		warmInTurn(t, c, 2)
 		start := time.Now()
 		_, rec, err := ask(t.Context(), c, "")
 		require.NoError(t, err)
