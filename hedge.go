@@ -45,8 +45,9 @@ import (
 // goes on to the next model. A hedge that loses its race (the original
 // answered first while it was out) says the model's late attempts are long
 // answers, as long on any model, not stalls: once a model's hedges of a
-// class lose (latency.Learner.Raced: five races or so, and fewer than one
-// in eight won), its attempts are hedged and cut at the learned cut's
+// class lose (latency.Learner.Raced: five races or so, one for a model
+// whose answers spread wide and which stalls on few of its requests, and
+// fewer than one in eight won), its attempts are hedged and cut at the learned cut's
 // ceiling (the end of 99% of its answers as they spread) until its hedges
 // win again. The first answer wins; the other attempt is
 // cancelled, joined before the call goes on, and its breaker permit handed

@@ -998,6 +998,19 @@ func TestHedgesThatLoseTheirRacesAreSentLessOften(t *testing.T) {
 	})
 }
 
+// TestHedgesOfLongAnswersStopAtTheFirstLostRace: as above, ten users
+// asking thirty questions each. pro's answers spread wide (the end of 99%
+// of them six medians out) and none stalls: its late attempts are long
+// answers, and the first hedge that loses says so. 4 requests beyond one a
+// call (1.3%); before, its hedges were held only once four or five had
+// lost: 9.
+func TestHedgesOfLongAnswersStopAtTheFirstLostRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		extra := longAnswersAsked(t, 10, 30)
+		assert.LessOrEqual(t, extra, 6, "requests beyond one a call (2%)")
+	})
+}
+
 // TestHedgesOfABurstAreHeldOnceTheirRacesAreLost: as above, forty users
 // asking fifteen questions each at once. A hedge's delay was read when its
 // attempt was sent, before the first races of the burst were lost: the

@@ -56,7 +56,9 @@ import (
 // that does not (long thinking) keeps the spread's floor, and is not
 // hedged into double cost. A class whose hedges lose their races (Raced:
 // its late attempts answer before their hedges, long answers as long on
-// any model) is hedged and cut at last, the ceiling, until they win again.
+// any model; one race lost is enough for a class whose answers spread
+// wide and which stalls on few of its requests) is hedged and cut at last,
+// the ceiling, until they win again.
 // While a class is young (fewer than youngRecords records), every attempt
 // still in flight counts as at least as long as it has taken
 // (SentWhileYoung; censoredBody): the median and the quartiles are the
@@ -112,11 +114,13 @@ const (
 	earlySpreadAfter = 4
 	// The races of a class's attempts with their hedges (Raced) that it
 	// remembers (each race weighs the earlier ones down by 1/raceMemory),
-	// the lost races it needs before its hedges lose, and the races its
+	// the lost races it needs before its hedges lose (raceEvidenceWide for
+	// a class whose answers spread wide: wideLate), and the races its
 	// hedges must win, one in raceWinEvery, not to.
-	raceMemory   = 16
-	raceEvidence = 4
-	raceWinEvery = 8
+	raceMemory       = 16
+	raceEvidence     = 4
+	raceEvidenceWide = 1
+	raceWinEvery     = 8
 	// youngRecords is the records (answers and abandoned attempts) until
 	// which a class counts every attempt in flight (SentWhileYoung), for
 	// the deadlines learned from its first answers to count the long ones
@@ -161,6 +165,7 @@ type histogram struct {
 	last          atomic.Int64          // the learned cut of an attempt with nowhere else to go
 	ceiling       atomic.Uint64         // the cut's ceiling in medians (answersSpread's spread99), as float64 bits; stored before cut
 	hedge         atomic.Int64          // the learned hedge delay, in nanoseconds; 0 while warming up
+	wideLate      atomic.Bool           // the answers spread wider than CutMax medians at their 99th percentile, and the stalls are fewer than 1 − HedgeQuantile of the record (refresh)
 	learned       chan struct{}         // closed by the refresh that first stores the deadlines
 	early         chan struct{}         // closed by the EarlyHedgeAfter-th answer, own or others' (WhenEarly)
 	earlyOnce     sync.Once             // closes early
@@ -178,8 +183,18 @@ type histogram struct {
 type races struct {
 	mu        sync.Mutex
 	won, lost float64 // by the hedge, by the attempt
-	// hedgesLose is set while the hedges lose (Raced): read without mu.
-	hedgesLose atomic.Bool
+	// hedgesLose is set while the hedges lose (Raced): read without mu;
+	// lostWide while they would for a class whose answers spread wide
+	// (raceEvidenceWide).
+	hedgesLose, lostWide atomic.Bool
+}
+
+// hedgesLose reports whether the class's hedges lose their races (Raced):
+// raceEvidence lost races, or raceEvidenceWide while its answers spread
+// wide and its stalls are few (wideLate), and fewer than one in
+// raceWinEvery won.
+func (h *histogram) hedgesLose() bool {
+	return h.races.hedgesLose.Load() || h.wideLate.Load() && h.races.lostWide.Load()
 }
 
 // flight is the attempts of a class sent before it warmed up, or while it
@@ -250,7 +265,7 @@ func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	if d := h.hedge.Load(); d > 0 {
-		if h.races.hedgesLose.Load() {
+		if h.hedgesLose() {
 			d = h.last.Load()
 		}
 		return time.Duration(d), true
@@ -273,7 +288,7 @@ func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bo
 func (l *Learner) Cut(class int, last bool) (time.Duration, bool) {
 	h := &l.classes[class]
 	c := h.cut.Load()
-	if last || h.races.hedgesLose.Load() {
+	if last || h.hedgesLose() {
 		c = h.last.Load()
 	}
 	return time.Duration(c), c > 0
@@ -284,8 +299,12 @@ func (l *Learner) Cut(class int, last bool) (time.Duration, bool) {
 // while the attempt was out; else the attempt answered first while the
 // hedge was out (a race one side lost by failing says nothing of the
 // other's time, and is not recorded). While the class's hedges lose (they
-// lost raceEvidence races or more of those it remembers, and won fewer
-// than one in raceWinEvery), its attempts past the hedge delay are long
+// lost raceEvidence races or more of those it remembers, or
+// raceEvidenceWide while its answers spread wider than CutMax medians at
+// their 99th percentile and fewer than 1 − HedgeQuantile of its record
+// was abandoned: the late attempts of such a model are mostly its long
+// answers, and one race lost says so; and won fewer than one in
+// raceWinEvery), its attempts past the hedge delay are long
 // answers, as long on any model (an answer's time is its output's length),
 // not stalls that a second request would answer sooner: its hedge delay and
 // its cut are the learned cut's ceiling (Cut's last: the end of 99% of the
@@ -303,13 +322,15 @@ func (l *Learner) Raced(class int, won bool) {
 	} else {
 		r.lost++
 	}
-	r.hedgesLose.Store(r.lost >= raceEvidence && raceWinEvery*r.won < r.won+r.lost)
+	losing := raceWinEvery*r.won < r.won+r.lost
+	r.hedgesLose.Store(r.lost >= raceEvidence && losing)
+	r.lostWide.Store(r.lost >= raceEvidenceWide && losing)
 }
 
 // HedgesLose reports whether class's hedges lose their races (Raced):
 // its hedge delay and its cut are then the learned cut's ceiling.
 func (l *Learner) HedgesLose(class int) bool {
-	return l.classes[class].races.hedgesLose.Load()
+	return l.classes[class].hedgesLose()
 }
 
 // Learned reports whether class has warmed up: Cut and Hedge report its
@@ -563,6 +584,7 @@ func (h *histogram) refresh(now time.Time) {
 		hedge = max(CutFloor, End(answered))
 	}
 	h.hedge.Store(int64(min(cut, hedge)))
+	h.wideLate.Store(tail < Buckets-1 && spread99 > CutMax)
 	if first {
 		close(h.learned) // under mu, after the deadlines: once, and they are there to read
 	}

@@ -407,10 +407,12 @@ func TestCohortCutFollowsTheAnswersSpread(t *testing.T) {
 // TestHedgesThatLoseTheirRacesMoveTheDeadlinesToTheCeiling: a class whose
 // hedges keep losing (its late attempts answer before them: long answers,
 // as long on any model) is hedged and cut at the learned cut's ceiling,
-// until its hedges win again one race in raceWinEvery.
+// until its hedges win again one race in raceWinEvery. Its answers spread
+// as answers of one kind do (σ 0.4: the end of 99% of them within CutMax
+// medians).
 func TestHedgesThatLoseTheirRacesMoveTheDeadlinesToTheCeiling(t *testing.T) {
 	l := New(1)
-	logNormalAnswers(l, 400, time.Second, 0.8, 0)
+	logNormalAnswers(l, 400, time.Second, 0.4, 0)
 	cut, _ := l.Cut(0, false)
 	hedge, _ := l.Hedge(0, time.Time{}, 0)
 	last, _ := l.Cut(0, true)
@@ -443,6 +445,46 @@ func TestHedgesThatLoseTheirRacesMoveTheDeadlinesToTheCeiling(t *testing.T) {
 	assert.Equal(t, cut, d, "hedges that win again bring the learned cut back")
 	d, _ = l.Hedge(0, time.Time{}, 0)
 	assert.Equal(t, hedge, d)
+}
+
+// TestOneLostRaceMovesTheDeadlinesOfAWideModelToTheCeiling: a class whose
+// answers spread as the lengths of long answers spread them (σ 0.8: the
+// end of 99% of them six medians out) and which stalls on none is hedged
+// and cut at the learned cut's ceiling once one hedge lost its race: its
+// late attempts are mostly long answers, as long on any model, and each
+// hedge of one is a request thrown away (the wide family's long thinking).
+// A class of the same spread that stalls on more than 5% of its requests
+// needs the usual evidence: its late attempts are mostly stalls.
+func TestOneLostRaceMovesTheDeadlinesOfAWideModelToTheCeiling(t *testing.T) {
+	wide := New(1)
+	logNormalAnswers(wide, 400, time.Second, 0.8, 0)
+	cut, _ := wide.Cut(0, false)
+	last, _ := wide.Cut(0, true)
+	require.Less(t, cut, last)
+
+	wide.Raced(0, false)
+	d, _ := wide.Cut(0, false)
+	assert.Equal(t, last, d, "the cut, once a hedge lost")
+	d, _ = wide.Hedge(0, time.Time{}, 0)
+	assert.Equal(t, last, d, "the hedge delay, once a hedge lost")
+	assert.True(t, wide.HedgesLose(0))
+	wide.Raced(0, true)
+	d, _ = wide.Cut(0, false)
+	assert.Equal(t, cut, d, "a hedge that wins brings the learned cut back")
+
+	stalling := New(1)
+	logNormalAnswers(stalling, 400, time.Second, 0.8, 0)
+	for range 40 { // 40 of 480 abandoned: stalls
+		stalling.Record(0, Abandoned, t0)
+		stalling.Record(0, time.Second, t0)
+	}
+	stallingCut, _ := stalling.Cut(0, false)
+	stallingLast, _ := stalling.Cut(0, true)
+	require.Less(t, stallingCut, stallingLast)
+	stalling.Raced(0, false)
+	d, _ = stalling.Cut(0, false)
+	assert.Equal(t, stallingCut, d, "one lost race of a stalling model is not the evidence")
+	assert.False(t, stalling.HedgesLose(0))
 }
 
 // TestLearnedDeadlinesCountTheLongAnswersStillOut: twenty attempts sent at
