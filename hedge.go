@@ -37,19 +37,19 @@ import (
 // at most 5% of them (the attempt hedged, late already, counted with the
 // last seconds' requests: a stall of a model asked once a second is as
 // likely a brownout's first as a rare one's), and learned to answer no
-// slower than the next one (a
-// rare stall that is a draw per request: a second request to the same model
-// is the better bet, and its answer keeps the primary's quality; one that
-// stalls more often would stall the hedge as often). A hedge that has not
+// slower than the next one (a rare stall that is a draw per request: a
+// second request to the same model is the better bet, and its answer keeps
+// the primary's quality; one that stalls more often would stall the hedge
+// as often). A hedge that has not
 // answered by its own learned cut is cut with its original, and the call
 // goes on to the next model. A hedge that loses its race (the original
 // answered first while it was out) says the model's late attempts are long
 // answers, as long on any model, not stalls: once a model's hedges of a
 // class lose (latency.Learner.Raced: five races or so, one for a model
 // whose answers spread wide and which stalls on few of its requests, and
-// fewer than one in eight won), its attempts are hedged and cut at the learned cut's
-// ceiling (the end of 99% of its answers as they spread) until its hedges
-// win again. The first answer wins; the other attempt is
+// fewer than one in eight won), its attempts are hedged and cut at the
+// learned cut's ceiling (the end of 99% of its answers as they spread)
+// until its hedges win again. The first answer wins; the other attempt is
 // cancelled, joined before the call goes on, and its breaker permit handed
 // back with an ignored outcome (its tokens were spent: the request left). A
 // hedge pays tokens like any request and is capped by a Client-wide budget
