@@ -561,9 +561,9 @@ func modelRecord(own []latency.Count, spans []spanCounts) []fleet.LatencyCount {
 	}
 	for _, x := range spans {
 		sec := int(x.start.Unix())
-		for i, n := range [4]int64{x.requests, x.accepts, x.slow, x.held} {
-			if n > 0 {
-				out = append(out, fleet.LatencyCount{Class: throttleClass + i, Bucket: sec, N: n})
+		for i, n := range x.counts() {
+			if *n > 0 {
+				out = append(out, fleet.LatencyCount{Class: throttleClass + i, Bucket: sec, N: *n})
 			}
 		}
 	}
@@ -597,16 +597,7 @@ func othersSpans(fleetCounts []fleet.LatencyCount) []spanCounts {
 			i = len(out)
 			out = append(out, spanCounts{start: start})
 		}
-		switch x := &out[i]; kind {
-		case 0:
-			x.requests += c.N
-		case 1:
-			x.accepts += c.N
-		case 2:
-			x.slow += c.N
-		case 3:
-			x.held += c.N
-		}
+		*out[i].counts()[kind] += c.N
 	}
 	return out
 }

@@ -126,6 +126,12 @@ type spanCounts struct {
 	requests, accepts, slow, held int64
 }
 
+// counts returns the span's four counts in the order a fleet's record
+// keeps them (throttleClass+0…3): requests, accepts, slow, held.
+func (x *spanCounts) counts() [4]*int64 {
+	return [4]*int64{&x.requests, &x.accepts, &x.slow, &x.held}
+}
+
 type availabilityBucket struct {
 	epoch                         atomic.Int64 // the span it counts, +1 (0: never used)
 	requests, accepts, slow, held atomic.Int64 // held: the requests the throttle kept back
