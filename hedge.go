@@ -543,8 +543,9 @@ func (hr *hedgeRun) mayTakeCutsPlace(now time.Time) bool {
 
 // postponed reads again, at now, the hedge delay of hr's original, which
 // it was hedged at, and when it grew meanwhile schedules the hedge again,
-// at the delay read now or, without one, a latency.CutFloor on, and
-// reports true. hr.mu is held. An early delay (the original was sent
+// at the delay read now or, without one, the stall cut
+// (latency.Learner.StallCut: most of the cohort is out) or a
+// latency.CutFloor on, and reports true. hr.mu is held. An early delay (the original was sent
 // before its model learned its answer times) counts the attempts of its
 // cohort still out as long as they have taken, so a delay read when they
 // had just been sent may have grown, or the median it scales be no longer
@@ -561,9 +562,18 @@ func (call *call[R]) postponed(hr *hedgeRun, now time.Time) bool {
 		return false
 	}
 	at := now.Add(latency.CutFloor)
-	if d, ok := hr.m.lat.Hedge(call.class, now, hr.place); ok {
-		if at = hr.start.Add(call.stretch(hr.m, d, false)); !now.Before(at) {
+	d, known := hr.m.lat.Hedge(call.class, now, hr.place)
+	ok := known
+	if !known {
+		d, ok = hr.m.lat.StallCut(call.class, now, hr.place)
+	}
+	if ok {
+		due := hr.start.Add(call.stretch(hr.m, d, false))
+		if !now.Before(due) {
 			return false
+		}
+		if known || due.Before(at) {
+			at = due
 		}
 	}
 	hr.decided = false

@@ -197,10 +197,11 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 // early delay once m has EarlyHedgeAfter answers (latency.Learner.Hedge:
 // the early hedge's, which an attempt sent before it was known could not
 // take), or, while the median of its cohort is not known (stalls that
-// outnumber the answers, a flood, or long answers still out) but a quarter
-// of it has answered, once it is later than the answers seen let any
-// answer be (latency.Learner.StallCut); one with nowhere else to go only
-// within the cut budget. It starts a goroutine, which end joins.
+// outnumber the answers, a flood, or long answers still out), once it is
+// later than the answers seen let any answer be (latency.Learner.StallCut:
+// with fewer than a quarter of the cohort answered, as late as the widest
+// spread the learner accepts lets them be, the answers seen its fastest);
+// one with nowhere else to go only within the cut budget. It starts a goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
 	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel, stretch: call.stretch(m, 1, !onward)}
@@ -251,12 +252,14 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 		wait := latency.CutFloor            // the cohort's median not known yet: look again soon
 		now := time.Now()
 		d, ok := lat.Hedge(class, now, w.lc.place)
-		if !ok {
+		known := ok
+		if !known {
 			d, ok = lat.StallCut(class, now, w.lc.place)
 		}
 		if ok {
-			d *= w.stretch
-			wait = max(latency.CutFloor, d/(4*latency.CutMax))
+			if d *= w.stretch; known {
+				wait = max(latency.CutFloor, d/(4*latency.CutMax))
+			}
 			if d < w.room { // else its own deadline comes first, unless a later look's is sooner
 				left, done := w.due(d)
 				if done {
@@ -276,7 +279,10 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 // looked at again after a quarter of a median (or at the cut): once none
 // of the cohort answered over a look, what is left of it stalls (answers,
 // not ends: a cut at the same instant as a look is no answer, so every
-// look of one instant agrees).
+// look of one instant agrees). While the cohort's median is not known, at
+// the bound past which it stalls whatever the answers' spread
+// (latency.Learner.StallBound): a flood's first answers, its fastest, do
+// not cut the rest.
 func (w *cutWatch) cohort() {
 	lat, class := w.lc.lat, w.lc.class
 	prev := int64(-1)
@@ -287,8 +293,14 @@ func (w *cutWatch) cohort() {
 		settled := prev >= 0 && answers == prev
 		prev = answers
 		wait := look
-		if d, ok := lat.CohortCut(class, time.Now(), w.lc.place, settled); ok {
-			if d *= w.stretch; d >= w.room && settled { // its own deadline comes first
+		now := time.Now()
+		d, known := lat.CohortCut(class, now, w.lc.place, settled)
+		ok := known
+		if !known {
+			d, ok = lat.StallBound(class, now, w.lc.place)
+		}
+		if ok {
+			if d *= w.stretch; d >= w.room && settled && known { // its own deadline comes first
 				return
 			}
 			left, done := w.due(d)

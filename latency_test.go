@@ -467,6 +467,42 @@ func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 	})
 }
 
+// TestModelHangingAfterTwoAnswersIsCutBeforeItLearns: pro answers one
+// user's first two calls in 0.3s, then hangs on every request; ten users
+// then call at once. Their attempts are the stalls that outnumber pro's
+// answers: the median of what was sent is never known, and pro never
+// learns its cut. Each is hedged once it is later than any answer could be
+// if pro's answers spread as widely as the learner accepts and the two
+// seen were the fastest of them (about 11s), and flash answers 0.5s on.
+// Before, the hedges waited for a median and the calls for the attempt
+// timeout (the hang family's cell 1500040: calls waited up to 58s).
+func TestModelHangingAfterTwoAnswersIsCutBeforeItLearns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i < 2 {
+				return geminitest.Step{Latency: 300 * time.Millisecond}
+			}
+			return geminitest.Step{Latency: 10 * time.Minute}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+		for range 2 {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model)
+		}
+
+		calls := callsAtOnce(t, c, 10)()
+
+		for _, call := range calls {
+			assert.NoError(t, call.err)
+			assert.Equal(t, flash, call.rec.Model)
+			assert.Greater(t, call.took, 5*time.Second, "not before ten times what pro's answers could be")
+			assert.Less(t, call.took, 15*time.Second, "hedged long before the attempt timeout")
+		}
+		assert.Equal(t, 10, srv.Total(flash), "one hedge a call")
+	})
+}
+
 // TestLatencyShiftPastTheCutIsRelearned: pro answers in 1s for two minutes,
 // then in 8s, every request; eight users call back to back. Its attempts
 // are cut at its learned deadline and answered by flash, until 32 of them

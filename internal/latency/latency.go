@@ -93,7 +93,9 @@ import (
 // early delay, with another model to go to, is cut once it is later than
 // the answers seen so far let any answer be (StallCut: their median times
 // the end of 99% of them, as their spread reads, CutMax to maxSpread
-// times): stalls that outnumber the answers are cut, long answers of a
+// times; with fewer than a quarter of the cohort answered, as late as the
+// widest spread accepted lets the answers be, those seen its fastest):
+// stalls that outnumber the answers are cut, long answers of a
 // model whose first answers already spread wide are let finish. The cut
 // and the learned delay wait for Warmup answers: a quantile of fewer is
 // too noisy for them (BENCHMARKS.md, Brownout family).
@@ -428,19 +430,20 @@ func (l *Learner) CohortCut(class int, now time.Time, self int64, settled bool) 
 // attempt while the median of its cohort is not known at now (most of it
 // is out: stalls that outnumber the answers, a flood, or long answers),
 // which the attempts in flight do not hold back. It reports false with
-// fewer than EarlyHedgeAfter answers, or while fewer than a quarter of the
-// cohort's attempts answered (its first quartile is not known): the first
+// fewer than EarlyHedgeAfter answers. While fewer than a quarter of the
+// cohort's attempts answered (its first quartile is not known), the first
 // answers of a cohort mostly out are its fastest, and their median and
-// spread say nothing yet of the rest (the long answers of a model whose
-// answers spread wide).
+// spread say little of the rest (the long answers of a model whose
+// answers spread wide): the stall cut is then stallBound's, the end of the
+// widest spread the learner accepts from answers that few and that fast.
 func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	counts, n := h.answerCounts()
 	if n < EarlyHedgeAfter {
 		return 0, false
 	}
-	if _, ok := h.cohortQuantile(&counts, n, now, 0.25, self); !ok {
-		return 0, false
+	if slowest, surviving := h.cohortSurvival(&counts, n, now, 0.25, self); surviving > 0.75 {
+		return stallBound(slowest, 1-surviving, n), true
 	}
 	_, ceiling := spreadOf(&counts, n)
 	var seen int64
@@ -450,6 +453,43 @@ func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration,
 		}
 	}
 	return 0, false
+}
+
+// StallBound returns the bound past which an attempt of class stalls
+// whatever the spread of the answers at now, false with fewer than
+// EarlyHedgeAfter answers: stallBound's, of the share of the cohort (its
+// attempts in flight, each as long as it has taken so far, and the
+// answers; self as StallCut's) that answered, as the Kaplan-Meier estimate
+// reads it, and of the slowest answer. It is CohortCut's stand-in while
+// the median of the cohort is not known: a model that hangs on most of its
+// requests learns its cut from the few it answers and its hangs cut, and
+// the hangs sent before that, waiting for a median, would be waited out.
+func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duration, bool) {
+	h := &l.classes[class]
+	counts, n := h.answerCounts()
+	if n < EarlyHedgeAfter {
+		return 0, false
+	}
+	slowest, surviving := h.cohortSurvival(&counts, n, now, 1, self)
+	return stallBound(slowest, 1-surviving, n), true
+}
+
+// stallBound is StallCut's while fewer than a quarter of the cohort
+// answered, and StallBound's: answered is the share that did (of n
+// answers, the slowest in bucket slowest). It is the end of 99% of the answers if they spread as
+// widely as a learned cut lets them (maxSpread medians: σ = ln maxSpread ÷
+// z99) and the answers seen were the fastest answered share of them, read
+// lower by n ÷ (n+1), for few answers are a rough share: two answers in
+// 0.3s with ten attempts out, 11s; two in 4.3s and 5s with seven long
+// answers out, 2m41s, past the attempt timeout. A model that hangs on most
+// requests after answering a few is cut well before the attempt timeout
+// (or before it learns its cut, which its answers alone never teach),
+// while answers that spread wide are let finish.
+func stallBound(slowest int, answered float64, n int64) time.Duration {
+	p := answered * float64(n) / float64(n+1)
+	z := math.Sqrt2 * math.Erfinv(1-2*p) // the standard normal quantile of 1 − p
+	median := float64(End(slowest)) * math.Exp(math.Log(maxSpread)/z99*z)
+	return max(CutFloor, time.Duration(maxSpread*median))
 }
 
 // WhenAnswered returns a channel closed at the next answer of class
@@ -490,8 +530,22 @@ func (h *histogram) answerCounts() (counts [Buckets]int64, n int64) {
 // It reports false while the quantile is not known yet (the answers before
 // it are fewer than q of those that were at risk).
 func (h *histogram) cohortQuantile(counts *[Buckets]int64, n int64, now time.Time, q float64, self int64) (time.Duration, bool) {
-	if n == 0 {
+	i, surviving := h.cohortSurvival(counts, n, now, q, self)
+	if i < 0 || surviving > 1-q {
 		return 0, false
+	}
+	return Mid(i), true
+}
+
+// cohortSurvival walks the Kaplan-Meier estimate of cohortQuantile up to
+// its q-quantile: it returns the quantile's bucket and the share of the
+// cohort later than it or, when the quantile is not known, the bucket of
+// the slowest answer and the share later than that (above 1 − q); -1 and
+// 1 with no answers.
+func (h *histogram) cohortSurvival(counts *[Buckets]int64, n int64, now time.Time, q float64, self int64) (bucket int, surviving float64) {
+	bucket, surviving = -1, 1
+	if n == 0 {
+		return bucket, surviving
 	}
 	f := &h.flight
 	f.mu.Lock()
@@ -500,7 +554,7 @@ func (h *histogram) cohortQuantile(counts *[Buckets]int64, n int64, now time.Tim
 	if i, ok := slices.BinarySearch(f.places, self); ok {
 		selfStart = f.starts[i]
 	}
-	surviving, from, later := 1.0, time.Duration(0), n // from: the bucket's start; later: the answers from it on
+	from, later := time.Duration(0), n // from: the bucket's start; later: the answers from it on
 	for i, c := range counts[:Buckets-1] {
 		if c > 0 {
 			t := now.Add(-from)
@@ -508,14 +562,15 @@ func (h *histogram) cohortQuantile(counts *[Buckets]int64, n int64, now time.Tim
 			if !selfStart.IsZero() && !selfStart.After(t) {
 				atRisk--
 			}
+			bucket = i
 			if surviving *= 1 - float64(c)/float64(atRisk); surviving <= 1-q {
-				return Mid(i), true
+				return bucket, surviving
 			}
 		}
 		later -= c
 		from = End(i)
 	}
-	return 0, false
+	return bucket, surviving
 }
 
 // refresh recomputes the deadlines from the counts and the attempts in

@@ -283,6 +283,46 @@ func TestStallCutReadsTheAnswersSpread(t *testing.T) {
 	assert.LessOrEqual(t, d, maxSpread*5*time.Second*9/8, "within ten medians")
 }
 
+// TestStallCutBoundsStallsThatOutnumberTheAnswers: a model answers two
+// requests sent alone in 0.3s, then hangs: ten attempts sent at once are
+// out. Fewer than a quarter of what was sent answered, and the median is
+// not known; an attempt is still a stall once it is later than any answer
+// could be if the answers spread as widely as the learner accepts and the
+// two seen were the fastest of them: about ten seconds, not the attempt
+// timeout. Long answers of a model whose answers spread wide, two of nine
+// answered in 4.3s and 5s with seven still out at 14.5s, are let run past
+// a minute. Before, the stall cut waited for a quarter of the cohort to
+// answer: the hangs were waited out (the hang family's cell 1500040, 58s).
+func TestStallCutBoundsStallsThatOutnumberTheAnswers(t *testing.T) {
+	hangs := New(1)
+	for range 2 {
+		place := hangs.Sent(0, t0)
+		hangs.Record(0, 300*time.Millisecond, t0)
+		hangs.Ended(0, place)
+	}
+	for range 10 {
+		hangs.Sent(0, t0.Add(time.Second))
+	}
+	d, ok := hangs.StallCut(0, t0.Add(6*time.Second), 0)
+	require.True(t, ok, "two answers and ten stalls out for 5s")
+	assert.Greater(t, d, maxSpread*300*time.Millisecond, "past ten times the answers: they are the fastest of what was sent")
+	assert.Less(t, d, 15*time.Second, "a stall is a stall long before the attempt timeout")
+
+	long := New(1)
+	var places []int64
+	for range 9 {
+		places = append(places, long.Sent(0, t0))
+	}
+	later := long.Sent(0, t0.Add(5*time.Second))
+	long.Record(0, 4300*time.Millisecond, t0)
+	long.Ended(0, later)
+	long.Record(0, 5*time.Second, t0)
+	long.Ended(0, places[0])
+	d, ok = long.StallCut(0, t0.Add(14500*time.Millisecond), 0)
+	require.True(t, ok)
+	assert.Greater(t, d, time.Minute, "the long answers still out are let finish")
+}
+
 // TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
 // twice that, not waited on for a second (the brownout family: p99 ≤ 2×
 // the oracle's in 3 to 4 more cells of 200 than with a 1s floor).
