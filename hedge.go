@@ -541,22 +541,22 @@ func (hr *hedgeRun) mayTakeCutsPlace(now time.Time) bool {
 	return !hr.early && hr.learned > 0 && (hr.onward || hr.c.cuts.allows(now))
 }
 
-// postponed reads again, at now, the hedge delay of hr's original, which
-// it was hedged at, and when it grew meanwhile schedules the hedge again,
-// at the delay read now or, without one, the stall cut
+// postponed reads again, at now, the hedge delay of hr's original, which it
+// was hedged at, and when it grew meanwhile schedules the hedge again, at
+// the delay read now or, without one, the stall cut
 // (latency.Learner.StallCut: most of the cohort is out) or a
-// latency.CutFloor on, and reports true. hr.mu is held. An early delay (the original was sent
-// before its model learned its answer times) counts the attempts of its
-// cohort still out as long as they have taken, so a delay read when they
-// had just been sent may have grown, or the median it scales be no longer
-// known (most of the cohort is out: long answers). A learned one is read
-// again only once the model's hedges lose their races
+// latency.CutFloor on, and reports true. hr.mu is held. An early delay (the
+// original was sent before its model learned its answer times) counts the
+// attempts of its cohort still out as long as they have taken, so a delay
+// read when they had just been sent may have grown, or the median it scales
+// be no longer known (most of the cohort is out: long answers). A learned
+// one is read again only once the model's hedges lose their races
 // (latency.Learner.HedgesLose): it is then the cut's ceiling, and the
 // attempts of a burst of long answers, whose delays were read before the
 // first of its races was lost, wait for it too. (Read again otherwise, a
-// delay that grew as the model's answers were learned held back the
-// hedges of stalls in brownouts, and the cuts that took their place spent
-// the retry budget: one call in 400 failed in two cells of 600.)
+// delay that grew as the model's answers were learned held back the hedges
+// of stalls in brownouts, and the cuts that took their place spent the
+// retry budget: one call in 400 failed in two cells of 600.)
 func (call *call[R]) postponed(hr *hedgeRun, now time.Time) bool {
 	if !hr.early && !hr.m.lat.HedgesLose(call.class) {
 		return false

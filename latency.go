@@ -182,26 +182,25 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 // own deadline, that was sent before m had learned the answer times of the
 // call's class: once the answers of other calls teach them, the attempt is
 // cut at its cohort's cut from start (latency.Learner.CohortCut: the
-// learned cut's ceiling times the median of the answers and of the
-// attempts still in flight sent before them, each of those as long as it
-// has taken so far; once
-// none of those answered over a look, a quarter of a median apart, what
-// is left of the cohort stalls, and the median is scaled as the learned
-// cut scales the answers', twice for answers alike),
-// at once when that has passed, by cancel. So a stall sent in a Client's
-// first moments (a burst of callers at start-up) is cut like any later one
-// rather than waited out, while a burst that slowed every request (a
-// flood, whose answers keep coming), or a model slow on every request
-// (long thinking), is waited for. An attempt with another model to go to
-// (onward: the cut sends the call on, Client.mayCut) is cut sooner, at the
-// early delay once m has EarlyHedgeAfter answers (latency.Learner.Hedge:
-// the early hedge's, which an attempt sent before it was known could not
-// take), or, while the median of its cohort is not known (stalls that
-// outnumber the answers, a flood, or long answers still out), once it is
-// later than the answers seen let any answer be (latency.Learner.StallCut:
-// with fewer than a quarter of the cohort answered, as late as the widest
-// spread the learner accepts lets them be, the answers seen its fastest);
-// one with nowhere else to go only within the cut budget. It starts a goroutine, which end joins.
+// learned cut's ceiling times the median of the answers and of the attempts
+// still in flight sent before them, each of those as long as it has taken
+// so far; once none of those answered over a look, a quarter of a median
+// apart, what is left of the cohort stalls, and the median is scaled as the
+// learned cut scales the answers', twice for answers alike), at once when
+// that has passed, by cancel. So a stall sent in a Client's first moments
+// (a burst of callers at start-up) is cut like any later one rather than
+// waited out, while a burst that slowed every request (a flood, whose
+// answers keep coming), or a model slow on every request (long thinking),
+// is waited for. An attempt with another model to go to (onward: the cut
+// sends the call on, Client.mayCut) is cut sooner, at the early delay once
+// m has EarlyHedgeAfter answers (latency.Learner.Hedge: the early hedge's,
+// which an attempt sent before it was known could not take), or, while the
+// median of its cohort is not known (stalls that outnumber the answers, a
+// flood, or long answers still out), once it is later than the answers seen
+// let any answer be (latency.Learner.StallCut: with fewer than a quarter of
+// the cohort answered, as late as the widest spread the learner accepts
+// lets them be, the answers seen its fastest); one with nowhere else to go
+// only within the cut budget. It starts a goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
 	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel, stretch: call.stretch(m, 1, !onward)}

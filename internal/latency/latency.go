@@ -475,16 +475,16 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 }
 
 // stallBound is StallCut's while fewer than a quarter of the cohort
-// answered, and StallBound's: answered is the share that did (of n
-// answers, the slowest in bucket slowest). It is the end of 99% of the answers if they spread as
-// widely as a learned cut lets them (maxSpread medians: σ = ln maxSpread ÷
-// z99) and the answers seen were the fastest answered share of them, read
-// lower by n ÷ (n+1), for few answers are a rough share: two answers in
-// 0.3s with ten attempts out, 11s; two in 4.3s and 5s with seven long
-// answers out, 2m41s, past the attempt timeout. A model that hangs on most
-// requests after answering a few is cut well before the attempt timeout
-// (or before it learns its cut, which its answers alone never teach),
-// while answers that spread wide are let finish.
+// answered, and StallBound's: answered is the share that did (of n answers,
+// the slowest in bucket slowest). It is the end of 99% of the answers if
+// they spread as widely as a learned cut lets them (maxSpread medians: σ =
+// ln maxSpread ÷ z99) and the answers seen were the fastest answered share
+// of them, read lower by n ÷ (n+1), for few answers are a rough share: two
+// answers in 0.3s with ten attempts out, 11s; two in 4.3s and 5s with seven
+// long answers out, 2m41s, past the attempt timeout. A model that hangs on
+// most requests after answering a few is cut well before the attempt
+// timeout (or before it learns its cut, which its answers alone never
+// teach), while answers that spread wide are let finish.
 func stallBound(slowest int, answered float64, n int64) time.Duration {
 	p := answered * float64(n) / float64(n+1)
 	z := math.Sqrt2 * math.Erfinv(1-2*p) // the standard normal quantile of 1 − p
