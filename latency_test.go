@@ -737,6 +737,24 @@ func TestFirstAnswersOfACohortMostlyOutDoNotCutTheRest(t *testing.T) {
 	})
 }
 
+// TestLongAnswersOfACohortAThirdAnsweredAreNotCut: twelve calls sent at
+// once to a model whose answers spread wide (their lengths do): four
+// answer in 4 to 6s, the rest take 16 to 33s. With a third of the cohort
+// answered, the stall cut reads the four as its fastest third: their
+// spread, cut short there, is a wide one, and the cut is past 20s; by the
+// 16s answer the spread reads wider still, and every call is answered by
+// pro as soon as its answer is written. Before, the four read as a narrow
+// model of a 4.5s median, cut at about three times it: seven of the eight
+// long answers were thrown away 14.5s to 17.7s on and written again on
+// flash (the wide family's long thinking).
+func TestLongAnswersOfACohortAThirdAnsweredAreNotCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lengths := []time.Duration{4 * time.Second, 4500 * time.Millisecond, 5 * time.Second, 6 * time.Second, 16 * time.Second, 18 * time.Second,
+			20 * time.Second, 22 * time.Second, 25 * time.Second, 28 * time.Second, 30 * time.Second, 33 * time.Second}
+		assertEachAnswerWrittenOnce(t, lengths, func(int) time.Duration { return 0 })
+	})
+}
+
 // assertEachAnswerWrittenOnce has pro and flash write answers of lengths,
 // call i's as long on either (its length is the call's), sends call i at
 // sentAt(i) from now (nil: each once the one before returned), and asserts

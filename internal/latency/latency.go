@@ -423,27 +423,33 @@ func (l *Learner) CohortCut(class int, now time.Time, self int64, settled bool) 
 	return max(CutFloor, time.Duration(scale*float64(median))), ok
 }
 
-// StallCut returns the lower median of class's answers alone, scaled by
-// the end of 99% of them as their quartiles read it (spreadOf: CutMax to
-// maxSpread times): an attempt later than that is later than the answers
-// seen so far let any answer be, and stalls. It is the early delay of an
-// attempt while the median of its cohort is not known at now (most of it
-// is out: stalls that outnumber the answers, a flood, or long answers),
-// which the attempts in flight do not hold back. It reports false with
-// fewer than EarlyHedgeAfter answers. While fewer than a quarter of the
-// cohort's attempts answered (its first quartile is not known), the first
-// answers of a cohort mostly out are its fastest, and their median and
-// spread say little of the rest (the long answers of a model whose
-// answers spread wide): the stall cut is then stallBound's, the end of the
-// widest spread the learner accepts from answers that few and that fast.
+// StallCut returns the time past which an attempt of class is later than
+// the answers seen so far let any answer be, and stalls. It is the early
+// delay of an attempt while the median of its cohort is not known at now
+// (most of it is out: stalls that outnumber the answers, a flood, or long
+// answers), which the attempts in flight do not hold back. It reports
+// false with fewer than EarlyHedgeAfter answers. The first answers of a
+// cohort mostly out are its fastest, and their median and spread say
+// little of the rest (the long answers of a model whose answers spread
+// wide): while fewer than a quarter of the cohort's attempts answered, it
+// is stallBound's, the end of the widest spread the learner accepts from
+// answers that few and that fast; while fewer than half did,
+// truncatedStallCut's, the end of 99% of the spread the answers read as the
+// fastest share of the cohort; else (the cohort's median is known) the
+// lower median of the answers alone, scaled by the end of 99% of them as
+// their quartiles read it (spreadOf: CutMax to maxSpread times).
 func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	counts, n := h.answerCounts()
 	if n < EarlyHedgeAfter {
 		return 0, false
 	}
-	if slowest, surviving := h.cohortSurvival(&counts, n, now, 0.25, self); surviving > 0.75 {
+	slowest, surviving := h.cohortSurvival(&counts, n, now, 1, self)
+	switch {
+	case surviving > 0.75:
 		return stallBound(slowest, 1-surviving, n), true
+	case surviving > 0.5:
+		return truncatedStallCut(&counts, n, slowest, 1-surviving), true
 	}
 	_, ceiling := spreadOf(&counts, n)
 	var seen int64
@@ -455,15 +461,49 @@ func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration,
 	return 0, false
 }
 
+// truncatedStallCut is StallCut's while a quarter to half of the cohort
+// answered: answered is the share that did (of the n answers in counts,
+// the slowest in bucket slowest). Those answers are the fastest share of
+// what was sent, and the spread of their logarithms is a log-normal's cut
+// short at that share's quantile (a truncated normal's standard deviation,
+// the share read lower by n ÷ (n+1) as stallBound's): the cohort's spread σ
+// is theirs over it, its median the slowest answer's time over the share's
+// quantile, and the cut the end of 99% of it, CutMax to maxSpread medians.
+// The answers' own median and spread read the fastest third of a model
+// whose answers spread wide as a narrow model of that median: three times
+// it cut the long answers still out (the wide family's long thinking).
+func truncatedStallCut(counts *[Buckets]int64, n int64, slowest int, answered float64) time.Duration {
+	var sum, sumSq float64 // of the answers' logarithms
+	for i, c := range counts[:Buckets-1] {
+		if c > 0 {
+			x := math.Log(float64(Mid(i)))
+			sum += float64(c) * x
+			sumSq += float64(c) * x * x
+		}
+	}
+	mean := sum / float64(n)
+	sd := math.Sqrt(max(0, sumSq/float64(n)-mean*mean))
+	p := answered * float64(n) / float64(n+1)
+	z := math.Sqrt2 * math.Erfinv(2*p-1)                  // the standard normal quantile of p
+	lambda := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) / p // the density at z over p
+	sigma := sd / math.Sqrt(1-z*lambda-lambda*lambda)     // the truncated normal's variance
+	median := float64(Mid(slowest)) * math.Exp(-sigma*z)
+	return max(CutFloor, time.Duration(min(maxSpread, max(CutMax, math.Exp(z99*sigma)))*median))
+}
+
 // StallBound returns the bound past which an attempt of class stalls
 // whatever the spread of the answers at now, false with fewer than
 // EarlyHedgeAfter answers: stallBound's, of the share of the cohort (its
 // attempts in flight, each as long as it has taken so far, and the
 // answers; self as StallCut's) that answered, as the Kaplan-Meier estimate
-// reads it, and of the slowest answer. It is CohortCut's stand-in while
-// the median of the cohort is not known: a model that hangs on most of its
-// requests learns its cut from the few it answers and its hangs cut, and
-// the hangs sent before that, waiting for a median, would be waited out.
+// reads it, and of the slowest answer; truncatedStallCut's, as StallCut's,
+// once a quarter of the cohort answered when more than 1 − HedgeQuantile of
+// the class's record was abandoned (the model stalls: a flood, whose first
+// answers are its fastest, has none abandoned yet). It is CohortCut's
+// stand-in while the median of the cohort is not known: a model that hangs
+// on most of its requests learns its cut from the few it answers and its
+// hangs cut, and the hangs sent before that, waiting for a median, would
+// be waited out.
 func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	counts, n := h.answerCounts()
@@ -471,6 +511,9 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 		return 0, false
 	}
 	slowest, surviving := h.cohortSurvival(&counts, n, now, 1, self)
+	if abandoned := h.count(Buckets - 1); surviving <= 0.75 && float64(abandoned) > (1-HedgeQuantile)*float64(n+abandoned) {
+		return truncatedStallCut(&counts, n, slowest, 1-surviving), true
+	}
 	return stallBound(slowest, 1-surviving, n), true
 }
 
