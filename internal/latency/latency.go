@@ -94,7 +94,9 @@ import (
 // the answers seen so far let any answer be (StallCut: their median times
 // the end of 99% of them, as their spread reads, CutMax to maxSpread
 // times; with fewer than a quarter of the cohort answered, as late as the
-// widest spread accepted lets the answers be, those seen its fastest):
+// widest spread accepted lets the answers be, those seen its fastest; with
+// a quarter to half, the end of 99% of the spread they read as the fastest
+// share of the cohort, a truncated log-normal's):
 // stalls that outnumber the answers are cut, long answers of a
 // model whose first answers already spread wide are let finish. The cut
 // and the learned delay wait for Warmup answers: a quantile of fewer is
@@ -486,7 +488,7 @@ func truncatedStallCut(counts *[Buckets]int64, n int64, slowest int, answered fl
 	p := answered * float64(n) / float64(n+1)
 	z := math.Sqrt2 * math.Erfinv(2*p-1)                  // the standard normal quantile of p
 	lambda := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) / p // the density at z over p
-	sigma := sd / math.Sqrt(1-z*lambda-lambda*lambda)     // the truncated normal's variance
+	sigma := sd / math.Sqrt(1-z*lambda-lambda*lambda)     // over the truncated normal's standard deviation
 	median := float64(Mid(slowest)) * math.Exp(-sigma*z)
 	return max(CutFloor, time.Duration(min(maxSpread, max(CutMax, math.Exp(z99*sigma)))*median))
 }
