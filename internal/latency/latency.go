@@ -441,26 +441,46 @@ func (l *Learner) CohortCut(class int, now time.Time, self int64, settled bool) 
 // lower median of the answers alone, scaled by the end of 99% of them as
 // their quartiles read it (spreadOf: CutMax to maxSpread times).
 func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration, bool) {
-	h := &l.classes[class]
-	counts, n := h.answerCounts()
-	if n < EarlyHedgeAfter {
-		return 0, false
-	}
-	slowest, surviving := h.cohortSurvival(&counts, n, now, 1, self)
+	r, ok := l.classes[class].cohortRead(now, self)
 	switch {
-	case surviving > 0.75:
-		return stallBound(slowest, 1-surviving, n), true
-	case surviving > 0.5:
-		return truncatedStallCut(&counts, n, slowest, 1-surviving), true
+	case !ok:
+		return 0, false
+	case r.answered < 0.25:
+		return stallBound(r.slowest, r.answered, r.n), true
+	case r.answered < 0.5:
+		return truncatedStallCut(&r.counts, r.n, r.slowest, r.answered), true
 	}
-	_, ceiling := spreadOf(&counts, n)
+	_, ceiling := spreadOf(&r.counts, r.n)
 	var seen int64
-	for i, c := range counts[:Buckets-1] {
-		if seen += c; 2*seen >= n {
+	for i, c := range r.counts[:Buckets-1] {
+		if seen += c; 2*seen >= r.n {
 			return max(CutFloor, time.Duration(ceiling*float64(Mid(i)))), true
 		}
 	}
 	return 0, false
+}
+
+// cohortAnswers is what the stall cuts read of a class at a moment: its
+// answers (counts, n of them), the bucket of the slowest, and the share of
+// the cohort that answered as the Kaplan-Meier estimate reads it
+// (cohortSurvival).
+type cohortAnswers struct {
+	counts   [Buckets]int64
+	n        int64
+	slowest  int
+	answered float64
+}
+
+// cohortRead returns h's cohortAnswers at now, self as StallCut's; false
+// with fewer than EarlyHedgeAfter answers.
+func (h *histogram) cohortRead(now time.Time, self int64) (r cohortAnswers, ok bool) {
+	if r.counts, r.n = h.answerCounts(); r.n < EarlyHedgeAfter {
+		return r, false
+	}
+	var surviving float64
+	r.slowest, surviving = h.cohortSurvival(&r.counts, r.n, now, 1, self)
+	r.answered = 1 - surviving
+	return r, true
 }
 
 // truncatedStallCut is StallCut's while a quarter to half of the cohort
@@ -508,15 +528,14 @@ func truncatedStallCut(counts *[Buckets]int64, n int64, slowest int, answered fl
 // be waited out.
 func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
-	counts, n := h.answerCounts()
-	if n < EarlyHedgeAfter {
+	r, ok := h.cohortRead(now, self)
+	if !ok {
 		return 0, false
 	}
-	slowest, surviving := h.cohortSurvival(&counts, n, now, 1, self)
-	if abandoned := h.count(Buckets - 1); surviving <= 0.75 && float64(abandoned) > (1-HedgeQuantile)*float64(n+abandoned) {
-		return truncatedStallCut(&counts, n, slowest, 1-surviving), true
+	if abandoned := h.count(Buckets - 1); r.answered >= 0.25 && float64(abandoned) > (1-HedgeQuantile)*float64(r.n+abandoned) {
+		return truncatedStallCut(&r.counts, r.n, r.slowest, r.answered), true
 	}
-	return stallBound(slowest, 1-surviving, n), true
+	return stallBound(r.slowest, r.answered, r.n), true
 }
 
 // stallBound is StallCut's while fewer than a quarter of the cohort
