@@ -562,12 +562,7 @@ func (call *call[R]) postponed(hr *hedgeRun, now time.Time) bool {
 		return false
 	}
 	at := now.Add(latency.CutFloor)
-	d, known := hr.m.lat.Hedge(call.class, now, hr.place)
-	ok := known
-	if !known {
-		d, ok = hr.m.lat.StallCut(call.class, now, hr.place)
-	}
-	if ok {
+	if d, known, ok := hr.m.lat.EarlyDeadline(call.class, now, hr.place); ok {
 		due := hr.start.Add(call.stretch(hr.m, d, false))
 		if !now.Before(due) {
 			return false

@@ -250,12 +250,7 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 		answered := lat.WhenAnswered(class) // before the look: an answer meanwhile wakes the next
 		wait := latency.CutFloor            // the cohort's median not known yet: look again soon
 		now := time.Now()
-		d, ok := lat.Hedge(class, now, w.lc.place)
-		known := ok
-		if !known {
-			d, ok = lat.StallCut(class, now, w.lc.place)
-		}
-		if ok {
+		if d, known, ok := lat.EarlyDeadline(class, now, w.lc.place); ok {
 			if d *= w.stretch; known {
 				wait = max(latency.CutFloor, d/(4*latency.CutMax))
 			}

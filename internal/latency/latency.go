@@ -286,6 +286,18 @@ func (l *Learner) Hedge(class int, now time.Time, self int64) (time.Duration, bo
 	return max(CutFloor, time.Duration(scale*float64(median))), ok
 }
 
+// EarlyDeadline returns Hedge's delay of an attempt of class at now
+// (known: the median it scales is known) or, while the median of its
+// cohort is not known, StallCut's; ok is false when neither is there. self
+// is as Hedge's.
+func (l *Learner) EarlyDeadline(class int, now time.Time, self int64) (d time.Duration, known, ok bool) {
+	if d, known = l.Hedge(class, now, self); known {
+		return d, true, true
+	}
+	d, ok = l.StallCut(class, now, self)
+	return d, false, ok
+}
+
 // Cut returns the learned deadline of an attempt of class, false until the
 // class has warmed up; last: the attempt has no other model to go to.
 // While the class's hedges lose (Raced), it is the last one's.
