@@ -467,6 +467,48 @@ func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 	})
 }
 
+// TestModelHangingOnMostRequestsIsCutAtItsAnswersCut: pro hangs on two
+// requests in three and answers the rest in 0.3s, its first two answers
+// in 1s; seven users call for two minutes. Once pro learned its answer
+// times, a hang is cut (or hedged in the cut's place) at the cut its
+// answers give, once it is later than 95% of them (0.9s), and flash
+// answers 0.5s on: the calls sent from the first half-minute on take 1.6s
+// at most. Before, the median of a record mostly abandoned was read as
+// the slowest answer's, 1s, and the hangs were cut twice as late or more:
+// those calls took up to 4.9s (the hang family's 1500039: its hangs cut at
+// 1.7s, three times the primary's median answer).
+func TestModelHangingOnMostRequestsIsCutAtItsAnswersCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			switch {
+			case i%3 != 0:
+				return geminitest.Step{Latency: 10 * time.Minute}
+			case i < 6:
+				return geminitest.Step{Latency: time.Second}
+			}
+			return geminitest.Step{Latency: 300 * time.Millisecond}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var slowest time.Duration
+		byPro, late := 0, 0
+		for _, u := range usersCalling(t, c, 7, start, 2*time.Minute, 5*time.Second) {
+			if u.rec.Model == pro {
+				byPro++
+			}
+			if u.began >= 30*time.Second {
+				late++
+				slowest = max(slowest, u.took)
+			}
+		}
+
+		require.Positive(t, late)
+		assert.Less(t, slowest, 2*time.Second, "a hang cut at the end of 95% of pro's answers, then flash's 0.5s")
+		assert.Positive(t, byPro, "pro answers the calls it does not hang on")
+	})
+}
+
 // TestModelHangingAfterTwoAnswersIsCutBeforeItLearns: pro answers one
 // user's first two calls in 0.3s, then hangs on every request; ten users
 // then call at once. Their attempts are the stalls that outnumber pro's

@@ -39,12 +39,14 @@ import (
 // censored the answers it cut. Stalls that were cut do not
 // move it: they are abandoned, not answered. The median is of the answers
 // and the abandoned attempts, those counted as slower than every answer;
-// when they are more than half, it is the slowest answer's (a model that
+// when they are more than half, it is the answers' own (a model that
 // hangs on most of its requests and answers the rest keeps the cut its
-// answers give), unless the answers are fewer than 1 − HedgeQuantile of
+// answers give: read as the slowest answer's, it cut hangs twice as late
+// or more), unless the answers are fewer than 1 − HedgeQuantile of
 // the record, or the latest refreshEvery attempts were all abandoned: every
 // request slowed past the cut (a latency shift), and the cut is lifted,
-// for the slower answers to teach the new one. An attempt
+// for the slower answers to teach the new one: until the answers are half
+// of the record again, the median is the slowest answer's, theirs. An attempt
 // with no other model to go to (the last of its call) is cut at last: its
 // cut only buys another request to the same model, which a model slowed
 // on every request (a latency shift, not stalls) answers as late. A model
@@ -178,6 +180,7 @@ type histogram struct {
 	flight        flight                // attempts sent before the deadlines were learned, or while the class is young, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
+	shifted       bool                  // under mu: the cut was lifted (a latency shift) and the record is still mostly abandoned
 	races         races                 // the recent races of its attempts with their hedges (Raced)
 }
 
@@ -463,13 +466,7 @@ func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration,
 		return truncatedStallCut(&r.counts, r.n, r.slowest, r.answered), true
 	}
 	_, ceiling := spreadOf(&r.counts, r.n)
-	var seen int64
-	for i, c := range r.counts[:Buckets-1] {
-		if seen += c; 2*seen >= r.n {
-			return max(CutFloor, time.Duration(ceiling*float64(Mid(i)))), true
-		}
-	}
-	return 0, false
+	return max(CutFloor, time.Duration(ceiling*float64(Mid(answersMedian(&r.counts, r.n))))), true
 }
 
 // cohortAnswers is what the stall cuts read of a class at a moment: its
@@ -691,8 +688,15 @@ func (h *histogram) refresh(now time.Time) {
 			break
 		}
 	}
-	if median == Buckets-1 && h.abandonedRun.Load() < refreshEvery && float64(total-counts[Buckets-1]) >= (1-HedgeQuantile)*float64(total) {
-		median = slowestAnswer(counts) // most attempts hang, the rest answer: not a shift
+	switch answers := total - counts[Buckets-1]; {
+	case median < Buckets-1:
+		h.shifted = false
+	case h.abandonedRun.Load() >= refreshEvery || float64(answers) < (1-HedgeQuantile)*float64(total):
+		h.shifted = true // every request slowed past the cut: lifted
+	case h.shifted:
+		median = slowestAnswer(counts) // the answers since the lift, the slowest, teach the new cut
+	default:
+		median = answersMedian(&counts, answers) // most attempts hang, the rest answer: not a shift
 	}
 	spread95, spread99 := answersSpread(counts)
 	censored, q25, q75 := h.censoredBody(&counts, now)
@@ -884,6 +888,18 @@ func slowestAnswer(counts [Buckets]int64) int {
 		}
 	}
 	return -1
+}
+
+// answersMedian returns the bucket of the lower median of the n answers
+// in counts (at least one).
+func answersMedian(counts *[Buckets]int64, n int64) int {
+	var seen int64
+	for i, c := range counts[:Buckets-1] {
+		if seen += c; 2*seen >= n {
+			return i
+		}
+	}
+	return Buckets - 2 // not reached: the n answers are in counts
 }
 
 // Bucket returns the bucket of d: four per doubling.
