@@ -295,6 +295,37 @@ func TestRoundsComeBackToThePrimary(t *testing.T) {
 	})
 }
 
+// TestRoundGoesLastToTheModelThatHungBeforeItLearned: pro hangs on every
+// request from the Client's start, and flash answers 503 to the call's
+// first request and then answers. Pro's attempt times out after a minute
+// (it never answered: nothing else bounds it), flash fails at once, and
+// the next round goes first to flash, which answers: the call takes the
+// minute and the pause. Before, the round walked the cascade again and
+// waited pro's minute a second time (the hang family's 1500106: calls of
+// two minutes).
+func TestRoundGoesLastToTheModelThatHungBeforeItLearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Latency: 10 * time.Minute},
+			geminitest.Model{Name: flash, Latency: time.Second, Script: []geminitest.Step{{Fault: geminitest.Overloaded}}},
+		)
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		start := time.Now()
+		_, rec, err := ask(t.Context(), c, "")
+
+		require.NoError(t, err)
+		assert.Equal(t, flash, rec.Model)
+		var order []string
+		for _, a := range rec.Attempts {
+			order = append(order, a.Model)
+		}
+		assert.Equal(t, []string{pro, flash, flash}, order, "the model that hung is asked again only after the one that failed fast")
+		assert.Less(t, time.Since(start), 65*time.Second, "pro's minute waited once")
+		assert.Equal(t, 1, srv.Total(pro))
+	})
+}
+
 // Every model open: a refused call becomes an early probe once per
 // AllOpenProbeEvery, and the outage's end is found within about that long
 // instead of within OpenFor.

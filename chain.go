@@ -57,9 +57,10 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 	// The first round walks the cascade; a later round, after a backoff,
 	// walks again the models that failed retryably while another model
 	// could still answer (so a sick primary gets its retries too, after a
-	// pause, and the call returns to it before giving up); when the retry
-	// budget cannot pay for the whole round, the likeliest to answer first
-	// (likeliestFirst).
+	// pause, and the call returns to it before giving up), a model that
+	// hung before it learned its answer times after the others
+	// (stalledLast); when the retry budget cannot pay for the whole round,
+	// the likeliest to answer first (likeliestFirst).
 	var slotsOnStack [4]retrySlot // a cascade of up to four: no allocation
 	slots := slotsOnStack[:0]
 	for _, m := range call.order() {
@@ -95,6 +96,7 @@ func (call *call[R]) run(ctx context.Context) (R, error) {
 			return call.finish(ctx, zero, nil, err)
 		}
 		slots = append(slots[:0], call.later...)
+		stalledLast(slots)
 		if c.budget.credits(call.now) < int64(len(slots)) {
 			call.likeliestFirst(slots) // the budget cannot pay for the whole round: its likeliest answers first
 		}
@@ -134,6 +136,24 @@ func (call *call[R]) likeliestFirst(slots []retrySlot) {
 		for j := i; j > 0 && rates[j] > rates[j-1]; j-- {
 			slots[j], slots[j-1] = slots[j-1], slots[j]
 			rates[j], rates[j-1] = rates[j-1], rates[j]
+		}
+	}
+}
+
+// stalledLast moves the slots of a call's next round whose model's last
+// attempt stalled before the model learned its answer times after the
+// others, the cascade's order kept within each: a model that made the call
+// wait its attempt timeout out, with no learned deadline to bound the next
+// wait, is asked again only once the models whose failures were quick had
+// their turn (a primary hanging on nearly every request from the start,
+// whose attempt timed out, and a secondary that answered 503 at once: the
+// round went back to the primary and waited a minute again). A model that
+// learned its deadline is cut at it again, a bounded wait, and keeps its
+// place: its answer is the better one.
+func stalledLast(slots []retrySlot) {
+	for i := 1; i < len(slots); i++ { // an insertion sort: stable, in place, a few slots
+		for j := i; j > 0 && slots[j-1].stalled && !slots[j].stalled; j-- {
+			slots[j], slots[j-1] = slots[j-1], slots[j]
 		}
 	}
 }
@@ -181,6 +201,10 @@ type retrySlot struct {
 	tries int
 	prev  time.Duration // the previous backoff, which decorrelated jitter grows from
 	delay time.Duration // the wait before the next attempt, for the record
+	// stalled: its last attempt timed out (the attempt timeout, a cut, a
+	// 504) while its model had not learned its answer times: nothing but
+	// that timeout bounds its next wait (stalledLast).
+	stalled bool
 }
 
 // retry runs sl's model's attempts within one round of the call: admit,
@@ -214,6 +238,7 @@ func (call *call[R]) retry(ctx context.Context, sl *retrySlot) (R, step, error) 
 			return resp, stepDone, nil
 		}
 		next, d, err := call.decide(sl, v, err)
+		sl.stalled = v.Class == ClassTimeout && !sl.m.lat.Learned(call.class)
 		if call.namedMissing(sl.m, v) {
 			err = fmt.Errorf("geminiguard: model %q, named by the call, does not exist (the cascade is %s): fix the name, or pass \"\" for the cascade's primary: %w", sl.m.name, strings.Join(call.c.cascade, ", "), err)
 		}
