@@ -493,7 +493,8 @@ func TestModelHangingOnMostRequestsIsCutAtItsAnswersCut(t *testing.T) {
 
 		var slowest time.Duration
 		byPro, late := 0, 0
-		for _, u := range usersCalling(t, c, 7, start, 2*time.Minute, 5*time.Second) {
+		calls := usersCalling(t, c, 7, start, 2*time.Minute, 5*time.Second)
+		for _, u := range calls {
 			if u.rec.Model == pro {
 				byPro++
 			}
@@ -505,7 +506,7 @@ func TestModelHangingOnMostRequestsIsCutAtItsAnswersCut(t *testing.T) {
 
 		require.Positive(t, late)
 		assert.Less(t, slowest, 2*time.Second, "a hang cut at the end of 95% of pro's answers, then flash's 0.5s")
-		assert.Positive(t, byPro, "pro answers the calls it does not hang on")
+		assert.GreaterOrEqual(t, byPro, len(calls)/6, "pro answers half of the oracle's third at least (%d of %d calls; 30 of 111 when written)", byPro, len(calls))
 	})
 }
 
