@@ -460,7 +460,7 @@ func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration,
 	switch {
 	case !ok:
 		return 0, false
-	case r.answered < 0.25:
+	case r.answered < fewAnswered:
 		return stallBound(r.slowest, r.answered, r.n), true
 	case r.answered < 0.5:
 		return truncatedStallCut(&r.counts, r.n, r.slowest, r.answered), true
@@ -514,8 +514,7 @@ func truncatedStallCut(counts *[Buckets]int64, n int64, slowest int, answered fl
 	}
 	mean := sum / float64(n)
 	sd := math.Sqrt(max(0, sumSq/float64(n)-mean*mean))
-	p := answered * float64(n) / float64(n+1)
-	z := math.Sqrt2 * math.Erfinv(2*p-1)                  // the standard normal quantile of p
+	p, z := cohortShare(answered, n)
 	lambda := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) / p // the density at z over p
 	sigma := sd / math.Sqrt(1-z*lambda-lambda*lambda)     // over the truncated normal's standard deviation
 	median := float64(Mid(slowest)) * math.Exp(-sigma*z)
@@ -541,7 +540,7 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 	if !ok {
 		return 0, false
 	}
-	if abandoned := h.count(Buckets - 1); r.answered >= 0.25 && float64(abandoned) > (1-HedgeQuantile)*float64(r.n+abandoned) {
+	if abandoned := h.count(Buckets - 1); r.answered >= fewAnswered && float64(abandoned) > (1-HedgeQuantile)*float64(r.n+abandoned) {
 		return truncatedStallCut(&r.counts, r.n, r.slowest, r.answered), true
 	}
 	return stallBound(r.slowest, r.answered, r.n), true
@@ -559,9 +558,8 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 // timeout (or before it learns its cut, which its answers alone never
 // teach), while answers that spread wide are let finish.
 func stallBound(slowest int, answered float64, n int64) time.Duration {
-	p := answered * float64(n) / float64(n+1)
-	z := math.Sqrt2 * math.Erfinv(1-2*p) // the standard normal quantile of 1 − p
-	median := float64(End(slowest)) * math.Exp(math.Log(maxSpread)/z99*z)
+	_, z := cohortShare(answered, n)
+	median := float64(End(slowest)) * math.Exp(-math.Log(maxSpread)/z99*z) // z < 0: the median is past the slowest answer
 	return max(CutFloor, time.Duration(maxSpread*median))
 }
 
@@ -888,6 +886,19 @@ func slowestAnswer(counts [Buckets]int64) int {
 		}
 	}
 	return -1
+}
+
+// fewAnswered is the share of a cohort answered under which the stall cut
+// is stallBound's, the widest spread's (StallCut, StallBound).
+const fewAnswered = 0.25
+
+// cohortShare returns the share p of a cohort that answered (answered, of
+// n answers) read lower by n ÷ (n+1), for few answers are a rough share,
+// and z, the standard normal quantile of p: the answers seen are the
+// fastest p of what was sent (stallBound, truncatedStallCut).
+func cohortShare(answered float64, n int64) (p, z float64) {
+	p = answered * float64(n) / float64(n+1)
+	return p, math.Sqrt2 * math.Erfinv(2*p-1)
 }
 
 // answersMedian returns the bucket of the lower median of the n answers
