@@ -899,3 +899,42 @@ func TestLongAnswersStillOutAreNotCutByTheFirstAnswersDeadline(t *testing.T) {
 		assertEachAnswerWrittenOnce(t, lengths, func(i int) time.Duration { return time.Duration(i) * 700 * time.Millisecond })
 	})
 }
+
+// TestModelThatStopsAnsweringIsCutAfterItsCutIsLifted: pro answers in
+// 0.5s, then hangs on every request from the half-minute on for two
+// minutes; eight users call for four. Every request slowed past its cut
+// reads as a latency shift, and the cut is lifted for the slower answers
+// to teach the new one: an attempt sent then is cut as though pro's median
+// answer were ten times its slowest (the widest spread the learner
+// accepts), three times later after every 32 attempts more abandoned in a
+// row: 19 calls took 10.6s, 13 took 30.7s. Before, nothing bounded an
+// attempt sent while the cut was lifted but the attempt timeout: 15 calls
+// waited a minute each (the hang family's 3500146, the stall bound's
+// share floored at a quarter: thirteen calls begun at 97.7s waited 60s).
+func TestModelThatStopsAnsweringIsCutAfterItsCutIsLifted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(geminitest.Request, int) geminitest.Step {
+			if since := time.Since(start); since >= 30*time.Second && since < 150*time.Second {
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{Latency: 500 * time.Millisecond}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var slowest time.Duration
+		calls, byPro := 0, 0
+		for _, u := range usersCalling(t, c, 8, start, 4*time.Minute, time.Second) {
+			slowest = max(slowest, u.took)
+			if u.began >= 3*time.Minute {
+				calls++
+				if u.rec.Model == pro {
+					byPro++
+				}
+			}
+		}
+
+		assert.Less(t, slowest, time.Minute, "a hang is cut while the cut is lifted: no call waits out the attempt timeout")
+		assert.Greater(t, byPro, calls/2, "pro back in rotation once it answers again (%d of %d calls)", byPro, calls)
+	})
+}

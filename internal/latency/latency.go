@@ -45,8 +45,15 @@ import (
 // or more), unless the answers are fewer than 1 − HedgeQuantile of
 // the record, or the latest refreshEvery attempts were all abandoned: every
 // request slowed past the cut (a latency shift), and the cut is lifted,
-// for the slower answers to teach the new one: until the answers are half
-// of the record again, the median is the slowest answer's, theirs. An attempt
+// for the slower answers to teach the new one: until one answers, the
+// median is read as maxSpread times the slowest answer's (an answer later
+// than that is a stall whatever the spread: stallBound), CutMax times more
+// for every refreshEvery attempts abandoned in a row since (as TCP backs
+// off its retransmission timer: a shift of any size is learned within a
+// few rounds, and a model that stopped answering is not waited out to the
+// attempt timeout on every request sent meanwhile, which nothing else
+// bounds); then, until the answers are half of the record again, the
+// median is the slowest answer's, theirs. An attempt
 // with no other model to go to (the last of its call) is cut at last: its
 // cut only buys another request to the same model, which a model slowed
 // on every request (a latency shift, not stalls) answers as late. A model
@@ -181,6 +188,7 @@ type histogram struct {
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
 	shifted       bool                  // under mu: the cut was lifted (a latency shift) and the record is still mostly abandoned
+	liftRun       int64                 // under mu: abandonedRun when the cut was lifted
 	races         races                 // the recent races of its attempts with their hedges (Raced)
 }
 
@@ -686,11 +694,12 @@ func (h *histogram) refresh(now time.Time) {
 			break
 		}
 	}
+	stretch := 1.0 // of the median's time
 	switch answers := total - counts[Buckets-1]; {
 	case median < Buckets-1:
 		h.shifted = false
 	case h.abandonedRun.Load() >= refreshEvery || float64(answers) < (1-HedgeQuantile)*float64(total):
-		h.shifted = true // every request slowed past the cut: lifted
+		median, stretch = h.lifted(counts) // every request slowed past the cut
 	case h.shifted:
 		median = slowestAnswer(counts) // the answers since the lift, the slowest, teach the new cut
 	default:
@@ -698,14 +707,14 @@ func (h *histogram) refresh(now time.Time) {
 	}
 	spread95, spread99 := answersSpread(counts)
 	censored, q25, q75 := h.censoredBody(&counts, now)
-	if median < Buckets-1 && censored > median {
+	if stretch == 1 && median < Buckets-1 && censored > median { // not lifted
 		median = censored
 	}
 	if q25 >= 0 && q75 >= 0 && total-counts[Buckets-1] >= Warmup {
 		s95, s99 := spreadOfQuartiles(q25, q75)
 		spread95, spread99 = max(spread95, s95), max(spread99, s99)
 	}
-	mid := Mid(median)
+	mid := time.Duration(min(stretch*float64(Mid(median)), float64(Mid(Buckets-1))))
 	ceiling := time.Duration(spread99 * float64(mid))
 	cut := max(CutFloor, min(ceiling, max(CutMin*mid, End(answered), time.Duration(spread95*float64(mid)))))
 	first := h.cut.Load() == 0
@@ -721,6 +730,24 @@ func (h *histogram) refresh(now time.Time) {
 	if first {
 		close(h.learned) // under mu, after the deadlines: once, and they are there to read
 	}
+}
+
+// lifted returns the median of a class whose cut is lifted (refresh), every
+// request slowed past it: the slowest answer's bucket in counts, its time
+// stretched maxSpread times, and CutMax times more for every refreshEvery
+// attempts abandoned in a row since the lift; Buckets-1 and 1 (no cut)
+// when there is no answer. h.mu is held.
+func (h *histogram) lifted(counts [Buckets]int64) (median int, stretch float64) {
+	run := h.abandonedRun.Load()
+	if !h.shifted || run < h.liftRun { // lifted now, or again after an answer
+		h.liftRun = run
+	}
+	h.shifted = true
+	slowest := slowestAnswer(counts)
+	if slowest < 0 {
+		return Buckets - 1, 1
+	}
+	return slowest, maxSpread * math.Pow(CutMax, float64((run-h.liftRun)/refreshEvery))
 }
 
 // count returns bucket i's count: this learner's and the others'.

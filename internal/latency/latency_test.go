@@ -91,7 +91,11 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 // Only when nearly nothing answers (under 1 − HedgeQuantile of the
 // attempts), or the latest refreshEvery attempts were all cut (every
 // request slowed past the cut: a latency shift), is the cut lifted, for
-// the slower answers to teach the new one.
+// the slower answers to teach the new one: the median is read as maxSpread
+// times the slowest answer's, CutMax times more for every refreshEvery
+// attempts abandoned in a row since. Before, nothing was cut while no
+// answer came, and a model that stopped answering was waited out to the
+// attempt timeout.
 func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	l := New(1)
 	for i := range 90 {
@@ -115,7 +119,7 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	}
 	d, ok = l.Cut(0, false)
 	require.True(t, ok)
-	assert.Greater(t, d, time.Hour, "lifted: no attempt is cut")
+	assert.InDelta(t, 20, d.Seconds(), 3, "lifted: twice maxSpread times the slowest answer, 1s")
 
 	l = New(1)
 	for range 100 {
@@ -126,7 +130,13 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	}
 	d, ok = l.Cut(0, false)
 	require.True(t, ok)
-	assert.Greater(t, d, time.Hour, "lifted once refreshEvery were cut in a row, answers still 44% of the record")
+	assert.InDelta(t, 20, d.Seconds(), 3, "lifted once the answers were under half of the record, refreshEvery cut in a row")
+	for range 2 * refreshEvery {
+		l.Record(0, Abandoned, t0) // still nothing answers
+	}
+	d, ok = l.Cut(0, false)
+	require.True(t, ok)
+	assert.InDelta(t, 180, d.Seconds(), 25, "CutMax times later for each refreshEvery cut in a row since the lift")
 }
 
 func TestHedgeDelay(t *testing.T) {
