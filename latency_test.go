@@ -444,12 +444,7 @@ func TestBurstThatSlowsEveryRequestIsNotCutBeforeItIsLearned(t *testing.T) {
 func TestModelHangingOnMostRequestsFromTheStartIsCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
-			if i%3 != 0 {
-				return geminitest.Step{Latency: 10 * time.Minute}
-			}
-			return geminitest.Step{Latency: 290 * time.Millisecond}
-		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		srv := geminitest.New(proAnsweringOneIn(3, 290*time.Millisecond), geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
 		var slowest time.Duration
@@ -937,4 +932,41 @@ func TestModelThatStopsAnsweringIsCutAfterItsCutIsLifted(t *testing.T) {
 		assert.Less(t, slowest, time.Minute, "a hang is cut while the cut is lifted: no call waits out the attempt timeout")
 		assert.Greater(t, byPro, calls/2, "pro back in rotation once it answers again (%d of %d calls)", byPro, calls)
 	})
+}
+
+// TestModelHangingOnNearlyEveryRequestFromTheStartIsCutSooner: pro hangs
+// on nine requests in ten from the start and answers the rest in 0.3s;
+// ten users call for two minutes. Until pro learns its cut, an attempt is
+// a stall once it is later than any answer could be if pro's answers
+// spread as widely as the learner accepts and those seen were the fastest
+// quarter of what was sent, or a larger share when more answered (6.5s
+// with its first two answers). Before, the answers seen were read as the
+// share of what was sent that they are, and the fewer that share, the
+// later the bound: the slowest call took 11.2s; now 7.0s (the hang
+// family's 1500051, hanging on 97% of the primary's requests from the
+// start: its calls' median from 59.4s to 26.1s).
+func TestModelHangingOnNearlyEveryRequestFromTheStartIsCutSooner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(proAnsweringOneIn(10, 300*time.Millisecond), geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var slowest time.Duration
+		for _, u := range usersCalling(t, c, 10, start, 2*time.Minute, time.Second) {
+			slowest = max(slowest, u.took)
+		}
+
+		assert.Less(t, slowest, 8*time.Second, "a stall cut at 6.5s, then flash's 0.5s")
+	})
+}
+
+// proAnsweringOneIn returns a fake of pro that answers one request in n
+// (the first, then every n-th) in d and hangs on the others.
+func proAnsweringOneIn(n int, d time.Duration) geminitest.Model {
+	return geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+		if i%n != 0 {
+			return geminitest.Step{Latency: 10 * time.Minute}
+		}
+		return geminitest.Step{Latency: d}
+	}}
 }

@@ -559,14 +559,20 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 // the slowest in bucket slowest). It is the end of 99% of the answers if
 // they spread as widely as a learned cut lets them (maxSpread medians: σ =
 // ln maxSpread ÷ z99) and the answers seen were the fastest answered share
-// of them, read lower by n ÷ (n+1), for few answers are a rough share: two
-// answers in 0.3s with ten attempts out, 11s; two in 4.3s and 5s with seven
-// long answers out, 2m41s, past the attempt timeout. A model that hangs on
+// of them, read lower by n ÷ (n+1), for few answers are a rough share, and
+// as a quarter at least (fewAnswered): fewer answered says that more of
+// what was sent stalls, not that the answers spread wider, which would let
+// a model's stalls wait the longer the more it stalls (read as their
+// share, two answers in 0.3s gave 11s with ten attempts out, 19s with
+// thirty). So two answers in 0.3s with ten or thirty attempts out, 6.5s;
+// two in 4.3s and 5s with seven long answers out, 1m45s, past the attempt
+// timeout. A model that hangs on
 // most requests after answering a few is cut well before the attempt
 // timeout (or before it learns its cut, which its answers alone never
 // teach), while answers that spread wide are let finish.
 func stallBound(slowest int, answered float64, n int64) time.Duration {
-	_, z := cohortShare(answered, n)
+	p, _ := cohortShare(answered, n)
+	z := normalQuantile(max(p, fewAnswered))
 	median := float64(End(slowest)) * math.Exp(-math.Log(maxSpread)/z99*z) // z < 0: the median is past the slowest answer
 	return max(CutFloor, time.Duration(maxSpread*median))
 }
@@ -925,8 +931,11 @@ const fewAnswered = 0.25
 // fastest p of what was sent (stallBound, truncatedStallCut).
 func cohortShare(answered float64, n int64) (p, z float64) {
 	p = answered * float64(n) / float64(n+1)
-	return p, math.Sqrt2 * math.Erfinv(2*p-1)
+	return p, normalQuantile(p)
 }
+
+// normalQuantile returns the standard normal quantile of p.
+func normalQuantile(p float64) float64 { return math.Sqrt2 * math.Erfinv(2*p-1) }
 
 // answersMedian returns the bucket of the lower median of the n answers
 // in counts (at least one).

@@ -298,8 +298,9 @@ func TestStallCutReadsTheAnswersSpread(t *testing.T) {
 // out. Fewer than a quarter of what was sent answered, and the median is
 // not known; an attempt is still a stall once it is later than any answer
 // could be if the answers spread as widely as the learner accepts and the
-// two seen were the fastest of them: about ten seconds, not the attempt
-// timeout. Long answers of a model whose answers spread wide, two of nine
+// two seen were the fastest of them: 6.5s, not the attempt timeout; as
+// soon with thirty attempts out (before, read as their share, 11s and
+// 19s). Long answers of a model whose answers spread wide, two of nine
 // answered in 4.3s and 5s with seven still out at 14.5s, are let run past
 // a minute. Before, the stall cut waited for a quarter of the cohort to
 // answer: the hangs were waited out (the hang family's cell 1500040, 58s).
@@ -317,6 +318,12 @@ func TestStallCutBoundsStallsThatOutnumberTheAnswers(t *testing.T) {
 	require.True(t, ok, "two answers and ten stalls out for 5s")
 	assert.Greater(t, d, maxSpread*300*time.Millisecond, "past ten times the answers: they are the fastest of what was sent")
 	assert.Less(t, d, 15*time.Second, "a stall is a stall long before the attempt timeout")
+	for range 20 {
+		hangs.Sent(0, t0.Add(time.Second))
+	}
+	more, ok := hangs.StallCut(0, t0.Add(6*time.Second), 0)
+	require.True(t, ok, "two answers and thirty stalls out")
+	assert.Equal(t, d, more, "more stalls out do not let a stall wait longer: the answers read as a quarter of the cohort at least")
 
 	long := New(1)
 	var places []int64
