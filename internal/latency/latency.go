@@ -713,7 +713,7 @@ func (h *histogram) refresh(now time.Time) {
 	}
 	spread95, spread99 := answersSpread(counts)
 	censored, q25, q75 := h.censoredBody(&counts, now)
-	if stretch == 1 && median < Buckets-1 && censored > median { // not lifted
+	if stretch == 1 && median < Buckets-1 && censored > median { // lifted, the record's median is an abandoned attempt's: it would lift the cut back to none
 		median = censored
 	}
 	if q25 >= 0 && q75 >= 0 && total-counts[Buckets-1] >= Warmup {
