@@ -288,12 +288,7 @@ func (w *cutWatch) cohort() {
 		prev = answers
 		wait := look
 		now := time.Now()
-		d, known := lat.CohortCut(class, now, w.lc.place, settled)
-		ok := known
-		if !known {
-			d, ok = lat.StallBound(class, now, w.lc.place)
-		}
-		if ok {
+		if d, known, ok := lat.CohortDeadline(class, now, w.lc.place, settled); ok {
 			if d *= w.stretch; d >= w.room && settled && known { // its own deadline comes first
 				return
 			}

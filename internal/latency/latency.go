@@ -522,11 +522,24 @@ func truncatedStallCut(counts *[Buckets]int64, n int64, slowest int, answered fl
 	}
 	mean := sum / float64(n)
 	sd := math.Sqrt(max(0, sumSq/float64(n)-mean*mean))
-	p, z := cohortShare(answered, n)
+	p := cohortShare(answered, n)
+	z := normalQuantile(p)
 	lambda := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) / p // the density at z over p
 	sigma := sd / math.Sqrt(1-z*lambda-lambda*lambda)     // over the truncated normal's standard deviation
 	median := float64(Mid(slowest)) * math.Exp(-sigma*z)
 	return max(CutFloor, time.Duration(min(maxSpread, max(CutMax, math.Exp(z99*sigma)))*median))
+}
+
+// CohortDeadline returns CohortCut's cut of an attempt of class at now
+// (known: the cohort's median it scales is known) or, while that median is
+// not known, StallBound's; ok is false when neither is there. self and
+// settled are as CohortCut's.
+func (l *Learner) CohortDeadline(class int, now time.Time, self int64, settled bool) (d time.Duration, known, ok bool) {
+	if d, known = l.CohortCut(class, now, self, settled); known {
+		return d, true, true
+	}
+	d, ok = l.StallBound(class, now, self)
+	return d, false, ok
 }
 
 // StallBound returns the bound past which an attempt of class stalls
@@ -571,8 +584,7 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 // timeout (or before it learns its cut, which its answers alone never
 // teach), while answers that spread wide are let finish.
 func stallBound(slowest int, answered float64, n int64) time.Duration {
-	p, _ := cohortShare(answered, n)
-	z := normalQuantile(max(p, fewAnswered))
+	z := normalQuantile(max(cohortShare(answered, n), fewAnswered))
 	median := float64(End(slowest)) * math.Exp(-math.Log(maxSpread)/z99*z) // z < 0: the median is past the slowest answer
 	return max(CutFloor, time.Duration(maxSpread*median))
 }
@@ -925,13 +937,12 @@ func slowestAnswer(counts [Buckets]int64) int {
 // is stallBound's, the widest spread's (StallCut, StallBound).
 const fewAnswered = 0.25
 
-// cohortShare returns the share p of a cohort that answered (answered, of
-// n answers) read lower by n ÷ (n+1), for few answers are a rough share,
-// and z, the standard normal quantile of p: the answers seen are the
-// fastest p of what was sent (stallBound, truncatedStallCut).
-func cohortShare(answered float64, n int64) (p, z float64) {
-	p = answered * float64(n) / float64(n+1)
-	return p, normalQuantile(p)
+// cohortShare returns the share of a cohort that answered (answered, of n
+// answers) read lower by n ÷ (n+1), for few answers are a rough share: the
+// answers seen are the fastest that share of what was sent (stallBound,
+// truncatedStallCut, each with its normalQuantile).
+func cohortShare(answered float64, n int64) float64 {
+	return answered * float64(n) / float64(n+1)
 }
 
 // normalQuantile returns the standard normal quantile of p.
