@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/geminiguard/geminiguard/internal/latency"
@@ -576,11 +576,13 @@ func (c *Client) outageOver(now time.Time) {
 // or a gap of more than outageAfter.
 func (c *Client) outage(now time.Time) bool {
 	f, at := &c.failing, now.Sub(c.answers.Origin)
-	latest := time.Duration(f.latest.Swap(int64(at)))
-	if !f.seen.Swap(true) || !c.spellGoesOn(at, latest) {
-		f.began.Store(int64(at))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.seen || !c.spellGoesOn(at, f.latest) {
+		f.began = at
 	}
-	return c.inOutage(now)
+	f.seen, f.latest = true, max(f.latest, at)
+	return c.outageAt(at)
 }
 
 // refusedAsFailing records at now a local refusal of a model for its
@@ -590,13 +592,11 @@ func (c *Client) outage(now time.Time) bool {
 // come AllOpenProbeEvery apart: the refusals between them keep the spell,
 // and so the outage, going.
 func (c *Client) refusedAsFailing(now time.Time) {
-	f := &c.failing
-	if !f.seen.Load() {
-		return
-	}
-	latest, at := f.latest.Load(), now.Sub(c.answers.Origin)
-	if int64(at) > latest && c.spellGoesOn(at, time.Duration(latest)) { // a call's refusals of its models at one now: one store
-		f.latest.CompareAndSwap(latest, int64(at)) // a concurrent failure or refusal moved it: it is as late
+	f, at := &c.failing, now.Sub(c.answers.Origin)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen && at > f.latest && c.spellGoesOn(at, f.latest) {
+		f.latest = at
 	}
 }
 
@@ -608,11 +608,16 @@ func (c *Client) refusedAsFailing(now time.Time) {
 // 503s come back before slow answers) say nothing yet.
 func (c *Client) inOutage(now time.Time) bool {
 	f := &c.failing
-	if !f.seen.Load() {
-		return false
-	}
-	at := now.Sub(c.answers.Origin)
-	return c.spellGoesOn(at, time.Duration(f.latest.Load())) && at-time.Duration(f.began.Load()) >= outageAfter
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return c.outageAt(now.Sub(c.answers.Origin))
+}
+
+// outageAt is inOutage at the time at since the Client's origin, with
+// c.failing.mu held.
+func (c *Client) outageAt(at time.Duration) bool {
+	f := &c.failing
+	return f.seen && c.spellGoesOn(at, f.latest) && at-f.began >= outageAfter
 }
 
 // spellGoesOn reports whether a spell whose latest failure or refusal came
@@ -625,12 +630,16 @@ func (c *Client) spellGoesOn(at, latest time.Duration) bool {
 
 // failureSpell is the Client's latest spell of failing models (inOutage):
 // when it began and its latest failure or refusal, as times since the
-// Client's origin (answers.Origin). Safe for concurrent use; under racing
-// outcomes it is an estimate, as the routing counts are. The zero value has
-// seen no failure.
+// Client's origin (answers.Origin). Safe for concurrent use: the beginning
+// and the latest failure change together under mu, so that no failure
+// reads the latest of a spell that another failure at the same instant
+// has just begun with the beginning of the spell before it (an outage as
+// long as both together, which opened a model for OpenFor after a quiet
+// spell). The zero value has seen no failure.
 type failureSpell struct {
-	began, latest atomic.Int64
-	seen          atomic.Bool // a failure came
+	mu            sync.Mutex
+	began, latest time.Duration
+	seen          bool // a failure came
 }
 
 // decide turns a failed attempt's verdict into the call's next step and,
