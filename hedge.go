@@ -463,10 +463,23 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 	defer hr.mu.Unlock()
 	r.resp, r.err, r.end, r.panics, hr.done = resp, err, end, false, true
 	r.timedOut = errors.Is(hctx.Err(), context.DeadlineExceeded)
+	hr.hedgeEnded(err, end)
+}
+
+// hedgeEnded acts on the hedge's return at end with err, hr.mu held: an
+// answer cancels the original (the first answer wins); a failure while the
+// original is still out cuts the original as if no hedge had been sent
+// (cutFrom). A hedge cut with its original (run's pair cut: cutting) cuts
+// nothing more: the original's cut is the pair's, whichever of the two
+// cancelled requests returns first (read again from the original's learned
+// cut, it was later than the original had run, or none when the cut budget
+// refused a second charge, and the call returned the cut original's bare
+// context.Canceled as its error).
+func (hr *hedgeRun) hedgeEnded(err error, end time.Time) {
 	switch {
 	case err == nil: // the first answer wins
 		hr.ocancel()
-	case !hr.origDone: // the original still stalls: cut it as if no hedge had been sent
+	case !hr.origDone && !hr.cutting: // the original still stalls
 		hr.cutFrom(end)
 	}
 }
