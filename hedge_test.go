@@ -2,6 +2,7 @@ package geminiguard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -1061,4 +1062,61 @@ func longAnswersAsked(t *testing.T, users, each int) int {
 	extra := srv.Total(pro) + srv.Total(flash) - n
 	t.Logf("%d requests beyond one a call", extra)
 	return extra
+}
+
+// TestCallFailedByCutsIsATimeoutNotItsCallersCancel: pro (2s) and flash
+// (0.5s) have learned their answer times; then both stall every request
+// for 20s while 40 users call at once, three times. A call's attempts are
+// hedged and cut (a hedge cut with its original at the hedge's deadline,
+// sooner than the original's own), and some calls fail on the cuts alone.
+// Their errors are timeouts (ClassTimeout, context.DeadlineExceeded), never
+// context.Canceled: the caller cancelled nothing. Before, the cut's own
+// cancellation of the request showed through (21 calls of 120 read as
+// cancelled by their caller to errors.Is(err, context.Canceled)).
+func TestCallFailedByCutsIsATimeoutNotItsCallersCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalling atomic.Bool
+		stall := func(geminitest.Request, int) geminitest.Step {
+			if stalling.Load() {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 2 * time.Second, Decide: stall},
+			geminitest.Model{Name: flash, Latency: 500 * time.Millisecond, Decide: stall})
+		c := warmHedgingClient(t, srv)
+		var wg sync.WaitGroup
+		for range 20 { // flash learns its answer times too
+			wg.Go(func() {
+				_, _, err := ask(t.Context(), c, flash)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+
+		var failed, timeouts, cancelled atomic.Int32
+		for range 3 {
+			stalling.Store(true)
+			time.AfterFunc(20*time.Second, func() { stalling.Store(false) })
+			for range 40 {
+				wg.Go(func() {
+					_, _, err := ask(t.Context(), c, "")
+					if err == nil {
+						return
+					}
+					failed.Add(1)
+					if geminiguard.Classify(err).Class == geminiguard.ClassTimeout && errors.Is(err, context.DeadlineExceeded) {
+						timeouts.Add(1)
+					}
+					if errors.Is(err, context.Canceled) {
+						cancelled.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		require.Positive(t, failed.Load(), "calls failed on their cuts")
+		assert.Equal(t, failed.Load(), timeouts.Load(), "each a timeout")
+		assert.Zero(t, cancelled.Load(), "none reads as cancelled by its caller")
+	})
 }

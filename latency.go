@@ -2,6 +2,7 @@ package geminiguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -150,7 +151,11 @@ func (call *call[R]) stretch(m *modelState, d time.Duration, alone bool) time.Du
 
 // cutError marks an attempt abandoned at its learned deadline: a slow
 // answer, not a failed model. Classify reads it as ClassTimeout,
-// retryable, not counted by the breaker. It unwraps to the attempt's error.
+// retryable, not counted by the breaker. It matches
+// context.DeadlineExceeded, as an attempt's own timeout does, and never
+// context.Canceled: the cut cancelled the request, the caller did not (a
+// call failed by cuts read as its caller's cancellation to the usual
+// errors.Is(err, context.Canceled) check).
 type cutError struct {
 	err   error
 	after time.Duration
@@ -160,7 +165,17 @@ func (e *cutError) Error() string {
 	return fmt.Sprintf("geminiguard: attempt abandoned after %v, its model's learned deadline (later than 95%% of its answers): %v", e.after, e.err)
 }
 
-func (e *cutError) Unwrap() error { return e.err }
+// Is reports context.DeadlineExceeded: the attempt passed a deadline.
+func (e *cutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Unwrap returns the attempt's error, but none when that is the cut's own
+// cancellation of the request.
+func (e *cutError) Unwrap() error {
+	if errors.Is(e.err, context.Canceled) {
+		return nil
+	}
+	return e.err
+}
 
 // lateCut watches an attempt sent before its model had learned the answer
 // times of the call's class (cutOnceLearned). Not safe for concurrent use:
