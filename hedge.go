@@ -471,10 +471,9 @@ func (call *call[R]) sendHedge(hr *hedgeRun, now time.Time) {
 // original is still out cuts the original as if no hedge had been sent
 // (cutFrom). A hedge cut with its original (run's pair cut: cutting) cuts
 // nothing more: the original's cut is the pair's, whichever of the two
-// cancelled requests returns first (read again from the original's learned
-// cut, it was later than the original had run, or none when the cut budget
-// refused a second charge, and the call returned the cut original's bare
-// context.Canceled as its error).
+// cancelled requests returns first (cut again, from its own learned cut,
+// the original would read as not cut, and its cancellation as the call's
+// error).
 func (hr *hedgeRun) hedgeEnded(err error, end time.Time) {
 	switch {
 	case err == nil: // the first answer wins

@@ -153,9 +153,9 @@ func (call *call[R]) stretch(m *modelState, d time.Duration, alone bool) time.Du
 // answer, not a failed model. Classify reads it as ClassTimeout,
 // retryable, not counted by the breaker. It matches
 // context.DeadlineExceeded, as an attempt's own timeout does, and never
-// context.Canceled: the cut cancelled the request, the caller did not (a
-// call failed by cuts read as its caller's cancellation to the usual
-// errors.Is(err, context.Canceled) check).
+// context.Canceled: the cut cancelled the request, the caller did not, and
+// a call failed by cuts must not read as cancelled by its caller to the
+// usual errors.Is(err, context.Canceled) check.
 type cutError struct {
 	err   error
 	after time.Duration
