@@ -339,11 +339,14 @@ type hedgeJob interface {
 // hedgeRuns holds the hedgeRuns of attempts that returned. They hold no
 // timer or channel (a testing/synctest bubble may not use another's): the
 // Client's hedgeClock schedules their runs.
-var hedgeRuns = sync.Pool{New: func() any {
+var hedgeRuns = sync.Pool{New: func() any { return newHedgeRun() }}
+
+// newHedgeRun returns a hedgeRun with nothing scheduled, its cond on its mu.
+func newHedgeRun() *hedgeRun {
 	hr := &hedgeRun{slot: -1}
 	hr.cond.L = &hr.mu
 	return hr
-}}
+}
 
 // run is one run of hr's, started by its clock.
 func (hr *hedgeRun) run() {

@@ -21,8 +21,7 @@ func TestHedgeCutWithItsOriginalKeepsThePairsCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		var origCancels, hedgeCancels int
-		hr := &hedgeRun{slot: -1}
-		hr.cond.L = &hr.mu
+		hr := newHedgeRun()
 		hr.hedgeState = hedgeState{clock: newHedgeClock(), start: start, learned: 6 * time.Second, onward: true,
 			ocancel: func() { origCancels++ }, hcancel: func() { hedgeCancels++ },
 			hstart: start.Add(4 * time.Second), pairAt: start.Add(5 * time.Second), decided: true, runs: 1}
