@@ -491,7 +491,7 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 	c := call.c
 	elapsed := finish.Sub(start)
 	switch {
-	case err == nil || ctx.Err() != nil:
+	case err == nil || callerDone(ctx, finish):
 	case cut > 0 && elapsed >= cut:
 		err = &cutError{err: err, after: cut}
 		call.cutOn = append(call.cutOn, m)
@@ -516,6 +516,19 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 			slog.Duration("elapsed", elapsed), slog.String("class", v.Class.String()), slog.String("rule", v.Rule))
 	}
 	return resp, v, elapsed, err
+}
+
+// callerDone reports whether the caller's ctx was done at now: cancelled,
+// or past its deadline. An attempt bounded by that deadline has a timer of
+// its own for the same instant, which may fire first: its request then
+// fails before ctx's timer marks ctx done, and the failure is still the
+// caller's deadline, not the model's timeout.
+func callerDone(ctx context.Context, now time.Time) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !now.Before(d)
 }
 
 // settle hands the admission's permit back with the outcome at now of the

@@ -71,3 +71,25 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestAttemptEndingAtTheCallersDeadlineIsTheCallers: an attempt bounded by
+// the caller's deadline has a timer of its own for the same instant; when
+// it fires first, the request fails before the caller's context is marked
+// done. The failure is the caller's deadline (ClassCanceled: the model's
+// breaker counts nothing), not the model's timeout: before, it read as an
+// attempt timeout, and TestCallerDeadlineBoundsTheAttempt failed so in 3
+// runs of 200 under -race beside two busy CPU loops.
+func TestAttemptEndingAtTheCallersDeadlineIsTheCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := inertClient(t, inert.New())
+		call := newTestCall(c)
+		now := time.Now()
+		caller := lateContext{Context: t.Context(), deadline: now} // its timer not fired yet
+
+		_, v, _, err := call.ended(caller, c.states[0], now.Add(-3*time.Second), now, 0, false, true, nil, context.DeadlineExceeded)
+
+		assert.Equal(t, ClassCanceled, v.Class)
+		var timeout *attemptTimeoutError
+		assert.False(t, errors.As(err, &timeout), "not the model's timeout: %v", err)
+	})
+}
