@@ -291,7 +291,8 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 // look of one instant agrees). While the cohort's median is not known, at
 // the bound past which it stalls whatever the answers' spread
 // (latency.Learner.StallBound): a flood's first answers, its fastest, do
-// not cut the rest.
+// not cut the rest, while stalls that fell silent past the slowest answer
+// are cut at twice it.
 func (w *cutWatch) cohort() {
 	lat, class := w.lc.lat, w.lc.class
 	prev := int64(-1)

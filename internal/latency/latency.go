@@ -107,7 +107,13 @@ import (
 // a quarter to half, the end of 99% of the spread they read as the fastest
 // share of the cohort, a truncated log-normal's):
 // stalls that outnumber the answers are cut, long answers of a
-// model whose first answers already spread wide are let finish. The cut
+// model whose first answers already spread wide are let finish. Once the
+// attempts in flight past the slowest answer, overtaken by later ones that
+// answered, fell silent (fellSilent: were they answers spread as widely as
+// the learner accepts, more than silentAnswers of them would have come by
+// now, and none did), what is left of the cohort stalls, whatever the
+// spread the few answers read: StallCut and StallBound are then twice the
+// slowest answer. The cut
 // and the learned delay wait for Warmup answers: a quantile of fewer is
 // too noisy for them (BENCHMARKS.md, Brownout family).
 const (
@@ -184,6 +190,7 @@ type histogram struct {
 	earlyOnce     sync.Once             // closes early
 	answers       atomic.Int64          // answers recorded (not Abandoned), up to EarlyHedgeAfter
 	abandonedRun  atomic.Int64          // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
+	answeredSent  atomic.Int64          // when the latest-sent attempt that answered was sent, in Unix nanoseconds (fellSilent)
 	flight        flight                // attempts sent before the deadlines were learned, or while the class is young, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
@@ -258,6 +265,9 @@ func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 		h.abandonedRun.Add(1)
 	} else if h.abandonedRun.Load() != 0 {
 		h.abandonedRun.Store(0)
+	}
+	if d != Abandoned {
+		h.answeredSince(now.Add(-d))
 	}
 	if d != Abandoned && h.answers.Load() < EarlyHedgeAfter && h.answers.Add(1) == EarlyHedgeAfter {
 		h.earlyOnce.Do(func() { close(h.early) })
@@ -462,12 +472,17 @@ func (l *Learner) CohortCut(class int, now time.Time, self int64, settled bool) 
 // truncatedStallCut's, the end of 99% of the spread the answers read as the
 // fastest share of the cohort; else (the cohort's median is known) the
 // lower median of the answers alone, scaled by the end of 99% of them as
-// their quartiles read it (spreadOf: CutMax to maxSpread times).
+// their quartiles read it (spreadOf: CutMax to maxSpread times). Once the
+// attempts in flight past the slowest answer fell silent (fellSilent), it
+// is twice the slowest answer: what is left stalls.
 func (l *Learner) StallCut(class int, now time.Time, self int64) (time.Duration, bool) {
-	r, ok := l.classes[class].cohortRead(now, self)
+	h := &l.classes[class]
+	r, ok := h.cohortRead(now, self)
 	switch {
 	case !ok:
 		return 0, false
+	case h.fellSilent(&r, now):
+		return silentCut(r.slowest), true
 	case r.answered < fewAnswered:
 		return stallBound(r.slowest, r.answered, r.n), true
 	case r.answered < 0.5:
@@ -554,12 +569,16 @@ func (l *Learner) CohortDeadline(class int, now time.Time, self int64, settled b
 // stand-in while the median of the cohort is not known: a model that hangs
 // on most of its requests learns its cut from the few it answers and its
 // hangs cut, and the hangs sent before that, waiting for a median, would
-// be waited out.
+// be waited out. Once the attempts in flight past the slowest answer fell
+// silent (fellSilent), it is twice the slowest answer, as StallCut's.
 func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duration, bool) {
 	h := &l.classes[class]
 	r, ok := h.cohortRead(now, self)
-	if !ok {
+	switch {
+	case !ok:
 		return 0, false
+	case h.fellSilent(&r, now):
+		return silentCut(r.slowest), true
 	}
 	if abandoned := h.count(Buckets - 1); r.answered >= fewAnswered && float64(abandoned) > (1-HedgeQuantile)*float64(r.n+abandoned) {
 		return truncatedStallCut(&r.counts, r.n, r.slowest, r.answered), true
@@ -936,6 +955,70 @@ func slowestAnswer(counts [Buckets]int64) int {
 // fewAnswered is the share of a cohort answered under which the stall cut
 // is stallBound's, the widest spread's (StallCut, StallBound).
 const fewAnswered = 0.25
+
+// silentAnswers is how many answers the attempts in flight past the
+// slowest answer must have been due, none of them come, for their silence
+// to say they stall (fellSilent): Poisson's chance of none of 4.6 is 1%.
+const silentAnswers = 4.6
+
+// fellSilent reports whether the attempts of h's cohort in flight past the
+// slowest answer of r (read at now, r.answered of the cohort answered),
+// and overtaken (sent before an attempt that answered), stall: were they
+// answers of one log-normal with those, spread as widely as the learner
+// accepts (maxSpread medians at its 99th percentile: the slowest answer's
+// share of it is the cohort's answered share), more than silentAnswers of
+// them would have answered since they passed the slowest, and none did.
+// Long answers of a model whose answers spread wide keep coming past the
+// first answers, whose spread says little of the rest while they are
+// few; a model that hangs on a share of its requests answers the others,
+// sent later, and the hangs fall silent. A burst that slowed every
+// request (a flood) is not overtaken: what was sent after its first
+// answers is as slow. Each attempt counts the chance that it would have
+// answered by now, given that it had not by the slowest answer.
+func (h *histogram) fellSilent(r *cohortAnswers, now time.Time) bool {
+	p := cohortShare(r.answered, r.n)
+	if p <= 0 || p >= 1 {
+		return false
+	}
+	sigma := math.Log(maxSpread) / z99
+	zp, slowest := normalQuantile(p), End(r.slowest)
+	f := &h.flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Judged: the attempts past the slowest answer, sent before an attempt
+	// that answered.
+	judged := now.Add(-slowest)
+	if overtaken := time.Unix(0, h.answeredSent.Load()-1); overtaken.Before(judged) {
+		judged = overtaken
+	}
+	var due float64
+	for _, start := range f.starts[:f.older(judged)] {
+		z := zp + math.Log(float64(now.Sub(start))/float64(slowest))/sigma
+		due += (normalCDF(z) - p) / (1 - p)
+	}
+	return due > silentAnswers
+}
+
+// answeredSince records that an attempt sent at sent answered: the
+// attempts sent before it and still out were overtaken (fellSilent).
+func (h *histogram) answeredSince(sent time.Time) {
+	at := sent.UnixNano()
+	for {
+		prev := h.answeredSent.Load()
+		if at <= prev || h.answeredSent.CompareAndSwap(prev, at) {
+			return
+		}
+	}
+}
+
+// silentCut is the stall cut of a cohort whose attempts past its slowest
+// answer, in bucket slowest, fell silent (fellSilent): twice that answer.
+func silentCut(slowest int) time.Duration {
+	return max(CutFloor, CutMin*End(slowest))
+}
+
+// normalCDF returns the standard normal distribution function at z.
+func normalCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
 
 // cohortShare returns the share of a cohort that answered (answered, of n
 // answers) read lower by n ÷ (n+1), for few answers are a rough share: the

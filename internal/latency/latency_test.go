@@ -304,6 +304,8 @@ func TestStallCutReadsTheAnswersSpread(t *testing.T) {
 // answered in 4.3s and 5s with seven still out at 14.5s, are let run past
 // a minute. Before, the stall cut waited for a quarter of the cohort to
 // answer: the hangs were waited out (the hang family's cell 1500040, 58s).
+// Once the ten have been silent for 5s, though, they stall
+// (TestStallCutOfAttemptsThatFellSilent).
 func TestStallCutBoundsStallsThatOutnumberTheAnswers(t *testing.T) {
 	hangs := New(1)
 	for range 2 {
@@ -314,14 +316,14 @@ func TestStallCutBoundsStallsThatOutnumberTheAnswers(t *testing.T) {
 	for range 10 {
 		hangs.Sent(0, t0.Add(time.Second))
 	}
-	d, ok := hangs.StallCut(0, t0.Add(6*time.Second), 0)
-	require.True(t, ok, "two answers and ten stalls out for 5s")
+	d, ok := hangs.StallCut(0, t0.Add(1500*time.Millisecond), 0)
+	require.True(t, ok, "two answers and ten stalls out for 0.5s")
 	assert.Greater(t, d, maxSpread*300*time.Millisecond, "past ten times the answers: they are the fastest of what was sent")
 	assert.Less(t, d, 15*time.Second, "a stall is a stall long before the attempt timeout")
 	for range 20 {
 		hangs.Sent(0, t0.Add(time.Second))
 	}
-	more, ok := hangs.StallCut(0, t0.Add(6*time.Second), 0)
+	more, ok := hangs.StallCut(0, t0.Add(1500*time.Millisecond), 0)
 	require.True(t, ok, "two answers and thirty stalls out")
 	assert.Equal(t, d, more, "more stalls out do not let a stall wait longer: the answers read as a quarter of the cohort at least")
 
@@ -338,6 +340,64 @@ func TestStallCutBoundsStallsThatOutnumberTheAnswers(t *testing.T) {
 	d, ok = long.StallCut(0, t0.Add(14500*time.Millisecond), 0)
 	require.True(t, ok)
 	assert.Greater(t, d, time.Minute, "the long answers still out are let finish")
+}
+
+// TestStallCutOfAttemptsThatFellSilent: ten attempts are out when two
+// sent half a second after them answer in 0.3s and 0.4s. Were the ten
+// answers spread as widely as the learner accepts, of which the two were
+// the fastest, several would come within seconds: out for 1s, they say
+// little (the stall cut is the widest spread's, 7.9s); out for 3.5s,
+// overtaken and silent, they stall, and the cut is twice the slowest
+// answer, 0.8s (before, it stayed 7.9s, and in the hang family's 3500132,
+// whose few answers spread wider, a look's cut kept ahead of what the
+// stalls had waited: they waited 13.7s where the model answers in 1.9s).
+// Ten sent with the two that answered (a burst that slowed every request
+// after its first answers: nothing sent later answered sooner) are not
+// read as stalls; and an answer as late as the silent ones waited starts
+// the wait again.
+func TestStallCutOfAttemptsThatFellSilent(t *testing.T) {
+	answerTwice := func(l *Learner, sent time.Time) {
+		for _, d := range []time.Duration{300 * time.Millisecond, 400 * time.Millisecond} {
+			place := l.Sent(0, sent)
+			l.Record(0, d, sent.Add(d))
+			l.Ended(0, place)
+		}
+	}
+	l := New(1)
+	for range 10 {
+		l.Sent(0, t0)
+	}
+	answerTwice(l, t0.Add(500*time.Millisecond))
+	d, ok := l.StallCut(0, t0.Add(time.Second), 0)
+	require.True(t, ok)
+	assert.Greater(t, d, 5*time.Second, "out 1s: the widest spread's bound")
+	bound, ok := l.StallBound(0, t0.Add(time.Second), 0)
+	require.True(t, ok)
+	assert.Greater(t, bound, 5*time.Second, "out 1s: the widest spread's bound")
+
+	silent := t0.Add(3500 * time.Millisecond)
+	d, ok = l.StallCut(0, silent, 0)
+	require.True(t, ok)
+	assert.Equal(t, 2*End(Bucket(400*time.Millisecond)), d, "overtaken and silent for 3.5s: twice the slowest answer")
+	bound, ok = l.StallBound(0, silent, 0)
+	require.True(t, ok)
+	assert.Equal(t, d, bound, "the cohort's stall bound too")
+
+	flood := New(1)
+	for range 10 {
+		flood.Sent(0, t0.Add(500*time.Millisecond))
+	}
+	answerTwice(flood, t0.Add(500*time.Millisecond))
+	d, ok = flood.StallCut(0, silent, 0)
+	require.True(t, ok)
+	assert.Greater(t, d, 5*time.Second, "sent with the answers, not overtaken: a flood's slow answers")
+
+	place := l.Sent(0, t0.Add(time.Second))
+	l.Record(0, 2500*time.Millisecond, silent)
+	l.Ended(0, place)
+	d, ok = l.StallCut(0, silent, 0)
+	require.True(t, ok)
+	assert.Greater(t, d, 2*End(Bucket(2500*time.Millisecond)), "an answer as late as the silent ones waited: they may be answers")
 }
 
 // TestFastModelIsCutWithinASecond: a model answering in 250ms is cut at
