@@ -113,9 +113,9 @@ import (
 // the learner accepts, more than silentAnswers of them would have come by
 // now, and none did), what is left of the cohort stalls, whatever the
 // spread the few answers read: StallCut and StallBound are then twice the
-// slowest answer. The cut
-// and the learned delay wait for Warmup answers: a quantile of fewer is
-// too noisy for them (BENCHMARKS.md, Brownout family).
+// slowest answer. The cut and the learned delay wait for Warmup answers: a
+// quantile of fewer is too noisy for them (BENCHMARKS.md, Brownout
+// family).
 const (
 	CutMin          = 2
 	CutMax          = 3
@@ -190,7 +190,7 @@ type histogram struct {
 	earlyOnce     sync.Once             // closes early
 	answers       atomic.Int64          // answers recorded (not Abandoned), up to EarlyHedgeAfter
 	abandonedRun  atomic.Int64          // attempts abandoned in a row, reset by an answer (concurrent records may race: an estimate)
-	answeredSent  atomic.Int64          // when the latest-sent attempt that answered was sent, in Unix nanoseconds (fellSilent)
+	answeredSent  atomic.Int64          // when the latest-sent attempt that answered was sent, in Unix nanoseconds: this learner's own (fellSilent)
 	flight        flight                // attempts sent before the deadlines were learned, or while the class is young, still in flight (Sent, Ended)
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
