@@ -410,7 +410,7 @@ func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Durat
 		if warmUp <= 0 {
 			f.rtt.answered(now.Sub(start))
 		}
-	case ctx.Err() != nil:
+	case callerDone(ctx, now):
 		o = outcomeIgnore // the caller gave up: nothing said of the store
 	default:
 		f.failures.Add(1)
