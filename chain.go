@@ -519,10 +519,11 @@ func (call *call[R]) ended(ctx context.Context, m *modelState, start, finish tim
 }
 
 // callerDone reports whether the caller's ctx was done at now: cancelled,
-// or past its deadline. An attempt bounded by that deadline has a timer of
-// its own for the same instant, which may fire first: its request then
-// fails before ctx's timer marks ctx done, and the failure is still the
-// caller's deadline, not the model's timeout.
+// or past its deadline. A request bounded by that deadline (an attempt, a
+// round trip to the shared state) has a timer of its own for the same
+// instant, which may fire first: the request then fails before ctx's timer
+// marks ctx done, and the failure is still the caller's deadline, not the
+// model's timeout or the store's failure.
 func callerDone(ctx context.Context, now time.Time) bool {
 	if ctx.Err() != nil {
 		return true
