@@ -604,7 +604,7 @@ func (l *Learner) StallBound(class int, now time.Time, self int64) (time.Duratio
 // teach), while answers that spread wide are let finish.
 func stallBound(slowest int, answered float64, n int64) time.Duration {
 	z := normalQuantile(max(cohortShare(answered, n), fewAnswered))
-	median := float64(End(slowest)) * math.Exp(-math.Log(maxSpread)/z99*z) // z < 0: the median is past the slowest answer
+	median := float64(End(slowest)) * math.Exp(-widestSigma*z) // z < 0: the median is past the slowest answer
 	return max(CutFloor, time.Duration(maxSpread*median))
 }
 
@@ -941,6 +941,11 @@ func (h *histogram) censoredBody(counts *[Buckets]int64, now time.Time) (median,
 // Standard normal quantiles: of 75%, 95% and 99%.
 const z75, z95, z99 = 0.6745, 1.6449, 2.3263
 
+// widestSigma is the widest spread of answers the learner accepts: the
+// log-normal's σ whose 99th percentile is maxSpread medians (stallBound,
+// fellSilent).
+var widestSigma = math.Log(maxSpread) / z99
+
 // slowestAnswer returns the bucket of the slowest answer in counts, -1
 // when none.
 func slowestAnswer(counts [Buckets]int64) int {
@@ -980,7 +985,6 @@ func (h *histogram) fellSilent(r *cohortAnswers, now time.Time) bool {
 	if p <= 0 || p >= 1 {
 		return false
 	}
-	sigma := math.Log(maxSpread) / z99
 	zp, slowest := normalQuantile(p), End(r.slowest)
 	f := &h.flight
 	f.mu.Lock()
@@ -993,7 +997,7 @@ func (h *histogram) fellSilent(r *cohortAnswers, now time.Time) bool {
 	}
 	var due float64
 	for _, start := range f.starts[:f.older(judged)] {
-		z := zp + math.Log(float64(now.Sub(start))/float64(slowest))/sigma
+		z := zp + math.Log(float64(now.Sub(start))/float64(slowest))/widestSigma
 		due += (normalCDF(z) - p) / (1 - p)
 	}
 	return due > silentAnswers
