@@ -338,6 +338,10 @@ func (b *breaker) done(p permit, now time.Time, o outcome) *transition {
 	return b.sm.Done(p, now, o)
 }
 
+// closedSince reports whether the breaker is closed and since when
+// (circuit.Breaker.ClosedSince).
+func (b *breaker) closedSince() (time.Time, bool) { return b.sm.ClosedSince() }
+
 // state returns the state at now without changing anything: an open breaker
 // whose OpenFor has passed reads as half-open (circuit.Breaker.State).
 func (b *breaker) state(now time.Time) State { return State(b.sm.State(now)) }

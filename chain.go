@@ -128,7 +128,7 @@ func (call *call[R]) likeliestFirst(slots []retrySlot) {
 	var onStack [4]float64 // a cascade of up to four: no allocation
 	rates := onStack[:0]
 	for _, sl := range slots {
-		requests, accepts, _, held := sl.m.routes[call.endpoint].totals(call.now)
+		requests, accepts, _, held := sl.m.routes[call.endpoint].throttleTotals(call.now)
 		rates = append(rates, answerRate(requests-held, accepts))
 	}
 	// An insertion sort: stable, in place, and a round holds a few slots.

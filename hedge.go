@@ -188,7 +188,7 @@ func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	if next == nil {
 		return m
 	}
-	if r, _, slow, held := m.routes[call.endpoint].totals(now); r-held < routeMinRequests || float64(slow) > (1-latency.HedgeQuantile)*float64(r-held) {
+	if r, _, slow, held := m.routes[call.endpoint].throttleTotals(now); r-held < routeMinRequests || float64(slow) > (1-latency.HedgeQuantile)*float64(r-held) {
 		return next // a second request to m stalls as often, or its window is too small to tell: a bet for the median, not the tail
 	}
 	if sent, slow := m.routes[call.endpoint].recent(now); float64(slow+1) > (1-latency.HedgeQuantile)*float64(sent+1) {

@@ -76,6 +76,7 @@ func (c *Client) newModelState(name string) *modelState {
 	for e := range m.breakers {
 		m.breakers[e] = newBreaker(c.cfg.breaker)
 		m.routes[e] = newAvailability()
+		m.routes[e].closedSince = m.breakers[e].closedSince
 	}
 	m.openErr = &ModelError{Model: name, Verdict: Verdict{Class: ClassCircuitOpen, Scope: ScopeModel}, Err: ErrCircuitOpen}
 	m.self = []*modelState{m}

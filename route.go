@@ -29,8 +29,9 @@ import (
 // that answers a tenth keeps 40% to 60% of it (the more, the fewer
 // requests the window holds), and one that answers
 // nothing gets a few requests a window, until its breaker opens. Below
-// routeMinRequests in the window (kept ones included) nothing is
-// throttled. The book's rule is (requests − K·accepts)/(requests + 1),
+// routeMinRequests in the window (kept ones included) the window reaches
+// further back, up to routeQuietWindow (a quiet Client), and below it there
+// nothing is throttled. The book's rule is (requests − K·accepts)/(requests + 1),
 // the rate read as it is, and it counts the requests kept back
 // as requests not accepted, to push an overloaded backend's clients
 // towards rejecting everything; counted here, each call the throttle kept
@@ -93,8 +94,23 @@ const (
 	routeSpan    = routeWindow / routeBuckets
 )
 
+// routeQuietWindow is how far back the throttle reads a quiet Client's
+// requests (throttleTotals): when the last routeWindow holds fewer than
+// routeMinRequests, it reads the spans before it, back to the one that
+// makes routeMinRequests, up to this. Read over routeWindow alone, a
+// Client sending fewer than a request every three seconds was never
+// throttled: one user calling every 20 seconds, whose primary stalled on
+// every request, paid a second request on every call for as long as it
+// lasted. Ten requests a window of five minutes hold a client calling
+// every 30 seconds; the spans kept cost 40 bytes each.
+const (
+	routeQuietWindow = 5 * time.Minute
+	routeRing        = int64(routeQuietWindow / routeSpan) // spans kept
+)
+
 // availability counts a model endpoint's requests and accepts over the last
-// routeWindow in a ring of buckets, with atomic counters: recording is two
+// routeWindow (a quiet Client's over up to routeQuietWindow) in a ring of
+// buckets, with atomic counters: recording is two
 // atomic operations, and a bucket is cleared, under mu, by the first record
 // of a new span. A record racing with that clearing may be lost or land in
 // the new span: the counts are a routing estimate, not an audit. The
@@ -108,7 +124,7 @@ const (
 type availability struct {
 	origin  time.Time // spans count from it
 	mu      sync.Mutex
-	buckets [routeBuckets]availabilityBucket
+	buckets [routeRing]availabilityBucket
 	past    atomic.Pointer[pastSpans] // nil until totals caches them
 	pastGen atomic.Uint64             // bumped by a record of a span before past's current
 	// others are the other replicas' spans (setOthers), nil until a
@@ -116,6 +132,10 @@ type availability struct {
 	// not counted (recovered starts the window again for them too).
 	others     atomic.Pointer[[]spanCounts]
 	othersFrom atomic.Int64
+	// closedSince reports whether the model's breaker is closed and since
+	// when (nil: no breaker): a quiet Client's window reaches no further
+	// back (throttleTotals). Set once, before use.
+	closedSince func() (time.Time, bool)
 }
 
 // spanCounts are one span's counts: the span's epoch in the window that
@@ -155,7 +175,7 @@ func (a *availability) bucket(now time.Time) (*availabilityBucket, int64) {
 	if e < 1 {
 		e = 1 // a time before the origin counts in the first span
 	}
-	b := &a.buckets[e%routeBuckets]
+	b := &a.buckets[e%routeRing]
 	if b.epoch.Load() != e {
 		a.mu.Lock()
 		if b.epoch.Load() < e {
@@ -266,6 +286,43 @@ func (a *availability) totals(now time.Time) (requests, accepts, slow, held int6
 	return requests, accepts, slow, held
 }
 
+// throttleTotals returns the totals the throttle reads at now: the
+// window's (totals), and when they hold fewer than routeMinRequests, this
+// Client's own spans before the window, newest first, until they do or
+// routeQuietWindow is reached: a quiet Client's last requests. Only while
+// the model's breaker is closed, and not the spans begun before it closed:
+// what came before is the spell the breaker took the model out for, and a
+// breaker not closed decides who goes to the model (its probes, or every
+// call of a wave meeting the model together after a long silence). (The
+// other replicas' spans, which a fleet shares for the window, are not
+// read further back.)
+func (a *availability) throttleTotals(now time.Time) (requests, accepts, slow, held int64) {
+	requests, accepts, slow, held = a.totals(now)
+	if requests >= routeMinRequests {
+		return requests, accepts, slow, held
+	}
+	_, e := a.bucket(now)
+	from := e - routeRing + 1
+	if a.closedSince != nil {
+		t, closed := a.closedSince()
+		if !closed {
+			return requests, accepts, slow, held
+		}
+		if !t.IsZero() {
+			from = max(from, int64((t.Sub(a.origin)+routeSpan-1)/routeSpan)+1) // the first span begun at t or later
+		}
+	}
+	for x := e - routeBuckets; x >= max(1, from) && requests < routeMinRequests; x-- {
+		if b := &a.buckets[x%routeRing]; b.epoch.Load() == x {
+			requests += b.requests.Load()
+			accepts += b.accepts.Load()
+			slow += b.slow.Load()
+			held += b.held.Load()
+		}
+	}
+	return requests, accepts, slow, held
+}
+
 // othersWindow returns the other replicas' spans (setOthers) that the
 // window of span e counts: a window's worth up to the latest of them (none
 // later than e), none older than two windows. A replica shares its
@@ -300,7 +357,7 @@ func (a *availability) othersWindow(e int64) []spanCounts {
 func (a *availability) recent(now time.Time) (sent, slow int64) {
 	_, e := a.bucket(now)
 	for _, x := range [2]int64{e, e - 1} {
-		if b := &a.buckets[x%routeBuckets]; x > 0 && b.epoch.Load() == x {
+		if b := &a.buckets[x%routeRing]; x > 0 && b.epoch.Load() == x {
 			sent += b.requests.Load() - b.held.Load()
 			slow += b.slow.Load()
 		}
@@ -357,7 +414,8 @@ func (a *availability) cachePast(e int64) *pastSpans {
 }
 
 // rejectProbability returns the chance that a request at now is throttled,
-// from the window's requests before it: 0 below routeMinRequests. It is the
+// from the window's requests before it (throttleTotals: a quiet Client's
+// reach further back): 0 below routeMinRequests. It is the
 // larger of the failure rule 1 − routeK·answerRateBound(sent, accepts)
 // and the latency rule
 //
@@ -372,7 +430,7 @@ func (a *availability) cachePast(e int64) *pastSpans {
 // degraded model's answers however many it fails.
 // It also returns the window's requests sent and accepts, for the record.
 func (a *availability) rejectProbability(now time.Time) (p float64, sent, accepts int64) {
-	r, acc, slow, held := a.totals(now)
+	r, acc, slow, held := a.throttleTotals(now)
 	sent = r - held
 	if r < routeMinRequests {
 		return 0, sent, acc

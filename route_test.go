@@ -813,7 +813,10 @@ func callInWaves(t *testing.T, clients []*geminiguard.Client, users, waves int, 
 // the waves that meet its bad spell open its breaker. The wave after the
 // spell meets a breaker that has heard nothing for far longer than it was
 // open: every call of the wave goes to pro (before, one probe did, and the
-// other eleven went to flash).
+// other eleven went to flash). In the spell, the throttle keeps one call
+// of the third wave from pro: it reads the 24 failures of the two waves
+// before, the last requests of a Client calling every 30s
+// (routeQuietWindow; before, a window of 30s held none of them).
 func TestWaveAfterASilenceMeetsTheModelTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const users, waves, every = 12, 6, 30 * time.Second
@@ -834,7 +837,7 @@ func TestWaveAfterASilenceMeetsTheModelTogether(t *testing.T) {
 		assert.Equal(t, []map[string]int{{pro: users}, {flash: users}, {flash: users}, {flash: users}, {pro: users}, {pro: users}},
 			answeredBy, "the wave after the bad spell meets pro together")
 		assert.Equal(t, []string{pro + ":open", pro + ":half-open", pro + ":closed"}, changes.get())
-		assert.Len(t, srv.Requests(pro), waves*users, "every call asked pro once")
+		assert.Len(t, srv.Requests(pro), waves*users-1, "every call asked pro once, but one the throttle kept back in the bad spell")
 	})
 }
 
@@ -902,5 +905,39 @@ func TestModelThatHangsAfterItsSpellHoldsOnlyItsProbesCall(t *testing.T) {
 		}
 
 		assert.Len(t, waited, 1, "only the probe's call waits for the hang: %v", waited)
+	})
+}
+
+// TestQuietClientThrottlesAModelThatStallsOnEveryRequest: one user calls
+// every 20s; pro answers in 1s for two minutes, then hangs on every
+// request; flash answers in 0.8s. The throttle's window of 30s never holds
+// the ten requests it needs from so quiet a Client: it reads back over its
+// last requests, as a busy Client's window holds them, and keeps the
+// latency rule's share of the traffic from pro (21 of the 36 calls that
+// began once it hung sent it a request, most in the first minutes).
+// Before, nothing was throttled: all 36 sent pro a request, cut or hedged,
+// and a second one to flash.
+func TestQuietClientThrottlesAModelThatStallsOnEveryRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+			if time.Since(start) >= 2*time.Minute {
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		calls, toPro := 0, 0
+		for _, u := range usersCalling(t, c, 1, start, 15*time.Minute, 20*time.Second) {
+			if u.began >= 2*time.Minute {
+				calls++
+				if slices.ContainsFunc(u.rec.Attempts, func(a geminiguard.Attempt) bool { return a.Model == pro && !a.Skipped }) {
+					toPro++
+				}
+			}
+		}
+
+		assert.LessOrEqual(t, float64(toPro), 2.0/3*float64(calls), "calls that sent pro a request, each one more to flash (of %d)", calls)
 	})
 }

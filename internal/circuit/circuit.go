@@ -679,6 +679,15 @@ func (b *Breaker) OpenSince() time.Time {
 	return time.Time{}
 }
 
+// ClosedSince reports whether the breaker is closed and since when: the
+// zero time when it was never anything else. Safe for concurrent use.
+func (b *Breaker) ClosedSince() (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, st := b.load()
+	return b.changed, st == Closed
+}
+
 // Since returns when the breaker opened.
 func (r *Refusal) Since() time.Time { return r.since }
 
