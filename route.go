@@ -101,8 +101,9 @@ const (
 // Client sending fewer than a request every three seconds was never
 // throttled: one user calling every 20 seconds, whose primary stalled on
 // every request, paid a second request on every call for as long as it
-// lasted. Ten requests a window of five minutes hold a client calling
-// every 30 seconds; the spans kept cost 40 bytes each.
+// lasted. Ten requests in five minutes hold a client calling more often
+// than every 30 seconds (TestThrottleActsAlikeAtEveryCallRate); the spans
+// kept cost 40 bytes each.
 const (
 	routeQuietWindow = 5 * time.Minute
 	routeRing        = int64(routeQuietWindow / routeSpan) // spans kept

@@ -941,3 +941,39 @@ func TestQuietClientThrottlesAModelThatStallsOnEveryRequest(t *testing.T) {
 		assert.LessOrEqual(t, float64(toPro), 2.0/3*float64(calls), "calls that sent pro a request, each one more to flash (of %d)", calls)
 	})
 }
+
+// TestThrottleActsAlikeAtEveryCallRate: pro stalls on 60% of its requests
+// after its first ten, drawn at random, and flash answers in 0.8s; one
+// user calls 200 times, a call every 0.25s, 2s, 10s or 20s after the last
+// one ended. The latency rule keeps from pro the traffic whose stalls cost
+// more than 0.35 requests a request: each rate pays about the same
+// requests a call (1.39), for about the same share of pro's answers (a
+// quarter). Before routeQuietWindow, only the busiest did: from a call
+// every 2s on, the window of 30s never held the ten requests the throttle
+// needs, nothing was throttled, and every call paid 1.62 (pro answered
+// 0.39 of them: the price the latency rule declines at every rate).
+func TestThrottleActsAlikeAtEveryCallRate(t *testing.T) {
+	perCall, share := map[time.Duration]float64{}, map[time.Duration]float64{}
+	for _, gap := range []time.Duration{250 * time.Millisecond, 2 * time.Second, 10 * time.Second, 20 * time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			draws := rand.New(rand.NewPCG(7, 8))
+			srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+				if i >= 10 && draws.Float64() < 0.6 {
+					return geminitest.Step{Latency: 45 * time.Second}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+			c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+			const calls = 200
+			share[gap] = float64(askEvery(t, c, calls, gap, pro)) / calls
+			perCall[gap] = float64(srv.Total(pro)+srv.Total(flash)) / calls
+			t.Logf("a call every %v: %.3f requests a call, %.3f of the answers from pro", gap, perCall[gap], share[gap])
+		})
+	}
+	busiest := perCall[250*time.Millisecond]
+	assert.Less(t, busiest, 1.45, "the busiest caller is throttled")
+	for gap, n := range perCall {
+		assert.InDelta(t, busiest, n, 0.05, "requests a call, a call every %v", gap)
+		assert.InDelta(t, share[250*time.Millisecond], share[gap], 0.05, "pro's share of the answers, a call every %v", gap)
+	}
+}
