@@ -374,6 +374,12 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		end = call.deadline
 	}
 	cut, onward := call.boundingCut(m, end.Sub(start))
+	if cut > 0 {
+		if d, ok := m.lat.Probe(call.class, start, !onward, end.Sub(start)); ok {
+			defer func() { m.lat.ProbeEnded(call.class, start, time.Now()) }() // on a panic of the SDK too
+			cut = max(cut, call.stretch(m, d, !onward))
+		}
+	}
 	if after, ok := call.hedgeAfter(m, start, end); ok {
 		return call.hedged(ctx, a, end, after, cut, onward)
 	}

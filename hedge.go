@@ -113,7 +113,8 @@ type HedgePolicy struct {
 	// first attempts plus one a second), not here. Once the budget is
 	// spent, an attempt is not hedged before its learned deadline; at it,
 	// the request its cut would send is sent as a hedge that keeps the
-	// original (a unary call's), counted as the cut, not here. A model
+	// original (a unary call's), counted as the cut, not here (a call's
+	// record says "in its cut's place" of it, not "hedge"). A model
 	// whose hedges lose their races (its late answers are long, not
 	// stalled) is hedged at the end of 99% of its answers instead, until
 	// they win again.
@@ -129,10 +130,16 @@ func newHedgeBudget(p HedgePolicy) *retryBudget {
 // errHedgeLost marks an attempt cancelled because its hedge answered
 // first, errHedgeOvertaken a hedge cancelled because the attempt it hedged
 // answered first: a call's record (CallRecord.Attempts) tells the two
-// requests of a race apart by them.
+// requests of a race apart by them. errCutPlaceLost and
+// errCutPlaceOvertaken mark the same of a race with the request sent at
+// the attempt's learned deadline in its cut's place (mayTakeCutsPlace),
+// which the cut's budget pays and not the hedge budget: the record tells
+// it from a hedge.
 var (
-	errHedgeLost      = errors.New("geminiguard: attempt cancelled: its hedge answered first")
-	errHedgeOvertaken = errors.New("geminiguard: hedge cancelled: the attempt it hedged answered first")
+	errHedgeLost         = errors.New("geminiguard: attempt cancelled: its hedge answered first")
+	errHedgeOvertaken    = errors.New("geminiguard: hedge cancelled: the attempt it hedged answered first")
+	errCutPlaceLost      = errors.New("geminiguard: attempt cancelled: the request sent in its cut's place answered first")
+	errCutPlaceOvertaken = errors.New("geminiguard: request sent in a cut's place cancelled: the attempt it would have cut answered first")
 )
 
 // hedgeAfter returns the delay after which the attempt of call to m that
@@ -255,8 +262,11 @@ type raced[R any] struct {
 	end      time.Time
 	timedOut bool // its own deadline (the attempt timeout) ended it
 	hedge    bool // the hedge's, not the original's
-	panics   bool // the request panicked with panicV
-	panicV   any
+	// inCutsPlace: the hedge was sent in the original's cut's place
+	// (mayTakeCutsPlace), both requests' records say so (loser)
+	inCutsPlace bool
+	panics      bool // the request panicked with panicV
+	panicV      any
 	// session is the stream the request opened (streams only), until it
 	// is handed to the call or closed (release).
 	session *streamSession
@@ -683,7 +693,8 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 		return call.ended(ctx, m, start, orig.end, cut, onward, timedOut, resp, err)
 	}
 	hresp, _ := hr.hedge.resp.(R)
-	hedge := raced[R]{resp: hresp, err: hr.hedge.err, end: hr.hedge.end, timedOut: hr.hedge.timedOut, hedge: true, session: hr.hedge.session}
+	hedge := raced[R]{resp: hresp, err: hr.hedge.err, end: hr.hedge.end, timedOut: hr.hedge.timedOut, hedge: true, inCutsPlace: hr.inCutsPlace, session: hr.hedge.session}
+	orig.inCutsPlace = hr.inCutsPlace
 	hr.hedge.session = nil
 	defer hedge.release()
 	hstart := hr.hstart
@@ -753,10 +764,16 @@ func (call *call[R]) loser(ctx context.Context, a *admission, r *raced[R], start
 			a.lose(r.end)
 		}
 		lost := errHedgeOvertaken
+		if r.inCutsPlace {
+			lost = errCutPlaceOvertaken
+		}
 		if !r.hedge {
 			m.lat.Record(call.class, latency.Abandoned, r.end) // later than any answer
 			m.routes[call.endpoint].slowed(r.end)
 			lost = errHedgeLost
+			if r.inCutsPlace {
+				lost = errCutPlaceLost
+			}
 		}
 		call.fail(m.name, &ModelError{Model: m.name, Verdict: Verdict{Class: ClassTimeout, Scope: ScopeModel}, Err: lost}, 0, elapsed)
 		return

@@ -80,6 +80,49 @@ func TestHedgeThatLosesItsRaceIsRecordedAsTheLoser(t *testing.T) {
 	})
 }
 
+// TestRequestSentInACutsPlaceIsRecordedApartFromAHedge: pro answers 20
+// calls in 1s, then stalls 45s on every request; a user calls eight times
+// more, one after the other, and flash answers in 0.8s. The hedge budget
+// (three a minute and 5% of the calls) pays for six hedges; the last two
+// stalls are sent on at pro's learned cut as requests that keep the
+// original, in the cut's place, which the cut's budget pays. A call's
+// record tells them apart. Before, all eight read "its hedge answered
+// first", and a user, or a test of the hedge budget, counted the cut's
+// requests as hedges.
+func TestRequestSentInACutsPlaceIsRecordedApartFromAHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if i >= 20 {
+				return geminitest.Step{Latency: 45 * time.Second}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := hedgingClient(t, srv)
+		for range 20 {
+			_, err := askedRec(t.Context(), c)
+			require.NoError(t, err)
+		}
+
+		var lost []string
+		for range 8 {
+			rec, err := askedRec(t.Context(), c)
+			require.NoError(t, err)
+			require.Len(t, rec.Attempts, 2)
+			assert.Equal(t, flash, rec.Model)
+			require.Error(t, rec.Attempts[0].Err)
+			lost = append(lost, rec.Attempts[0].Err.Error())
+		}
+
+		for i, e := range lost {
+			if i < 6 {
+				assert.Contains(t, e, "its hedge answered first", "call %d: a hedge", i)
+			} else {
+				assert.Contains(t, e, "the request sent in its cut's place answered first", "call %d: the cut's request", i)
+			}
+		}
+	})
+}
+
 func TestHedgeBudgetHoldsUnderAStorm(t *testing.T) {
 	// After 20 answers every request of pro stalls: every call is late.
 	assertHedgeBudgetHolds(t, geminitest.Step{Latency: 45 * time.Second}, askedRec)

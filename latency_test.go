@@ -934,6 +934,41 @@ func TestModelThatStopsAnsweringIsCutAfterItsCutIsLifted(t *testing.T) {
 	})
 }
 
+// TestLiftedCutIsTestedByOneAttemptAtATime: pro answers in 1s, then, from
+// the first minute on, hangs on 39 requests in 40 and answers the 40th in
+// 1s; nine users call every 7s for six minutes, 0.7s apart, and flash
+// answers in 0.8s. Runs of 32 attempts cut in a row read
+// as a latency shift, and the cut is lifted for slower answers to teach
+// the new one; but pro's answers still come at its old time: its hangs are
+// not a shift. One attempt at a time tests the lift (as a half-open
+// breaker's probe tests a recovery); the others keep the cut pro's answers
+// give: one call took longer than 5s. Before, every attempt sent while
+// the cut was lifted waited ten times pro's slowest answer or more: 59
+// calls did (as in the hang family's 3500126 and 3500136, pro hanging on
+// 95% and 99% of its requests after it learned its cut: p99 22 and 19
+// times the oracle's).
+func TestLiftedCutIsTestedByOneAttemptAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Decide: func(_ geminitest.Request, i int) geminitest.Step {
+			if time.Since(start) >= time.Minute && i%40 != 0 {
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{Latency: time.Second}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		slow := 0
+		for _, u := range callInWaves(t, []*geminiguard.Client{c}, 9, 51, 7*time.Second, 700*time.Millisecond, start) {
+			if u.took > 5*time.Second {
+				slow++
+			}
+		}
+
+		assert.LessOrEqual(t, slow, 5, "calls that waited longer than 5s")
+	})
+}
+
 // TestModelHangingOnNearlyEveryRequestFromTheStartIsCutSooner: pro hangs
 // on nine requests in ten from the start and answers the rest in 0.3s;
 // ten users call for two minutes. Until pro learns its cut, an attempt is

@@ -45,15 +45,18 @@ import (
 // or more), unless the answers are fewer than 1 − HedgeQuantile of
 // the record, or the latest refreshEvery attempts were all abandoned: every
 // request slowed past the cut (a latency shift), and the cut is lifted,
-// for the slower answers to teach the new one: until one answers, the
-// median is read as maxSpread times the slowest answer's (an answer later
-// than that is a stall whatever the spread: stallBound), CutMax times more
-// for every refreshEvery attempts abandoned in a row since (as TCP backs
-// off its retransmission timer: a shift of any size is learned within a
-// few rounds, and a model that stopped answering is not waited out to the
-// attempt timeout on every request sent meanwhile, which nothing else
-// bounds); then, until the answers are half of the record again, the
-// median is the slowest answer's, theirs. An attempt
+// for the slower answers to teach the new one, for one attempt at a time
+// (Probe, as a half-open breaker's probe tests a recovery; the others keep
+// the cut the answers give, so that a model hanging on most requests and
+// answering the rest at its usual time is not waited for ten times its
+// slowest answer on every one): until one answers, its median is read as
+// maxSpread times the slowest answer's (an answer later than that is a
+// stall whatever the spread: stallBound), CutMax times more after every
+// probe that waited its cut unanswered (as TCP backs off its
+// retransmission timer: a shift of any size is learned within a few
+// probes, and a model that stopped answering is not waited out to the
+// attempt timeout); then, until the answers are half of the record again,
+// the median is the slowest answer's, theirs. An attempt
 // with no other model to go to (the last of its call) is cut at last: its
 // cut only buys another request to the same model, which a model slowed
 // on every request (a latency shift, not stalls) answers as late. A model
@@ -195,7 +198,10 @@ type histogram struct {
 	cohortAnswers atomic.Int64          // answers of those attempts (CohortAnswered)
 	mu            sync.Mutex            // serialises refreshes
 	shifted       bool                  // under mu: the cut was lifted (a latency shift) and the record is still mostly abandoned
-	liftRun       int64                 // under mu: abandonedRun when the cut was lifted
+	lift          atomic.Pointer[lift]  // while the cut is lifted: the lifted cuts, which one attempt at a time tests (Probe); nil otherwise
+	probe         atomic.Int64          // when the attempt that holds the lifted cut (Probe) was sent, in Unix nanoseconds; 0: none holds it
+	probeCut      atomic.Int64          // the cut Probe gave that attempt, in nanoseconds
+	liftFailed    atomic.Int64          // the probes that waited their cut unanswered since the cut was lifted (ProbeEnded)
 	races         races                 // the recent races of its attempts with their hedges (Raced)
 }
 
@@ -275,9 +281,58 @@ func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 	if d != Abandoned && h.cut.Load() == 0 {
 		h.flight.wake()
 	}
-	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 {
-		h.refresh(now) // at each answer while it warms up, then now and then
+	if n := h.records.Add(1); n <= 2*refreshEvery || n%refreshEvery == 0 || d != Abandoned && h.lift.Load() != nil {
+		h.refresh(now) // at each answer while it warms up or its cut is lifted, then now and then
 	}
+}
+
+// Probe gives an attempt of class sent at start the lifted cut, when the
+// class's cut is lifted (a latency shift: every request slowed past it)
+// and no other attempt holds it, and reports whether it did; the attempt
+// must then hand it back with ProbeEnded when it ends, even on a panic.
+// One attempt at a time tests the lift, as a half-open breaker's probe
+// tests a recovery: were the shift real, its answer teaches the new cut
+// (an answer recorded while the cut is lifted refreshes it), and the other
+// attempts keep the cut the answers give, so a model that hangs on most of
+// its requests and answers the rest at its usual time is not waited for
+// ten times its slowest answer on every request. The lifted cut is the
+// cut were the median maxSpread times the slowest answer's (last: the cut
+// of an attempt with nowhere else to go), CutMax times longer for each
+// probe since the lift that waited its cut with nothing sent after it
+// answered (a shift of any size is learned within a few probes, as TCP
+// backs off its retransmission timer), as long as it stays within within,
+// the room the attempt has before its own deadline: a probe is not held
+// to the attempt timeout while a shorter one fits.
+func (l *Learner) Probe(class int, start time.Time, last bool, within time.Duration) (time.Duration, bool) {
+	h := &l.classes[class]
+	lf := h.lift.Load()
+	if lf == nil || !h.probe.CompareAndSwap(0, start.UnixNano()) {
+		return 0, false
+	}
+	d := lf.cut
+	if last || h.hedgesLose() {
+		d = lf.last
+	}
+	for range h.liftFailed.Load() {
+		if d*CutMax >= within {
+			break
+		}
+		d *= CutMax
+	}
+	h.probeCut.Store(int64(d))
+	return d, true
+}
+
+// ProbeEnded hands back, at now, the lifted cut Probe gave the attempt of
+// class sent at start. A probe that waited its cut while nothing sent at or
+// after start answered makes the next one's CutMax times longer; one that
+// answered, failed sooner or lost its race to a hedge does not.
+func (l *Learner) ProbeEnded(class int, start, now time.Time) {
+	h := &l.classes[class]
+	if now.Sub(start) >= time.Duration(h.probeCut.Load()) && h.answeredSent.Load() < start.UnixNano() {
+		h.liftFailed.Add(1)
+	}
+	h.probe.CompareAndSwap(start.UnixNano(), 0)
 }
 
 // Hedge returns the learned hedge delay of an attempt of class: until the
@@ -731,12 +786,12 @@ func (h *histogram) refresh(now time.Time) {
 			break
 		}
 	}
-	stretch := 1.0 // of the median's time
+	lifted := false
 	switch answers := total - counts[Buckets-1]; {
 	case median < Buckets-1:
 		h.shifted = false
 	case h.abandonedRun.Load() >= refreshEvery || float64(answers) < (1-HedgeQuantile)*float64(total):
-		median, stretch = h.lifted(counts) // every request slowed past the cut
+		median, lifted = h.lifted(counts), true // every request slowed past the cut
 	case h.shifted:
 		median = slowestAnswer(counts) // the answers since the lift, the slowest, teach the new cut
 	default:
@@ -744,22 +799,31 @@ func (h *histogram) refresh(now time.Time) {
 	}
 	spread95, spread99 := answersSpread(counts)
 	censored, q25, q75 := h.censoredBody(&counts, now)
-	if stretch == 1 && median < Buckets-1 && censored > median { // lifted, the record's median is an abandoned attempt's: it would lift the cut back to none
+	if !lifted && median < Buckets-1 && censored > median { // the record's median is an abandoned attempt's: it would lift the cut back to none
 		median = censored
 	}
 	if q25 >= 0 && q75 >= 0 && total-counts[Buckets-1] >= Warmup {
 		s95, s99 := spreadOfQuartiles(q25, q75)
 		spread95, spread99 = max(spread95, s95), max(spread99, s99)
 	}
-	mid := time.Duration(min(stretch*float64(Mid(median)), float64(Mid(Buckets-1))))
-	ceiling := time.Duration(spread99 * float64(mid))
-	cut := max(CutFloor, min(ceiling, max(CutMin*mid, End(answered), time.Duration(spread95*float64(mid)))))
+	mid := Mid(median)
+	cut, ceiling := cutsOf(mid, spread95, spread99, answered)
+	switch {
+	case !lifted || median == Buckets-1: // nothing to test, or no answer to scale
+		h.lift.Store(nil)
+	default:
+		lc, ll := cutsOf(time.Duration(min(maxSpread*float64(mid), float64(Mid(Buckets-1)))), spread95, spread99, answered)
+		if h.lift.Load() == nil {
+			h.liftFailed.Store(0)
+		}
+		h.lift.Store(&lift{cut: lc, last: max(CutFloor, ll)})
+	}
 	first := h.cut.Load() == 0
 	h.ceiling.Store(math.Float64bits(spread99))
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, ceiling)))
 	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))
-	if tail == Buckets-1 && answered >= 0 {
+	if tail == Buckets-1 && answered >= 0 && (!h.shifted || lifted) {
 		hedge = max(CutFloor, End(answered))
 	}
 	h.hedge.Store(int64(min(cut, hedge)))
@@ -770,21 +834,29 @@ func (h *histogram) refresh(now time.Time) {
 }
 
 // lifted returns the median of a class whose cut is lifted (refresh), every
-// request slowed past it: the slowest answer's bucket in counts, its time
-// stretched maxSpread times, and CutMax times more for every refreshEvery
-// attempts abandoned in a row since the lift; Buckets-1 and 1 (no cut)
+// request slowed past it: the slowest answer's bucket in counts; Buckets-1
 // when there is no answer. h.mu is held.
-func (h *histogram) lifted(counts [Buckets]int64) (median int, stretch float64) {
-	run := h.abandonedRun.Load()
-	if !h.shifted || run < h.liftRun { // lifted now, or again after an answer
-		h.liftRun = run
-	}
+func (h *histogram) lifted(counts [Buckets]int64) (median int) {
 	h.shifted = true
-	slowest := slowestAnswer(counts)
-	if slowest < 0 {
-		return Buckets - 1, 1
+	if slowest := slowestAnswer(counts); slowest >= 0 {
+		return slowest
 	}
-	return slowest, maxSpread * math.Pow(CutMax, float64((run-h.liftRun)/refreshEvery))
+	return Buckets - 1
+}
+
+// lift is a class's lifted cuts (refresh): its cut and the cut of an
+// attempt with nowhere else to go, were the median maxSpread times the
+// slowest answer's.
+type lift struct{ cut, last time.Duration }
+
+// cutsOf returns the cut of a class whose median answer takes mid, whose
+// answers end within spread95 and spread99 times it (answersSpread) and
+// 95% of whose answers came by the end of bucket answered (-1: none), and
+// its ceiling, the cut of an attempt with nowhere else to go: twice to
+// three times the median, later when the answers spread wider (refresh).
+func cutsOf(mid time.Duration, spread95, spread99 float64, answered int) (cut, ceiling time.Duration) {
+	ceiling = time.Duration(spread99 * float64(mid))
+	return max(CutFloor, min(ceiling, max(CutMin*mid, End(answered), time.Duration(spread95*float64(mid))))), ceiling
 }
 
 // count returns bucket i's count: this learner's and the others'.

@@ -91,11 +91,15 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 // Only when nearly nothing answers (under 1 − HedgeQuantile of the
 // attempts), or the latest refreshEvery attempts were all cut (every
 // request slowed past the cut: a latency shift), is the cut lifted, for
-// the slower answers to teach the new one: the median is read as maxSpread
-// times the slowest answer's, CutMax times more for every refreshEvery
-// attempts abandoned in a row since. Before, nothing was cut while no
+// the slower answers to teach the new one, and then only for one attempt
+// at a time (Probe), as a half-open breaker's probe tests a recovery: its
+// cut is read as though the median were maxSpread times the slowest
+// answer's, CutMax times more for every probe since the lift that waited
+// its cut with nothing answered, within the attempt's room; the other
+// attempts keep the cut the answers give. Before, nothing was cut while no
 // answer came, and a model that stopped answering was waited out to the
-// attempt timeout.
+// attempt timeout; and then every attempt sent while the cut was lifted
+// waited ten times the slowest answer or more.
 func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	l := New(1)
 	for i := range 90 {
@@ -108,6 +112,8 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	d, ok := l.Cut(0, false)
 	require.True(t, ok)
 	assert.InDelta(t, 2, d.Seconds(), 0.5, "twice the slowest answer, 1s")
+	_, ok = l.Probe(0, t0, false, 10*time.Minute)
+	assert.False(t, ok, "not lifted: no probe")
 
 	l = New(1)
 	for i := range 100 {
@@ -119,7 +125,20 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	}
 	d, ok = l.Cut(0, false)
 	require.True(t, ok)
-	assert.InDelta(t, 20, d.Seconds(), 3, "lifted: twice maxSpread times the slowest answer, 1s")
+	assert.InDelta(t, 2, d.Seconds(), 0.5, "lifted, the attempts but the probe keep the answers' cut")
+	d, ok = l.Probe(0, t0, false, 10*time.Minute)
+	require.True(t, ok)
+	assert.InDelta(t, 20, d.Seconds(), 3, "the probe's: twice maxSpread times the slowest answer, 1s")
+	_, ok = l.Probe(0, t0.Add(time.Second), false, 10*time.Minute)
+	assert.False(t, ok, "one probe at a time")
+	l.ProbeEnded(0, t0, t0.Add(25*time.Second)) // it waited its cut, and nothing answered
+	d, ok = l.Probe(0, t0.Add(25*time.Second), false, 10*time.Minute)
+	require.True(t, ok)
+	assert.InDelta(t, 60, d.Seconds(), 9, "CutMax times later after a probe that waited its cut unanswered")
+	l.ProbeEnded(0, t0.Add(25*time.Second), t0.Add(26*time.Second)) // ended sooner: no longer
+	d, ok = l.Probe(0, t0.Add(26*time.Second), false, 30*time.Second)
+	require.True(t, ok)
+	assert.InDelta(t, 20, d.Seconds(), 3, "not CutMax times later past the attempt's room")
 
 	l = New(1)
 	for range 100 {
@@ -128,15 +147,9 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	for range 4 * refreshEvery {
 		l.Record(0, Abandoned, t0) // every request slowed past the cut
 	}
-	d, ok = l.Cut(0, false)
+	d, ok = l.Probe(0, t0, false, 10*time.Minute)
 	require.True(t, ok)
 	assert.InDelta(t, 20, d.Seconds(), 3, "lifted once the answers were under half of the record, refreshEvery cut in a row")
-	for range 2 * refreshEvery {
-		l.Record(0, Abandoned, t0) // still nothing answers
-	}
-	d, ok = l.Cut(0, false)
-	require.True(t, ok)
-	assert.InDelta(t, 180, d.Seconds(), 25, "CutMax times later for each refreshEvery cut in a row since the lift")
 }
 
 func TestHedgeDelay(t *testing.T) {
