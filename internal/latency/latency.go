@@ -323,6 +323,15 @@ func (l *Learner) Probe(class int, start time.Time, last bool, within time.Durat
 	return d, true
 }
 
+// LiftUnanswered reports whether the cut of class is lifted and a probe
+// has waited the lifted cut unanswered since (Probe, ProbeEnded): what
+// slows the model is no shift the lift has taught yet, and an answer of a
+// request still out is no likelier than the probe's was.
+func (l *Learner) LiftUnanswered(class int) bool {
+	h := &l.classes[class]
+	return h.lift.Load() != nil && h.liftFailed.Load() > 0
+}
+
 // ProbeEnded hands back, at now, the lifted cut Probe gave the attempt of
 // class sent at start. A probe that waited its cut while nothing sent at or
 // after start answered makes the next one's CutMax times longer; one that

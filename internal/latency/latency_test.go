@@ -131,7 +131,9 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	assert.InDelta(t, 20, d.Seconds(), 3, "the probe's: twice maxSpread times the slowest answer, 1s")
 	_, ok = l.Probe(0, t0.Add(time.Second), false, 10*time.Minute)
 	assert.False(t, ok, "one probe at a time")
+	assert.False(t, l.LiftUnanswered(0), "no probe has waited the lifted cut yet")
 	l.ProbeEnded(0, t0, t0.Add(25*time.Second)) // it waited its cut, and nothing answered
+	assert.True(t, l.LiftUnanswered(0))
 	d, ok = l.Probe(0, t0.Add(25*time.Second), false, 10*time.Minute)
 	require.True(t, ok)
 	assert.InDelta(t, 60, d.Seconds(), 9, "CutMax times later after a probe that waited its cut unanswered")
