@@ -480,12 +480,12 @@ func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen
 // model to go to, with the probability above), with the error to record.
 // While a request sent when m was unheard is still in flight, its answer
 // may be on its way, later than its contemporaries' failures, and nothing
-// is throttled, but once the cut lifted for m's slowness was tested and
+// is throttled; unless the cut lifted for m's slowness was tested and
 // waited out unanswered (latency.Learner.LiftUnanswered): no answer is on
-// its way that the lift could not have waited for. Before, a model that stopped answering kept a request in
-// flight for as long as calls came (each sent while it was unheard), and
-// was never throttled: ten users paid 2.3 requests a call for ten
-// minutes, each waiting the cut.
+// its way that the lift could not have waited for. (Before, a model that
+// stopped answering kept a request in flight for as long as calls came,
+// each sent while it was unheard, and was never throttled: ten users paid
+// 2.0 requests a call for ten minutes, each waiting the cut.)
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
 	p, sent, acc := av.rejectProbability(now)
