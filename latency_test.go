@@ -1049,3 +1049,37 @@ func TestStallsOfAModelWhoseFewAnswersSpreadAreCutOnceSilent(t *testing.T) {
 		assert.Less(t, slowest, 17*time.Second, "the hangs cut once silent, the calls answered by flash")
 	})
 }
+
+// TestModelThatStoppedAnsweringIsProbedEverMoreRarely: pro answers in 1s,
+// then from the first minute hangs on every request; one user calls back
+// to back for fifteen minutes, and flash answers in 0.8s. Pro's cut is
+// lifted (every attempt cut), and one attempt at a time, its call's,
+// waits the lifted cut as a probe; after each probe that waited it
+// unanswered, none is sent for as long, CutMax times longer for each one
+// before (up to two minutes): 6 of 499 calls waited over 5s. Before, a
+// probe followed the last as soon as a call came: 23 of 288 did.
+func TestModelThatStoppedAnsweringIsProbedEverMoreRarely(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+			if time.Since(start) >= time.Minute {
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		calls, probes := 0, 0
+		for _, u := range usersCalling(t, c, 1, start, 15*time.Minute, 0) {
+			if u.began >= time.Minute {
+				calls++
+				if u.took > 5*time.Second {
+					probes++
+				}
+			}
+		}
+
+		t.Logf("%d calls from the first minute, %d of them over 5s", calls, probes)
+		assert.LessOrEqual(t, probes, 8, "calls that waited a probe's lifted cut")
+	})
+}

@@ -202,6 +202,7 @@ type histogram struct {
 	probe         atomic.Int64          // when the attempt that holds the lifted cut (Probe) was sent, in Unix nanoseconds; 0: none holds it
 	probeCut      atomic.Int64          // the cut Probe gave that attempt, in nanoseconds
 	liftFailed    atomic.Int64          // the probes that waited their cut unanswered since the cut was lifted (ProbeEnded)
+	probeNext     atomic.Int64          // no probe is sent before it, in Unix nanoseconds: the pause after one that waited its cut unanswered (ProbeEnded)
 	races         races                 // the recent races of its attempts with their hedges (Raced)
 }
 
@@ -302,11 +303,12 @@ func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 // answered (a shift of any size is learned within a few probes, as TCP
 // backs off its retransmission timer), as long as it stays within within,
 // the room the attempt has before its own deadline: a probe is not held
-// to the attempt timeout while a shorter one fits.
+// to the attempt timeout while a shorter one fits. After a probe that
+// waited its cut unanswered, none is sent for a pause (ProbeEnded).
 func (l *Learner) Probe(class int, start time.Time, last bool, within time.Duration) (time.Duration, bool) {
 	h := &l.classes[class]
 	lf := h.lift.Load()
-	if lf == nil || !h.probe.CompareAndSwap(0, start.UnixNano()) {
+	if lf == nil || start.UnixNano() < h.probeNext.Load() || !h.probe.CompareAndSwap(0, start.UnixNano()) {
 		return 0, false
 	}
 	d := lf.cut
@@ -334,15 +336,29 @@ func (l *Learner) LiftUnanswered(class int) bool {
 
 // ProbeEnded hands back, at now, the lifted cut Probe gave the attempt of
 // class sent at start. A probe that waited its cut while nothing sent at or
-// after start answered makes the next one's CutMax times longer; one that
-// answered, failed sooner or lost its race to a hedge does not.
+// after start answered makes the next one's CutMax times longer, and no
+// probe is sent for as long as it waited, CutMax times longer for each
+// such probe before it since the lift, up to probePauseMax (a model that
+// stopped answering is probed ever more rarely, as gRPC backs off its
+// reconnections: every probe is a call that waits its cut); one that
+// answered, failed sooner or lost its race to a hedge does neither.
 func (l *Learner) ProbeEnded(class int, start, now time.Time) {
 	h := &l.classes[class]
-	if now.Sub(start) >= time.Duration(h.probeCut.Load()) && h.answeredSent.Load() < start.UnixNano() {
-		h.liftFailed.Add(1)
+	if waited := time.Duration(h.probeCut.Load()); now.Sub(start) >= waited && h.answeredSent.Load() < start.UnixNano() {
+		pause := waited
+		for range h.liftFailed.Add(1) - 1 {
+			pause = min(pause*CutMax, probePauseMax)
+		}
+		h.probeNext.Store(now.Add(min(pause, probePauseMax)).UnixNano())
 	}
 	h.probe.CompareAndSwap(start.UnixNano(), 0)
 }
+
+// probePauseMax bounds the pause between two probes of a lifted cut
+// (ProbeEnded): gRPC's connection backoff's MaxDelay, 120s. A model that
+// answers again at its usual time is seen sooner, by the attempts that keep
+// the cut its answers give.
+const probePauseMax = 2 * time.Minute
 
 // Hedge returns the learned hedge delay of an attempt of class: until the
 // class has warmed up, the early one at now (its cohort's cut, as
@@ -824,6 +840,7 @@ func (h *histogram) refresh(now time.Time) {
 		lc, ll := cutsOf(time.Duration(min(maxSpread*float64(mid), float64(Mid(Buckets-1)))), spread95, spread99, answered)
 		if h.lift.Load() == nil {
 			h.liftFailed.Store(0)
+			h.probeNext.Store(0)
 		}
 		h.lift.Store(&lift{cut: lc, last: max(CutFloor, ll)})
 	}

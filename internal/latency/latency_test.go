@@ -95,7 +95,8 @@ func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 // at a time (Probe), as a half-open breaker's probe tests a recovery: its
 // cut is read as though the median were maxSpread times the slowest
 // answer's, CutMax times more for every probe since the lift that waited
-// its cut with nothing answered, within the attempt's room; the other
+// its cut with nothing answered, within the attempt's room, after a pause
+// as long, CutMax times longer for each such probe before it; the other
 // attempts keep the cut the answers give. Before, nothing was cut while no
 // answer came, and a model that stopped answering was waited out to the
 // attempt timeout; and then every attempt sent while the cut was lifted
@@ -134,13 +135,20 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	assert.False(t, l.LiftUnanswered(0), "no probe has waited the lifted cut yet")
 	l.ProbeEnded(0, t0, t0.Add(25*time.Second)) // it waited its cut, and nothing answered
 	assert.True(t, l.LiftUnanswered(0))
-	d, ok = l.Probe(0, t0.Add(25*time.Second), false, 10*time.Minute)
+	_, ok = l.Probe(0, t0.Add(40*time.Second), false, 10*time.Minute)
+	assert.False(t, ok, "no probe for as long as the last one waited (its cut, 20s)")
+	d, ok = l.Probe(0, t0.Add(50*time.Second), false, 10*time.Minute)
 	require.True(t, ok)
 	assert.InDelta(t, 60, d.Seconds(), 9, "CutMax times later after a probe that waited its cut unanswered")
-	l.ProbeEnded(0, t0.Add(25*time.Second), t0.Add(26*time.Second)) // ended sooner: no longer
-	d, ok = l.Probe(0, t0.Add(26*time.Second), false, 30*time.Second)
+	l.ProbeEnded(0, t0.Add(50*time.Second), t0.Add(51*time.Second)) // ended sooner: no longer, no pause
+	d, ok = l.Probe(0, t0.Add(51*time.Second), false, 30*time.Second)
 	require.True(t, ok)
 	assert.InDelta(t, 20, d.Seconds(), 3, "not CutMax times later past the attempt's room")
+	l.ProbeEnded(0, t0.Add(51*time.Second), t0.Add(75*time.Second)) // the second to wait its cut unanswered
+	_, ok = l.Probe(0, t0.Add(130*time.Second), false, 10*time.Minute)
+	assert.False(t, ok, "the pause CutMax times longer for each such probe before it: 60s")
+	_, ok = l.Probe(0, t0.Add(140*time.Second), false, 10*time.Minute)
+	assert.True(t, ok)
 
 	l = New(1)
 	for range 100 {
