@@ -345,11 +345,11 @@ func (l *Learner) LiftUnanswered(class int) bool {
 func (l *Learner) ProbeEnded(class int, start, now time.Time) {
 	h := &l.classes[class]
 	if waited := time.Duration(h.probeCut.Load()); now.Sub(start) >= waited && h.answeredSent.Load() < start.UnixNano() {
-		pause := waited
+		pause := min(waited, probePauseMax)
 		for range h.liftFailed.Add(1) - 1 {
 			pause = min(pause*CutMax, probePauseMax)
 		}
-		h.probeNext.Store(now.Add(min(pause, probePauseMax)).UnixNano())
+		h.probeNext.Store(now.Add(pause).UnixNano())
 	}
 	h.probe.CompareAndSwap(start.UnixNano(), 0)
 }
@@ -849,7 +849,7 @@ func (h *histogram) refresh(now time.Time) {
 	h.cut.Store(int64(cut))
 	h.last.Store(int64(max(CutFloor, ceiling)))
 	hedge := max(CutFloor, End(tail), time.Duration(HedgeSpread*float64(mid)))
-	if tail == Buckets-1 && answered >= 0 && (!h.shifted || lifted) {
+	if tail == Buckets-1 && answered >= 0 && (!h.shifted || lifted) { // a shift learned (shifted, no longer lifted): the end of 95% of the answers is the old ones', not its own
 		hedge = max(CutFloor, End(answered))
 	}
 	h.hedge.Store(int64(min(cut, hedge)))
