@@ -1083,3 +1083,43 @@ func TestModelThatStoppedAnsweringIsProbedEverMoreRarely(t *testing.T) {
 		assert.LessOrEqual(t, probes, 8, "calls that waited a probe's lifted cut")
 	})
 }
+
+// TestModelBackSlowerAfterAnOutageIsRelearned: pro answers in 1s, hangs on
+// every request from the first minute to the fifth, then answers every
+// request in 8s; flash answers in 0.5s; eight users call back to back for
+// twelve minutes. Pro's lifted cut, tested by one attempt at a time and
+// waited out unanswered through the outage, is tested again after its
+// pauses; a probe after the fifth minute answers, and teaches the new
+// cut: from the eighth minute pro answers every call, as a shift of
+// a model that never stopped is learned (TestLatencyShiftPastTheCutIsRelearned).
+// (A trial that had the breaker count a dead model's beaten requests took
+// pro out for good: its probes, beaten by their hedges, never waited their
+// lifted cut.)
+func TestModelBackSlowerAfterAnOutageIsRelearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+			switch at := time.Since(start); {
+			case at >= 5*time.Minute:
+				return geminitest.Step{Latency: 8 * time.Second}
+			case at >= time.Minute:
+				return geminitest.Step{Latency: 10 * time.Minute}
+			}
+			return geminitest.Step{}
+		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var calls, byPro int
+		for _, u := range usersCalling(t, c, 8, start, 12*time.Minute, 0) {
+			if u.began >= 8*time.Minute {
+				calls++
+				if u.rec.Model == pro {
+					byPro++
+				}
+			}
+		}
+
+		assert.Positive(t, calls)
+		assert.Equal(t, calls, byPro, "pro's slower answers learned after its outage: it answers every call")
+	})
+}
