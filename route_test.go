@@ -985,7 +985,7 @@ func TestThrottleActsAlikeAtEveryCallRate(t *testing.T) {
 // one always is. The throttle waits for such requests, whose answers may
 // be on their way, but not once the lifted cut was tested and waited out
 // unanswered (latency.Learner.LiftUnanswered): from the second minute,
-// 1.21 requests a call, the median call flash's answer (0.8s), p99 2.8s.
+// 1.20 requests a call, the median call flash's answer (0.8s), p99 2.8s.
 // Before, with the lifted cut tested by one attempt at a time (ad1bc0a),
 // the throttle waited all ten minutes, and every call sent pro a request
 // and waited its cut: 2.0 requests a call, the median 2.8s; and before
