@@ -1061,12 +1061,7 @@ func TestStallsOfAModelWhoseFewAnswersSpreadAreCutOnceSilent(t *testing.T) {
 func TestModelThatStoppedAnsweringIsProbedEverMoreRarely(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
-			if time.Since(start) >= time.Minute {
-				return geminitest.Step{Latency: 10 * time.Minute}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := hangingFrom(start, time.Minute)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
 		calls, probes := 0, 0

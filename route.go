@@ -489,7 +489,7 @@ func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
 	p, sent, acc := av.rejectProbability(now)
-	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p || m.breakers[call.endpoint].awaiting(now) && !m.lat.LiftUnanswered(call.class) {
+	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p || !m.lat.LiftUnanswered(call.class) && m.breakers[call.endpoint].awaiting(now) {
 		return false, nil
 	}
 	av.kept(now)

@@ -384,6 +384,18 @@ func failingFast(latency time.Duration, fails func(i int) bool) *geminitest.Serv
 		}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
 }
 
+// hangingFrom returns a fake of pro, answering in 1s but hanging on every
+// request from from since start on, then flash (0.8s): a model that
+// stopped answering.
+func hangingFrom(start time.Time, from time.Duration) *geminitest.Server {
+	return geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
+		if time.Since(start) >= from {
+			return geminitest.Step{Latency: 10 * time.Minute}
+		}
+		return geminitest.Step{}
+	}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+}
+
 // failingFastBetween is failingFast with pro answering in 1s but failing
 // fast from from to to since start.
 func failingFastBetween(start time.Time, from, to time.Duration) *geminitest.Server {
@@ -920,12 +932,7 @@ func TestModelThatHangsAfterItsSpellHoldsOnlyItsProbesCall(t *testing.T) {
 func TestQuietClientThrottlesAModelThatStallsOnEveryRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
-			if time.Since(start) >= 2*time.Minute {
-				return geminitest.Step{Latency: 10 * time.Minute}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := hangingFrom(start, 2*time.Minute)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
 		calls, toPro := 0, 0
@@ -994,12 +1001,7 @@ func TestThrottleActsAlikeAtEveryCallRate(t *testing.T) {
 func TestModelThatStopsAnsweringIsThrottledWhileItsRequestsAreOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
-			if time.Since(start) >= time.Minute {
-				return geminitest.Step{Latency: 10 * time.Minute}
-			}
-			return geminitest.Step{}
-		}}, geminitest.Model{Name: flash, Latency: 800 * time.Millisecond})
+		srv := hangingFrom(start, time.Minute)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
 		var took []time.Duration
