@@ -366,7 +366,12 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 // (nothing that takes time comes between the latest clock reading and it);
 // call.now is then its end, the one clock reading of an attempt. An attempt
 // that may be hedged (hedge.go) is raced there, and may be answered by the
-// hedge's model: *a is then the hedge's admission.
+// hedge's model: *a is then the hedge's admission. An attempt that tests
+// its model's lifted cut (latency.Learner.Probe) is not hedged: a hedge
+// answering first would end it before its lifted cut, and it would teach
+// nothing (a model back slower after an outage, its probes beaten by
+// their hedges while the throttle kept the other requests from it, was
+// never relearned: TestModelBackSlowerAfterAnOutageIsRelearned).
 func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
 	c, m, start := call.c, a.m, call.now
 	end := start.Add(m.timeout) // the entry's own (WithModelTimeout), else the attempt timeout
@@ -374,13 +379,14 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		end = call.deadline
 	}
 	cut, onward := call.boundingCut(m, end.Sub(start))
+	probe := false
 	if cut > 0 {
 		if d, ok := m.lat.Probe(call.class, start, !onward, end.Sub(start)); ok {
 			defer func() { m.lat.ProbeEnded(call.class, start, time.Now()) }() // on a panic of the SDK too
-			cut = max(cut, call.stretch(m, d, !onward))
+			cut, probe = max(cut, call.stretch(m, d, !onward)), true
 		}
 	}
-	if after, ok := call.hedgeAfter(m, start, end); ok {
+	if after, ok := call.hedgeAfter(m, start, end); ok && !probe {
 		return call.hedged(ctx, a, end, after, cut, onward)
 	}
 	deadline := end

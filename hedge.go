@@ -177,7 +177,7 @@ func (call *call[R]) hedgeAfter(m *modelState, start, end time.Time) (time.Durat
 // at now.
 func (call *call[R]) hedgeTarget(m *modelState, now time.Time) *modelState {
 	ready := func(x *modelState) bool {
-		p, _, _ := x.routes[call.endpoint].rejectProbability(now)
+		p, _, _ := x.routes[call.endpoint].rejectProbability(now, x.lat.LiftUnanswered(call.class))
 		return p == 0 && x.cooling(now) == nil && x.breakers[call.endpoint].state(now) == StateClosed
 	}
 	var next *modelState

@@ -1056,26 +1056,35 @@ func TestStallsOfAModelWhoseFewAnswersSpreadAreCutOnceSilent(t *testing.T) {
 // lifted (every attempt cut), and one attempt at a time, its call's,
 // waits the lifted cut as a probe; after each probe that waited it
 // unanswered, none is sent for as long, CutMax times longer for each one
-// before (up to two minutes): 6 of 499 calls waited over 5s. Before, a
-// probe followed the last as soon as a call came: 23 of 288 did.
+// before (up to two minutes): 6 of 499 calls waited over 5s, 5 of 748
+// now. Before, a probe followed the last as soon as a call came: 23 of
+// 288 did. A model so silent that answered none of the throttle's window
+// is throttled over every request asked of it (route.go,
+// rejectProbability): 1.12 requests a call, 1.39 before.
 func TestModelThatStoppedAnsweringIsProbedEverMoreRarely(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		srv := hangingFrom(start, time.Minute)
 		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
 
-		calls, probes := 0, 0
+		calls, probes, reqs := 0, 0, 0
 		for _, u := range usersCalling(t, c, 1, start, 15*time.Minute, 0) {
 			if u.began >= time.Minute {
 				calls++
 				if u.took > 5*time.Second {
 					probes++
 				}
+				for _, a := range u.rec.Attempts {
+					if !a.Skipped {
+						reqs++
+					}
+				}
 			}
 		}
 
-		t.Logf("%d calls from the first minute, %d of them over 5s", calls, probes)
+		t.Logf("%d calls from the first minute, %d of them over 5s; %.3f requests a call", calls, probes, float64(reqs)/float64(calls))
 		assert.LessOrEqual(t, probes, 8, "calls that waited a probe's lifted cut")
+		assert.LessOrEqual(t, float64(reqs)/float64(calls), 1.2, "requests a call")
 	})
 }
 

@@ -429,12 +429,25 @@ func (a *availability) cachePast(e int64) *pastSpans {
 // costs the call the cut's wait and a request to another model; a failure
 // (fast) costs the request only, and is the failure rule's, which keeps a
 // degraded model's answers however many it fails.
+//
+// A silent model (its lifted cut tested and waited out unanswered:
+// latency.Learner.LiftUnanswered) that answered none of the window's
+// requests is throttled by the SRE book's rule over every request the
+// calls asked of it, sent or kept back: asked ÷ (asked + 1). Nothing
+// says it answers at all, and the rules above, read over the requests
+// sent, keep sending it a share of the calls however long it is silent
+// (ten users paid 1.20 requests a call for ten minutes, one user 1.39,
+// each request the cut's wait). Its lifted cut's probe (latency.Learner.Probe) and
+// the book's trickle find it answering again.
 // It also returns the window's requests sent and accepts, for the record.
-func (a *availability) rejectProbability(now time.Time) (p float64, sent, accepts int64) {
+func (a *availability) rejectProbability(now time.Time, silent bool) (p float64, sent, accepts int64) {
 	r, acc, slow, held := a.throttleTotals(now)
 	sent = r - held
-	if r < routeMinRequests {
+	switch {
+	case r < routeMinRequests:
 		return 0, sent, acc
+	case silent && acc == 0:
+		return float64(r) / float64(r+1), sent, acc
 	}
 	p = max(0, 1-routeK*answerRateBound(sent, acc))
 	if slow > 0 {
@@ -488,8 +501,9 @@ func (e *throttledError) Is(target error) bool { return target == ErrCircuitOpen
 // 2.0 requests a call for ten minutes, each waiting the cut.)
 func (call *call[R]) throttled(m *modelState) (bool, error) {
 	av, now := m.routes[call.endpoint], call.now
-	p, sent, acc := av.rejectProbability(now)
-	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p || !m.lat.LiftUnanswered(call.class) && m.breakers[call.endpoint].awaiting(now) {
+	silent := m.lat.LiftUnanswered(call.class)
+	p, sent, acc := av.rejectProbability(now, silent)
+	if p == 0 || !call.hasNext(m) || call.c.jitter.float64() >= p || !silent && m.breakers[call.endpoint].awaiting(now) {
 		return false, nil
 	}
 	av.kept(now)

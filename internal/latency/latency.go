@@ -304,7 +304,9 @@ func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 // backs off its retransmission timer), as long as it stays within within,
 // the room the attempt has before its own deadline: a probe is not held
 // to the attempt timeout while a shorter one fits. After a probe that
-// waited its cut unanswered, none is sent for a pause (ProbeEnded).
+// waited its cut unanswered, none is sent for a pause (ProbeEnded). The
+// probe is not to be hedged: a hedge answering first ends it before its
+// lifted cut, and it teaches nothing.
 func (l *Learner) Probe(class int, start time.Time, last bool, within time.Duration) (time.Duration, bool) {
 	h := &l.classes[class]
 	lf := h.lift.Load()
