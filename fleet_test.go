@@ -1081,3 +1081,43 @@ func TestFleetThrottlesAStallingModelAsOneProcessDoes(t *testing.T) {
 	assert.Less(t, one, calls*9/10, "one process throttles the primary")
 	assert.LessOrEqual(t, four, one+calls/20, "four replicas send it about what one process does (one: %d of %d calls)", one, calls)
 }
+
+// TestFleetThrottlesAModelThatStoppedAnswering: pro answers in 1s, then
+// from the first minute hangs on every request; twelve users spread over
+// four replicas sharing one store call back to back for eleven minutes,
+// and flash answers in 0.8s. Once a replica's lifted cut for pro was tested
+// and waited out unanswered, and the fleet's window holds no answer of
+// pro's, the replica throttles pro by the SRE book's rule over every
+// request asked of it: from the second minute, 1.09 requests a call and
+// 560 to 580 of 6,400 calls over a second (flash's 0.8s), nearly all in
+// the second and third minutes (each replica lifts its own cut, on a
+// quarter of the requests). Before (028d41f), read over the requests sent
+// alone, the fleet kept sending pro a call in four: 1.244 requests a call,
+// 1,222 of 5,013 calls over a second.
+func TestFleetThrottlesAModelThatStoppedAnswering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := hangingFrom(start, time.Minute)
+		fleet := newSeededFleet(t, srv, 4, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+
+		var calls, requests, slow int
+		for _, u := range usersCallingFleet(t, fleet, 12, start, 11*time.Minute, 0) {
+			if u.began < 2*time.Minute {
+				continue
+			}
+			calls++
+			if u.took > time.Second {
+				slow++
+			}
+			for _, a := range u.rec.Attempts {
+				if !a.Skipped {
+					requests++
+				}
+			}
+		}
+
+		t.Logf("%d calls from the second minute: %.3f requests a call, %d over 1s", calls, float64(requests)/float64(calls), slow)
+		assert.LessOrEqual(t, float64(requests)/float64(calls), 1.15, "requests a call")
+		assert.Less(t, slow, calls/10, "calls that waited pro's cut")
+	})
+}

@@ -206,17 +206,25 @@ type userCall struct {
 // done, in no order. It must be called inside a testing/synctest bubble.
 func usersCalling(t *testing.T, c *geminiguard.Client, n int, start time.Time, d, think time.Duration) []userCall {
 	t.Helper()
+	return usersCallingFleet(t, []*geminiguard.Client{c}, n, start, d, think)
+}
+
+// usersCallingFleet is usersCalling with user i calling fleet[i%len(fleet)]
+// (its calls' replica).
+func usersCallingFleet(t *testing.T, fleet []*geminiguard.Client, n int, start time.Time, d, think time.Duration) []userCall {
+	t.Helper()
 	var mu sync.Mutex
 	var out []userCall
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
+		c := fleet[i%len(fleet)]
 		wg.Go(func() {
 			for time.Since(start) < d {
 				began := time.Now()
 				_, rec, err := ask(t.Context(), c, "")
 				assert.NoError(t, err)
 				mu.Lock()
-				out = append(out, userCall{began: began.Sub(start), took: time.Since(began), rec: rec})
+				out = append(out, userCall{began: began.Sub(start), took: time.Since(began), rec: rec, replica: i % len(fleet)})
 				mu.Unlock()
 				time.Sleep(think)
 			}
