@@ -3,6 +3,7 @@ package geminiguard_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -396,8 +397,14 @@ func failingFast(latency time.Duration, fails func(i int) bool) *geminitest.Serv
 // request from from since start on, then flash (0.8s): a model that
 // stopped answering.
 func hangingFrom(start time.Time, from time.Duration) *geminitest.Server {
+	return hangingBetween(start, from, math.MaxInt64)
+}
+
+// hangingBetween is hangingFrom with pro answering in 1s again from to
+// since start on.
+func hangingBetween(start time.Time, from, to time.Duration) *geminitest.Server {
 	return geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: func(geminitest.Request, int) geminitest.Step {
-		if time.Since(start) >= from {
+		if at := time.Since(start); at >= from && at < to {
 			return geminitest.Step{Latency: 10 * time.Minute}
 		}
 		return geminitest.Step{}
@@ -991,6 +998,36 @@ func TestThrottleActsAlikeAtEveryCallRate(t *testing.T) {
 		assert.InDelta(t, busiest, n, 0.05, "requests a call, a call every %v", gap)
 		assert.InDelta(t, share[250*time.Millisecond], share[gap], 0.05, "pro's share of the answers, a call every %v", gap)
 	}
+}
+
+// TestSilentModelBackAtItsUsualTimeIsFoundWithinSeconds: pro answers in
+// 1s, hangs on every request from the first minute to the fifth, then
+// answers in 1s again; ten users call back to back, and flash answers in
+// 0.8s. Throttled to the SRE book's trickle while silent (route.go,
+// rejectProbability), pro is found answering by the trickle and its
+// lifted cut's probe: every call begun from 5m15s is pro's (13 of the 189
+// calls of the 15s before, 122 of 153 at 028d41f, when the throttle sent
+// pro a call in five). A guard: a trickle too thin, or a probe paused too
+// long, would keep a model that came back off the calls.
+func TestSilentModelBackAtItsUsualTimeIsFoundWithinSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		srv := hangingBetween(start, time.Minute, 5*time.Minute)
+		c := newClient(t, srv, nil, geminiguard.WithCascade(pro, flash), geminiguard.WithJitterSource(seeded()))
+
+		var back, byPro int
+		for _, u := range usersCalling(t, c, 10, start, 7*time.Minute, 0) {
+			if u.began >= 5*time.Minute+15*time.Second {
+				back++
+				if u.rec.Model == pro {
+					byPro++
+				}
+			}
+		}
+
+		assert.Positive(t, back)
+		assert.Equal(t, back, byPro, "every call from 5m15s answered by pro")
+	})
 }
 
 // TestModelThatStopsAnsweringIsThrottledWhileItsRequestsAreOut: pro
