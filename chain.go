@@ -367,11 +367,14 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 // call.now is then its end, the one clock reading of an attempt. An attempt
 // that may be hedged (hedge.go) is raced there, and may be answered by the
 // hedge's model: *a is then the hedge's admission. An attempt that tests
-// its model's lifted cut (latency.Learner.Probe) is not hedged: a hedge
-// answering first would end it before its lifted cut, and it would teach
-// nothing (a model back slower after an outage, its probes beaten by
-// their hedges while the throttle kept the other requests from it, was
-// never relearned: TestModelBackSlowerAfterAnOutageIsRelearned).
+// its model's lifted cut (latency.Learner.Probe) while the throttle's
+// window holds no answer of the model is not hedged: a hedge answering
+// first would end it before its lifted cut, and it would teach nothing (a
+// model back slower after an outage, its probes beaten by their hedges
+// while the throttle kept the other requests from it, was never
+// relearned: TestModelBackSlowerAfterAnOutageIsRelearned); its call waits
+// the lifted cut. While the model answers some of its requests, their
+// answers teach, and the probe is hedged as any attempt.
 func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, time.Duration, error) {
 	c, m, start := call.c, a.m, call.now
 	end := start.Add(m.timeout) // the entry's own (WithModelTimeout), else the attempt timeout
@@ -386,7 +389,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 			cut, probe = max(cut, call.stretch(m, d, !onward)), true
 		}
 	}
-	if after, ok := call.hedgeAfter(m, start, end); ok && !probe {
+	if after, ok := call.hedgeAfter(m, start, end); ok && !(probe && m.routes[call.endpoint].unanswered(start)) {
 		return call.hedged(ctx, a, end, after, cut, onward)
 	}
 	deadline := end

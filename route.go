@@ -456,6 +456,13 @@ func (a *availability) rejectProbability(now time.Time, silent bool) (p float64,
 	return p, sent, acc
 }
 
+// unanswered reports whether the throttle's window at now (throttleTotals)
+// holds requests and no answer.
+func (a *availability) unanswered(now time.Time) bool {
+	r, acc, _, _ := a.throttleTotals(now)
+	return r > 0 && acc == 0
+}
+
 // answerRateBound returns the upper end of the one-sigma interval of the
 // rate at which a model answered, from the accepts among the requests sent:
 // Laplace's estimate (accepts+1)/(sent+2) plus its standard deviation. A

@@ -304,9 +304,9 @@ func (l *Learner) Record(class int, d time.Duration, now time.Time) {
 // backs off its retransmission timer), as long as it stays within within,
 // the room the attempt has before its own deadline: a probe is not held
 // to the attempt timeout while a shorter one fits. After a probe that
-// waited its cut unanswered, none is sent for a pause (ProbeEnded). The
-// probe is not to be hedged: a hedge answering first ends it before its
-// lifted cut, and it teaches nothing.
+// waited its cut unanswered, none is sent for a pause (ProbeEnded). A
+// probe hedged may teach nothing: a hedge answering first ends it before
+// its lifted cut (the chain hedges none while the model answers nothing).
 func (l *Learner) Probe(class int, start time.Time, last bool, within time.Duration) (time.Duration, bool) {
 	h := &l.classes[class]
 	lf := h.lift.Load()
@@ -784,6 +784,13 @@ func (h *histogram) refresh(now time.Time) {
 		counts[i] = own[i] + h.others[i].Load()
 		total += counts[i]
 	}
+	if h.abandonedRun.Load() >= refreshEvery {
+		ownTotal -= h.forgetAnswers(&own, &counts)
+		total = 0
+		for _, n := range counts {
+			total += n
+		}
+	}
 	if ownTotal > maxSamples {
 		for i := range h.counts {
 			h.counts[i].Add(-own[i] / 2)
@@ -858,6 +865,39 @@ func (h *histogram) refresh(now time.Time) {
 	h.wideLate.Store(tail < Buckets-1 && spread99 > CutMax)
 	if first {
 		close(h.learned) // under mu, after the deadlines: once, and they are there to read
+	}
+}
+
+// forgetAnswers halves this learner's own answers in the record (own, read
+// into counts) until they are fewer than its abandoned attempts, once
+// refreshEvery attempts in a row were abandoned: every request slowed past
+// the cut, and the answers of before, however many the record holds, are
+// history (without it, a model that stopped answering after 512 answers
+// was cut 512 more times before its cut was lifted: a minute of forty
+// users' calls). A model that hangs on most of its requests and answers
+// the rest, whose runs of 32 are rare, has a record mostly abandoned
+// already. It returns how many it forgot. h.mu is held.
+func (h *histogram) forgetAnswers(own, counts *[Buckets]int64) (forgot int64) {
+	for {
+		var answers int64
+		for i := range Buckets - 1 {
+			answers += own[i]
+		}
+		if answers < own[Buckets-1] || answers == 0 {
+			return forgot
+		}
+		halved := false
+		for i := range Buckets - 1 {
+			half := own[i] / 2
+			h.counts[i].Add(-half)
+			own[i] -= half
+			counts[i] -= half
+			forgot += half
+			halved = halved || half > 0
+		}
+		if !halved {
+			return forgot
+		}
 	}
 }
 

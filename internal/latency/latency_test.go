@@ -162,6 +162,31 @@ func TestCutOfAModelThatHangsOnMostRequests(t *testing.T) {
 	assert.InDelta(t, 20, d.Seconds(), 3, "lifted once the answers were under half of the record, refreshEvery cut in a row")
 }
 
+// TestCutOfAModelThatStoppedAnsweringAfterManyAnswersIsLiftedAfterARun:
+// 512 answers in 1s, then every attempt abandoned. The record's median
+// stays an answer until the abandoned attempts outnumber the answers (512
+// more: a minute of forty users' calls), and the cut was lifted only then;
+// now 32 in a row (refreshEvery) forget the answers of before, halved
+// until they are no more than the attempts abandoned, and lift it.
+func TestCutOfAModelThatStoppedAnsweringAfterManyAnswersIsLiftedAfterARun(t *testing.T) {
+	l := New(1)
+	for range maxSamples {
+		l.Record(0, time.Second, t0)
+	}
+	for range refreshEvery - 1 {
+		l.Record(0, Abandoned, t0)
+	}
+	_, ok := l.Probe(0, t0, false, 10*time.Minute)
+	assert.False(t, ok, "31 in a row: not lifted")
+	l.Record(0, Abandoned, t0)
+	d, ok := l.Probe(0, t0, false, 10*time.Minute)
+	require.True(t, ok, "32 in a row: lifted")
+	assert.InDelta(t, 20, d.Seconds(), 3, "the probe's: twice maxSpread times the slowest answer, 1s")
+	d, ok = l.Cut(0, false)
+	require.True(t, ok)
+	assert.InDelta(t, 2, d.Seconds(), 0.5, "the attempts but the probe keep the answers' cut")
+}
+
 func TestHedgeDelay(t *testing.T) {
 	l := New(1)
 	for i := range 100 {
