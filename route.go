@@ -437,8 +437,8 @@ func (a *availability) cachePast(e int64) *pastSpans {
 // says it answers at all, and the rules above, read over the requests
 // sent, keep sending it a share of the calls however long it is silent
 // (ten users paid 1.20 requests a call for ten minutes, one user 1.39,
-// each request the cut's wait). Its lifted cut's probe (latency.Learner.Probe) and
-// the book's trickle find it answering again.
+// each request the cut's wait). Its lifted cut's probe
+// (latency.Learner.Probe) and the book's trickle find it answering again.
 // It also returns the window's requests sent and accepts, for the record.
 func (a *availability) rejectProbability(now time.Time, silent bool) (p float64, sent, accepts int64) {
 	r, acc, slow, held := a.throttleTotals(now)
