@@ -1006,8 +1006,8 @@ func TestThrottleActsAlikeAtEveryCallRate(t *testing.T) {
 // 0.8s. Throttled to the SRE book's trickle while silent (route.go,
 // rejectProbability), pro is found answering by the trickle and its
 // lifted cut's probe: the calls begun from 5m15s are pro's, all of them
-// but one in some orders of the calls at one instant under load (13 of
-// the 189 calls of the 15s before, 122 of 153 at 028d41f, when the
+// but one in some orders of the calls at one instant under load (69 of
+// the 171 calls of the 15s before; 122 of 153 at 028d41f, when the
 // throttle sent pro a call in five). A guard: a trickle too thin, or a
 // probe paused too long, would keep a model that came back off the calls.
 func TestSilentModelBackAtItsUsualTimeIsFoundWithinSeconds(t *testing.T) {
@@ -1044,10 +1044,11 @@ func TestSilentModelBackAtItsUsualTimeIsFoundWithinSeconds(t *testing.T) {
 // cut was lifted only once the attempts cut outnumbered pro's answers of
 // its first minute (ecdbe1b: 1.026 requests a call, p99 2.8s); and read
 // over the requests sent alone, the throttle kept sending pro a call in
-// five, each waiting the cut: 1.20 requests a call, p90 2.8s (028d41f); before that (ad1bc0a) it waited all ten
-// minutes, and every call sent pro a request and waited its cut: 2.0
-// requests a call, the median 2.8s; and before that (c60b4fa) every
-// attempt waited the lifted cut: 1.07 requests a call, but p99 20.9s.
+// five, each waiting the cut: 1.20 requests a call, p90 2.8s (028d41f);
+// before that (ad1bc0a) it waited all ten minutes, and every call sent pro
+// a request and waited its cut: 2.0 requests a call, the median 2.8s; and
+// before that (c60b4fa) every attempt waited the lifted cut: 1.07 requests
+// a call, but p99 20.9s.
 func TestModelThatStopsAnsweringIsThrottledWhileItsRequestsAreOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
