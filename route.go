@@ -28,7 +28,9 @@ import (
 // that call on to the next model at once, so its answers are kept), one
 // that answers a tenth keeps 40% to 60% of it (the more, the fewer
 // requests the window holds), and one that answers
-// nothing gets a few requests a window, until its breaker opens. Below
+// nothing gets a few requests a window, until its breaker opens, or, once
+// it is silent (it hangs, which no breaker counts: rejectProbability), a
+// trickle by the book's own rule. Below
 // routeMinRequests in the window (kept ones included) the window reaches
 // further back, up to routeQuietWindow (a quiet Client), and below it there
 // nothing is throttled. The book's rule is (requests − K·accepts)/(requests + 1),
@@ -50,7 +52,8 @@ import (
 // answered, or answered nothing for DeadAfter: the Client's start, a burst
 // after a quiet spell): a model's failures come back before its slower
 // answers, so until those are in the window counts the failures of
-// requests whose contemporaries' answers are on their way.
+// requests whose contemporaries' answers are on their way (but not for a
+// silent model: throttled).
 
 // routeK is the SRE book's K: a model is throttled only once fewer than
 // 1/routeK of its requests are answered. The book's 2 protects an

@@ -785,11 +785,9 @@ func (h *histogram) refresh(now time.Time) {
 		total += counts[i]
 	}
 	if h.abandonedRun.Load() >= refreshEvery {
-		ownTotal -= h.forgetAnswers(&own, &counts)
-		total = 0
-		for _, n := range counts {
-			total += n
-		}
+		forgot := h.forgetAnswers(&own, &counts)
+		ownTotal -= forgot
+		total -= forgot
 	}
 	if ownTotal > maxSamples {
 		for i := range h.counts {
@@ -878,27 +876,26 @@ func (h *histogram) refresh(now time.Time) {
 // the rest, whose runs of 32 are rare, has a record mostly abandoned
 // already. It returns how many it forgot. h.mu is held.
 func (h *histogram) forgetAnswers(own, counts *[Buckets]int64) (forgot int64) {
-	for {
-		var answers int64
-		for i := range Buckets - 1 {
-			answers += own[i]
-		}
-		if answers < own[Buckets-1] || answers == 0 {
-			return forgot
-		}
-		halved := false
+	var answers int64
+	for _, n := range own[:Buckets-1] {
+		answers += n
+	}
+	for answers > 0 && answers >= own[Buckets-1] {
+		var halved int64
 		for i := range Buckets - 1 {
 			half := own[i] / 2
 			h.counts[i].Add(-half)
 			own[i] -= half
 			counts[i] -= half
-			forgot += half
-			halved = halved || half > 0
+			halved += half
 		}
-		if !halved {
-			return forgot
+		if halved == 0 { // single answers, which halving keeps
+			break
 		}
+		answers -= halved
+		forgot += halved
 	}
+	return forgot
 }
 
 // lifted returns the median of a class whose cut is lifted (refresh), every
