@@ -348,7 +348,7 @@ func (l *Learner) ProbeEnded(class int, start, now time.Time) {
 	h := &l.classes[class]
 	if waited := time.Duration(h.probeCut.Load()); now.Sub(start) >= waited && h.answeredSent.Load() < start.UnixNano() {
 		pause := min(waited, probePauseMax)
-		for range h.liftFailed.Add(1) - 1 {
+		for n := h.liftFailed.Add(1) - 1; n > 0 && pause < probePauseMax; n-- { // a day's outage need not walk its every probe
 			pause = min(pause*CutMax, probePauseMax)
 		}
 		h.probeNext.Store(now.Add(pause).UnixNano())
