@@ -358,6 +358,10 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 			m.lease.owe(int(call.usage(resp)) - max(call.tokens, 0))
 		}
 	}
+	if call.share != nil {
+		c.shareRecord(ctx, call.share, true)
+		call.share = nil
+	}
 	return resp, v, elapsed, err
 }
 
@@ -425,6 +429,7 @@ func (call *call[R]) attempt(ctx context.Context, a *admission) (R, Verdict, tim
 		}
 	}
 	call.now = time.Now()
+	call.shareEnd(m, start, late != nil)
 	return call.ended(ctx, m, start, call.now, cut, onward, actx.Err() != nil, resp, err)
 }
 
@@ -438,6 +443,24 @@ func (call *call[R]) sentWhileYoung(m *modelState, start time.Time, learning boo
 		return youngAttempt{}
 	}
 	return youngAttempt{lat: m.lat, class: call.class, place: m.lat.SentWhileYoung(call.class, start)}
+}
+
+// shareEnd has try share m's record of answer times with the fleet once
+// the call's attempt to m sent at start, before m learned its deadlines
+// (early: cutOnceLearned watched it), has ended, its end learned (ended)
+// and its admission settled, when the fleet may hold it as in flight (a
+// round trip shared the record since it was sent: latency.Learner.InFlight)
+// or other replicas' attempts of the class, sent before they learned their
+// deadlines, wait as this replica last read the fleet's record: they learn
+// from its answer, and that it is no longer out, at once rather than at
+// this replica's next round trip (Client.shareRecord). An answer no other
+// replica was seen waiting for rides on the next round trip: a fleet whose
+// replicas each call once a minute would otherwise make a round trip more
+// for each replica's first calls (TestFleetRefusedLeaseFallsThroughInOneRoundTrip).
+func (call *call[R]) shareEnd(m *modelState, start time.Time, early bool) {
+	if early && call.c.fleet != nil && (m.lease.sharedSince(start) || m.lat.OthersInFlight(call.class)) {
+		call.share = m
+	}
 }
 
 // youngAttempt is an attempt counted in flight while its model's class is

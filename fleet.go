@@ -66,6 +66,12 @@ const (
 	// accepts, slow requests and requests kept back (throttleClass+0…3) of
 	// each span, by its start in Unix seconds as the bucket.
 	throttleClass = 1 << 10
+	// flightClass is the first class of a replica's record of a model that
+	// holds its attempts in flight (latency.Learner.InFlight): flightClass
+	// plus the class, by when each was sent in Unix milliseconds modulo
+	// 2³¹ (flightBuckets) as the bucket.
+	flightClass   = 1 << 11
+	flightBuckets = 1 << 31
 )
 
 // StoreSettings' defaults.
@@ -366,15 +372,17 @@ func projectOf(cc genai.ClientConfig, named string) string {
 // before the last counted failure ended: one stall of the store) count once
 // for the breaker.
 func (f *fleetLink) call(ctx context.Context, c *Client, fn func(ctx context.Context) error) bool {
-	return f.callWithin(ctx, c, 0, fn)
+	return f.callWithin(ctx, c, 0, true, fn)
 }
 
 // callWithin is call, bounded by warmUp instead when positive: New's first
 // round trip, whose latency teaches nothing of a warm connection's. The
 // first round trip after carrying on alone is bounded by MaxTimeout. When
 // fn panics, the round trip counts as failed for the store's breaker (its
-// probe slot given back) and the panic goes on.
-func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Duration, fn func(ctx context.Context) error) bool {
+// probe slot given back) and the panic goes on. A round trip that reads the
+// fleet's facts (facts) counts as the latest that did (due) when it
+// answers; one that shares a record alone (Client.shareRecord) does not.
+func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Duration, facts bool, fn func(ctx context.Context) error) bool {
 	start := time.Now()
 	p, _, err := f.health.allow(start)
 	if err != nil {
@@ -405,8 +413,10 @@ func (f *fleetLink) callWithin(ctx context.Context, c *Client, warmUp time.Durat
 	o := outcomeSuccess
 	switch {
 	case err == nil:
-		f.synced.Store(now.UnixNano())
-		f.first.CompareAndSwap(0, now.UnixNano())
+		if facts {
+			f.synced.Store(now.UnixNano())
+			f.first.CompareAndSwap(0, now.UnixNano())
+		}
 		if warmUp <= 0 {
 			f.rtt.answered(now.Sub(start))
 		}
@@ -530,6 +540,14 @@ func (l *modelLease) awaits(until time.Time) {
 	l.awaitingReported = until
 }
 
+// awaited returns until when the fleet knows this replica awaits an
+// answer of the model (awaits).
+func (l *modelLease) awaited() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.awaitingReported
+}
+
 // awaitsPast reports whether the fleet knows that this replica awaits an
 // answer of the model past t.
 func (l *modelLease) awaitsPast(t time.Time) bool {
@@ -540,24 +558,52 @@ func (l *modelLease) awaitsPast(t time.Time) bool {
 
 // shareLatency reports whether a round trip at now is to share the
 // model's record of answer times with the fleet and read the others'
-// (shareLatencyEvery since the last that did), and counts it as the last.
-func (l *modelLease) shareLatency(now time.Time) bool {
+// (shareLatencyEvery since the last that did, or always), and counts it as
+// the last.
+func (l *modelLease) shareLatency(now time.Time, always bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Before(l.latencyShared.Add(shareLatencyEvery)) {
+	if !always && now.Before(l.latencyShared.Add(shareLatencyEvery)) {
 		return false
 	}
 	l.latencyShared = now
 	return true
 }
 
+// record returns this replica's record of m at now as the fleet keeps it
+// (modelRecord).
+func (m *modelState) record(now time.Time) []fleet.LatencyCount {
+	return modelRecord(m.lat.Snapshot(), m.lat.InFlight(), m.routes[endpointGenerate].spans(now))
+}
+
+// readRecords has m read the fleet's record of the other replicas
+// (fleet.Lease.Latency), read at now: their answer times and attempts in
+// flight for its Learner, their spans for its throttle's window.
+func (m *modelState) readRecords(fleetCounts []fleet.LatencyCount, now time.Time) {
+	m.lat.SetOthersInFlight(othersInFlight(fleetCounts, now))
+	m.lat.SetOthers(othersLatency(fleetCounts), now)
+	m.routes[endpointGenerate].setOthers(othersSpans(fleetCounts))
+}
+
+// sharedSince reports whether a round trip shared the model's record with
+// the fleet after start (shareLatency).
+func (l *modelLease) sharedSince(start time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.latencyShared.After(start)
+}
+
 // modelRecord returns a replica's record of a model as the fleet keeps it:
-// its Learner's answer times, then its throttle window's spans from
-// throttleClass on.
-func modelRecord(own []latency.Count, spans []spanCounts) []fleet.LatencyCount {
-	out := make([]fleet.LatencyCount, len(own), len(own)+4*len(spans))
+// its Learner's answer times, its throttle window's spans from
+// throttleClass on, and its Learner's attempts in flight from flightClass
+// on.
+func modelRecord(own []latency.Count, flights []latency.Flight, spans []spanCounts) []fleet.LatencyCount {
+	out := make([]fleet.LatencyCount, len(own), len(own)+len(flights)+4*len(spans))
 	for i, c := range own {
 		out[i] = fleet.LatencyCount{Class: c.Class, Bucket: c.Bucket, N: c.N}
+	}
+	for _, x := range flights {
+		out = append(out, fleet.LatencyCount{Class: flightClass + x.Class, Bucket: int(x.Start.UnixMilli() % flightBuckets), N: x.N})
 	}
 	for _, x := range spans {
 		sec := int(x.start.Unix())
@@ -578,6 +624,23 @@ func othersLatency(fleetCounts []fleet.LatencyCount) []latency.Count {
 		if c.Class < throttleClass {
 			out = append(out, latency.Count{Class: c.Class, Bucket: c.Bucket, N: c.N})
 		}
+	}
+	return out
+}
+
+// othersInFlight returns the attempts in flight of the fleet's record of
+// the other replicas, read at now (their starts are at most flightBuckets
+// milliseconds before it), as a Learner reads them
+// (latency.Learner.SetOthersInFlight).
+func othersInFlight(fleetCounts []fleet.LatencyCount, now time.Time) []latency.Flight {
+	var out []latency.Flight
+	ms := now.UnixMilli()
+	for _, c := range fleetCounts {
+		if c.Class < flightClass || c.N <= 0 {
+			continue
+		}
+		age := ((ms-int64(c.Bucket))%flightBuckets + flightBuckets) % flightBuckets
+		out = append(out, latency.Flight{Class: c.Class - flightClass, Start: time.UnixMilli(ms - age), N: c.N})
 	}
 	return out
 }
@@ -1034,16 +1097,16 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		next.lease.report(now, r.Next)
 		r.Next.Awaiting = next.breakers[endpointGenerate].awaitingUntil(now, r.Next.Requests > 0)
 	}
-	shared := m.lease.shareLatency(now)
+	shared := m.lease.shareLatency(now, false)
 	if shared {
-		r.Latency, r.Latencies = modelRecord(m.lat.Snapshot(), m.routes[endpointGenerate].spans(now)), true
+		r.Latency, r.Latencies = m.record(now), true
 	}
 	var spent Micros
 	spent, r.SpendDay, r.SpendMonth = c.spending.report(now)
 	r.Spent = int64(spent)
 	var l fleet.Lease
 	lost := false // timed out or given up: the store may have run it
-	ok := f.callWithin(ctx, c, warmUp, func(ctx context.Context) (err error) {
+	ok := f.callWithin(ctx, c, warmUp, true, func(ctx context.Context) (err error) {
 		l, err = f.store.Lease(ctx, r)
 		lost = err != nil && ctx.Err() != nil
 		return err
@@ -1067,8 +1130,7 @@ func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.Lea
 		return fleet.Lease{}, false
 	}
 	if shared {
-		m.lat.SetOthers(othersLatency(l.Latency), now)
-		m.routes[endpointGenerate].setOthers(othersSpans(l.Latency))
+		m.readRecords(l.Latency, now)
 	}
 	f.replicas.Store(int64(max(1, l.Replicas)))
 	f.peak.saw(max(1, l.Replicas), now)
@@ -1330,4 +1392,33 @@ func dimNamed(s string) (quotaDim, bool) {
 		}
 	}
 	return 0, false
+}
+
+// shareRecord makes a round trip that shares m's record of answer times
+// and its attempts in flight with the fleet and reads the other replicas'
+// (readRecords), when shareLatencyEvery has passed since the last that
+// did or now (shareEnd); nothing else (no lease, no outcome, no fact). A
+// replica alone, or whose store is failing (its breaker not closed), makes
+// none. A replica that sees one call in twenty learns a model's first
+// deadlines from the fleet's answers while its own first attempts are out
+// (cutOnceLearned's watch calls it each shareLatencyEvery), and counts the
+// others' long attempts still out, as one process counts its own: their
+// first answers, their fastest, alone would cut the long answers of a
+// model slow on every request.
+func (c *Client) shareRecord(ctx context.Context, m *modelState, now bool) {
+	f := c.fleet
+	at := time.Now()
+	if f.replicas.Load() < 2 || f.health.state(at) != StateClosed || !m.lease.shareLatency(at, now) {
+		return // alone, no one reads it; the store failing, its next round trip carries it
+	}
+	r := fleet.LeaseRequest{Project: f.project, Replica: f.replica, ReplicaTTL: replicaTTL, Model: m.name,
+		Version: f.version.Load(), DayEnd: pacific.NextMidnight(at), Latency: m.record(at), Latencies: true,
+		Awaiting: m.lease.awaited()} // the store keeps the latest report's: the same, not none
+	var l fleet.Lease
+	if f.callWithin(ctx, c, 0, false, func(ctx context.Context) (err error) {
+		l, err = f.store.Lease(ctx, r)
+		return err
+	}) {
+		m.readRecords(l.Latency, at)
+	}
 }

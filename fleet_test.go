@@ -790,6 +790,50 @@ func TestFleetReplicaLearnsAnswerTimesFromTheOthers(t *testing.T) {
 	})
 }
 
+// TestFleetReplicasFirstStallIsCutOnceTheOthersAnswer: replica B's first
+// call to pro stalls (a minute), sent before pro answered anything; replica
+// A's calls meanwhile answer in 1s each. One process would cut its stall
+// at the deadlines its other calls' answers teach. B now hears A's answers
+// while its attempt is out (it reads the fleet's record each second while
+// an attempt of a model it has not learned waits, and A shares its record
+// at each answer while the model's deadlines are learned), so its stall is
+// cut within seconds and flash answers. Before, a replica read the fleet's
+// record only on its own round trips, which its next call makes: B waited
+// the stall out.
+func TestFleetReplicasFirstStallIsCutOnceTheOthersAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second,
+			Decide: func(geminitest.Request, int) geminitest.Step {
+				if calls.Add(1) == 1 {
+					return geminitest.Step{Latency: time.Minute}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		replicas := newSeededFleet(t, srv, 2, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), hedgingOff)
+		a, b := replicas[0], replicas[1]
+
+		var stalled sync.WaitGroup
+		var model string
+		var took time.Duration
+		began := time.Now()
+		stalled.Go(func() {
+			_, rec, err := ask(t.Context(), b, "")
+			assert.NoError(t, err)
+			model, took = rec.Model, time.Since(began)
+		})
+		synctest.Wait() // B's request to pro is out
+		for i := range 8 {
+			_, rec, err := ask(t.Context(), a, "")
+			require.NoError(t, err)
+			require.Equal(t, pro, rec.Model, "A's call %d", i)
+		}
+		stalled.Wait()
+		assert.Equal(t, flash, model, "B's stalled attempt to pro cut, flash answers")
+		assert.Less(t, took, 15*time.Second, "cut once A's answers teach the deadlines, not waited out")
+	})
+}
+
 // TestFleetReplicaHedgesAStallAsOneProcessDoes: as
 // TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95, the calls spread
 // over two replicas sharing one store. A stall is hedged to flash at pro's

@@ -667,6 +667,7 @@ func (call *call[R]) hedged(ctx context.Context, a *admission, end time.Time, af
 			late.answered()
 		}
 	}
+	call.shareEnd(m, start, late != nil)
 	orig := raced[R]{resp: resp, err: err, end: time.Now(), timedOut: errors.Is(octx.Err(), context.DeadlineExceeded)}
 	waited := hr.join(err == nil) // the first answer wins: the hedge, if any, is cancelled
 	joined = true

@@ -187,6 +187,12 @@ type lateCut struct {
 	lat        *latency.Learner
 	class      int
 	place      int64 // its place among the attempts sent before the cut was learned (latency.Learner.Sent)
+	// In a fleet, share (nil otherwise) shares the model's record with the
+	// other replicas and reads theirs (Client.shareRecord) at each tick
+	// while the attempt is watched; stopShare cancels the one under way
+	// when the watch stops.
+	share     func(context.Context)
+	stopShare context.CancelFunc
 }
 
 // answered counts the watched attempt's answer among its cohort's
@@ -224,9 +230,19 @@ func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Du
 		early = m.lat.WhenEarly(lc.class)
 	}
 	lc.place = m.lat.Sent(lc.class, start)
+	var shareCtx context.Context
+	if c := call.c; c.fleet != nil {
+		shareCtx, lc.stopShare = context.WithCancel(context.Background())
+		lc.share = func(ctx context.Context) { c.shareRecord(ctx, m, false) }
+	}
 	go func() {
 		defer close(lc.done)
 		defer m.lat.Ended(lc.class, lc.place)
+		if lc.share != nil {
+			t := time.NewTicker(shareLatencyEvery)
+			defer t.Stop()
+			w.tick, w.shareCtx = t.C, shareCtx
+		}
 		if w.early(early) {
 			w.cohort()
 		}
@@ -244,6 +260,10 @@ type cutWatch struct {
 	cancel context.CancelFunc
 	// stretch multiplies the cuts it learns: the call's (call.stretch of 1).
 	stretch time.Duration
+	// tick (nil: never) is when to share the model's record with the
+	// fleet (lateCut.share) under shareCtx.
+	tick     <-chan time.Time
+	shareCtx context.Context
 }
 
 // early cuts the attempt at the early delay, looked at again after a
@@ -259,6 +279,9 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 		case <-w.lc.stop:
 			return false
 		case <-learned:
+			continue
+		case <-w.tick:
+			w.lc.share(w.shareCtx)
 			continue
 		case <-early:
 		}
@@ -277,7 +300,7 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 				wait = min(wait, left)
 			}
 		}
-		if !w.lc.sleep(wait, learned, answered) {
+		if !w.sleep(wait, learned, answered) {
 			return false
 		}
 	}
@@ -314,7 +337,7 @@ func (w *cutWatch) cohort() {
 			}
 			wait = min(wait, left)
 		}
-		if !w.lc.sleep(wait, nil, nil) {
+		if !w.sleep(wait, nil, nil) {
 			return
 		}
 	}
@@ -333,17 +356,20 @@ func (w *cutWatch) due(d time.Duration) (left time.Duration, done bool) {
 	return 0, true
 }
 
-// sleep waits d, or until wake or wake2 is closed (nil: never), and reports false
-// when the watch was stopped meanwhile.
-func (lc *lateCut) sleep(d time.Duration, wake, wake2 <-chan struct{}) bool {
+// sleep waits d, or until wake or wake2 is closed (nil: never) or the
+// next tick (which shares the model's record with the fleet), and reports
+// false when the watch was stopped meanwhile.
+func (w *cutWatch) sleep(d time.Duration, wake, wake2 <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-lc.stop:
+	case <-w.lc.stop:
 		return false
 	case <-t.C:
 	case <-wake:
 	case <-wake2:
+	case <-w.tick:
+		w.lc.share(w.shareCtx)
 	}
 	return true
 }
@@ -360,6 +386,9 @@ func (call *call[R]) learning(m *modelState, room time.Duration) bool {
 func (lc *lateCut) end() time.Duration {
 	if lc.stop != nil {
 		close(lc.stop)
+		if lc.stopShare != nil {
+			lc.stopShare()
+		}
 		<-lc.done
 		lc.stop = nil
 	}

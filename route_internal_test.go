@@ -44,7 +44,7 @@ func TestAvailabilityCountsTheOtherReplicasSpans(t *testing.T) {
 		r, a, s, h := one.totals(now)
 		return [4]int64{r, a, s, h}
 	}
-	share := func(now time.Time) { one.setOthers(othersSpans(modelRecord(nil, other.spans(now)))) }
+	share := func(now time.Time) { one.setOthers(othersSpans(modelRecord(nil, nil, other.spans(now)))) }
 	for i := range 12 { // a request every 2.5s, every third slow, the others answered
 		at := other.origin.Add(time.Duration(i) * 2500 * time.Millisecond)
 		if i%3 == 0 {

@@ -234,7 +234,12 @@ type flight struct {
 	mu     sync.Mutex
 	starts []time.Time // when each was sent, ascending (Sent keeps them so)
 	places []int64     // each one's place in the order sent, ascending
+	early  []bool      // each one's: sent before the class warmed up (Sent), not while young (SentWhileYoung)
 	sent   int64       // the places given
+	// others is the other learners' attempts in flight (SetOthersInFlight:
+	// a fleet's other replicas'), by when each was sent, ascending: at
+	// risk as this learner's own are, but never self, nor judged silent.
+	others []time.Time
 	// answered is closed at the next answer while the class warms up
 	// (WhenAnswered), nil while no one waits for it.
 	answered chan struct{}
@@ -260,6 +265,18 @@ func (f *flight) older(t time.Time) int64 {
 		return -1
 	})
 	return int64(n)
+}
+
+// atRisk returns how many attempts in flight, this learner's and the
+// others', were sent at or before t. f.mu is held.
+func (f *flight) atRisk(t time.Time) int64 {
+	n, _ := slices.BinarySearchFunc(f.others, t, func(s, t time.Time) int {
+		if s.After(t) {
+			return 1
+		}
+		return -1
+	})
+	return f.older(t) + int64(n)
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
@@ -481,7 +498,7 @@ func (l *Learner) SentWhileYoung(class int, start time.Time) int64 {
 	if l.classes[class].records.Load() >= youngRecords {
 		return 0
 	}
-	return l.Sent(class, start)
+	return l.classes[class].flight.add(start, false)
 }
 
 // Sent counts an attempt of class sent at start, before the class warmed
@@ -491,7 +508,12 @@ func (l *Learner) SentWhileYoung(class int, start time.Time) int64 {
 // 1, for Ended. A start earlier than the previous attempt's is counted as
 // that one's (concurrent senders read their clocks a moment apart).
 func (l *Learner) Sent(class int, start time.Time) int64 {
-	f := &l.classes[class].flight
+	return l.classes[class].flight.add(start, true)
+}
+
+// add counts an attempt sent at start in flight, early when sent before
+// the class warmed up, and returns its place (Sent).
+func (f *flight) add(start time.Time, early bool) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if n := len(f.starts); n > 0 && start.Before(f.starts[n-1]) {
@@ -500,6 +522,7 @@ func (l *Learner) Sent(class int, start time.Time) int64 {
 	f.sent++
 	f.starts = append(f.starts, start)
 	f.places = append(f.places, f.sent)
+	f.early = append(f.early, early)
 	return f.sent
 }
 
@@ -511,6 +534,7 @@ func (l *Learner) Ended(class int, place int64) {
 	if i, ok := slices.BinarySearch(f.places, place); ok {
 		f.starts = slices.Delete(f.starts, i, i+1)
 		f.places = slices.Delete(f.places, i, i+1)
+		f.early = slices.Delete(f.early, i, i+1)
 	}
 }
 
@@ -756,7 +780,7 @@ func (h *histogram) cohortSurvival(counts *[Buckets]int64, n int64, now time.Tim
 	for i, c := range counts[:Buckets-1] {
 		if c > 0 {
 			t := now.Add(-from)
-			atRisk := later + f.older(t)
+			atRisk := later + f.atRisk(t)
 			if !selfStart.IsZero() && !selfStart.After(t) {
 				atRisk--
 			}
@@ -983,6 +1007,72 @@ func (l *Learner) SetOthers(counts []Count, now time.Time) {
 	}
 }
 
+// Flight is N attempts of a class sent at Start and still in flight
+// (InFlight, SetOthersInFlight).
+type Flight struct {
+	Class int
+	Start time.Time
+	N     int64
+}
+
+// InFlight returns the learner's own attempts in flight sent before their
+// class warmed up (Sent), by class and start: what a fleet's replica
+// shares with its record (Snapshot), for the others' deadlines to count
+// its long attempts still out as at least as long as they have taken (the
+// first answers of a cohort are its fastest, and the fleet's first
+// deadlines are learned from them).
+func (l *Learner) InFlight() []Flight {
+	var out []Flight
+	for c := range l.classes {
+		f := &l.classes[c].flight
+		f.mu.Lock()
+		for i, s := range f.starts {
+			if !f.early[i] {
+				continue
+			}
+			if n := len(out); n > 0 && out[n-1].Class == c && out[n-1].Start.Equal(s) {
+				out[n-1].N++
+			} else {
+				out = append(out, Flight{Class: c, Start: s, N: 1})
+			}
+		}
+		f.mu.Unlock()
+	}
+	return out
+}
+
+// SetOthersInFlight replaces the other learners' attempts in flight (a
+// fleet's other replicas': their InFlight, summed) that this learner's
+// deadlines count with its own: each as at least as long as it has taken
+// so far. Flights out of range are ignored. Safe for concurrent use with
+// the rest.
+func (l *Learner) SetOthersInFlight(flights []Flight) {
+	next := make([][]time.Time, len(l.classes))
+	for _, x := range flights {
+		if x.Class >= 0 && x.Class < len(l.classes) && x.N > 0 {
+			for range min(x.N, maxSamples) {
+				next[x.Class] = append(next[x.Class], x.Start)
+			}
+		}
+	}
+	for c := range l.classes {
+		slices.SortFunc(next[c], time.Time.Compare)
+		f := &l.classes[c].flight
+		f.mu.Lock()
+		f.others = next[c]
+		f.mu.Unlock()
+	}
+}
+
+// OthersInFlight reports whether the other learners had attempts of class
+// in flight sent before it warmed up, as SetOthersInFlight last gave them.
+func (l *Learner) OthersInFlight(class int) bool {
+	f := &l.classes[class].flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.others) > 0
+}
+
 // answersSpread returns how many times their median the slowest answer in
 // twenty and in a hundred take, read off the answers' quartiles in counts
 // (abandoned attempts left out) as a log-normal spread: (q75/q25)^(z/(2·z75))
@@ -1044,7 +1134,7 @@ func (h *histogram) censoredBody(counts *[Buckets]int64, now time.Time) (median,
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	median, q25, q75 = -1, -1, -1
-	if len(f.starts) == 0 {
+	if len(f.starts) == 0 && len(f.others) == 0 {
 		return median, q25, q75 // the record's own are exact
 	}
 	var later int64 // the answers from the bucket on
@@ -1056,7 +1146,7 @@ func (h *histogram) censoredBody(counts *[Buckets]int64, now time.Time) (median,
 	from := time.Duration(0)
 	for i, c := range counts[:Buckets-1] {
 		if c > 0 {
-			out := f.older(now.Add(-from))
+			out := f.atRisk(now.Add(-from))
 			all *= 1 - float64(c)/float64(later+abandoned+out)
 			answers *= 1 - float64(c)/float64(later+out)
 			if median < 0 && all <= 0.5 {

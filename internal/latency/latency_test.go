@@ -681,3 +681,42 @@ func TestLearnedDeadlinesCountTheLongAnswersStillOut(t *testing.T) {
 	assert.Less(t, alone.Seconds(), 20.0, "the ten fastest answers alone")
 	assert.GreaterOrEqual(t, counted.Seconds(), 2*14*0.88, "the ten still out counted as 14s at least: twice their median")
 }
+
+// TestOthersAttemptsInFlightAreTheCohortsToo: a fleet's replica learns a
+// model slow on every request (10 to 50s) from the other replicas: their
+// first two answers, their fastest (10s), came while ten of their attempts
+// sent with them are still out at 15s. Counted as at least as long as they
+// have taken (SetOthersInFlight), as one process counts its own, the two
+// answers are the fastest sixth of the cohort, and an attempt of its own is
+// a stall only past the widest spread the learner accepts; the two answers
+// alone would read as the whole cohort, and cut it at three times 10s, 30s,
+// well within the long answers. InFlight lists a learner's own attempts in
+// flight sent before their class warmed up, by class and start: what a
+// replica shares.
+func TestOthersAttemptsInFlightAreTheCohortsToo(t *testing.T) {
+	l := New(2)
+	long := Bucket(10 * time.Second)
+	l.SetOthers([]Count{{Class: 1, Bucket: long, N: 2}}, t0)
+	now := t0.Add(15 * time.Second)
+	alone, ok := l.StallCut(1, now, 0)
+	require.True(t, ok)
+	assert.InDelta(t, 30, alone.Seconds(), 4, "the two answers alone: three times 10s")
+
+	l.SetOthersInFlight([]Flight{{Class: 1, Start: t0, N: 10}, {Class: 5, Start: t0, N: 3}})
+	withFlight, ok := l.StallCut(1, now, 0)
+	require.True(t, ok)
+	assert.Greater(t, withFlight, 2*time.Minute, "the answers are the cohort's fastest sixth: its long answers are let finish")
+	assert.Empty(t, l.InFlight(), "the others' attempts are not its own to share")
+
+	l.SetOthersInFlight(nil)
+	again, _ := l.StallCut(1, now, 0)
+	assert.Equal(t, alone, again, "the others' attempts ended: the answers alone again")
+
+	p := l.Sent(1, t0)
+	l.Sent(1, t0)
+	l.Sent(0, t0.Add(time.Second))
+	l.SentWhileYoung(0, t0.Add(2*time.Second)) // after the class warmed up: not shared
+	assert.Equal(t, []Flight{{Class: 0, Start: t0.Add(time.Second), N: 1}, {Class: 1, Start: t0, N: 2}}, l.InFlight())
+	l.Ended(1, p)
+	assert.Equal(t, []Flight{{Class: 0, Start: t0.Add(time.Second), N: 1}, {Class: 1, Start: t0, N: 1}}, l.InFlight())
+}
