@@ -234,7 +234,7 @@ type flight struct {
 	mu     sync.Mutex
 	starts []time.Time // when each was sent, ascending (Sent keeps them so)
 	places []int64     // each one's place in the order sent, ascending
-	early  []bool      // each one's: sent before the class warmed up (Sent), not while young (SentWhileYoung)
+	cold   []bool      // each one's: sent before the class warmed up (Sent), not while young (SentWhileYoung)
 	sent   int64       // the places given
 	// others is the other learners' attempts in flight (SetOthersInFlight:
 	// a fleet's other replicas'), by when each was sent, ascending: at
@@ -511,9 +511,9 @@ func (l *Learner) Sent(class int, start time.Time) int64 {
 	return l.classes[class].flight.add(start, true)
 }
 
-// add counts an attempt sent at start in flight, early when sent before
+// add counts an attempt sent at start in flight, cold when sent before
 // the class warmed up, and returns its place (Sent).
-func (f *flight) add(start time.Time, early bool) int64 {
+func (f *flight) add(start time.Time, cold bool) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if n := len(f.starts); n > 0 && start.Before(f.starts[n-1]) {
@@ -522,7 +522,7 @@ func (f *flight) add(start time.Time, early bool) int64 {
 	f.sent++
 	f.starts = append(f.starts, start)
 	f.places = append(f.places, f.sent)
-	f.early = append(f.early, early)
+	f.cold = append(f.cold, cold)
 	return f.sent
 }
 
@@ -534,7 +534,7 @@ func (l *Learner) Ended(class int, place int64) {
 	if i, ok := slices.BinarySearch(f.places, place); ok {
 		f.starts = slices.Delete(f.starts, i, i+1)
 		f.places = slices.Delete(f.places, i, i+1)
-		f.early = slices.Delete(f.early, i, i+1)
+		f.cold = slices.Delete(f.cold, i, i+1)
 	}
 }
 
@@ -1027,7 +1027,7 @@ func (l *Learner) InFlight() []Flight {
 		f := &l.classes[c].flight
 		f.mu.Lock()
 		for i, s := range f.starts {
-			if !f.early[i] {
+			if !f.cold[i] {
 				continue
 			}
 			if n := len(out); n > 0 && out[n-1].Class == c && out[n-1].Start.Equal(s) {
