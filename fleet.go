@@ -1078,18 +1078,24 @@ func (c *Client) sync(ctx context.Context, m *modelState, r fleet.LeaseRequest) 
 	return c.roundTrip(ctx, m, nil, r, 0)
 }
 
+// address fills r's project, replica, model and the project's version
+// this replica last saw, and its day's end at now when not set.
+func (f *fleetLink) address(r *fleet.LeaseRequest, m *modelState, now time.Time) {
+	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
+	r.Version = f.version.Load()
+	if r.DayEnd.IsZero() {
+		r.DayEnd = pacific.NextMidnight(now)
+	}
+}
+
 // roundTrip is sync, with r.Next (set by the caller, its model next) filled
 // and reported as r is, and bounded by warmUp when positive (see
 // fleet.call). A round trip that answers also publishes the facts learned
 // while the store was unreachable.
 func (c *Client) roundTrip(ctx context.Context, m, next *modelState, r fleet.LeaseRequest, warmUp time.Duration) (fleet.Lease, bool) {
 	f := c.fleet
-	r.Project, r.Replica, r.ReplicaTTL, r.Model = f.project, f.replica, replicaTTL, m.name
-	r.Version = f.version.Load()
 	now := time.Now()
-	if r.DayEnd.IsZero() {
-		r.DayEnd = pacific.NextMidnight(now)
-	}
+	f.address(&r, m, now)
 	m.lease.report(now, &r)
 	r.Awaiting = m.breakers[endpointGenerate].awaitingUntil(now, r.Requests > 0)
 	if next != nil {
@@ -1411,9 +1417,8 @@ func (c *Client) shareRecord(ctx context.Context, m *modelState, now bool) {
 	if f.replicas.Load() < 2 || f.health.state(at) != StateClosed || !m.lease.shareLatency(at, now) {
 		return // alone, no one reads it; the store failing, its next round trip carries it
 	}
-	r := fleet.LeaseRequest{Project: f.project, Replica: f.replica, ReplicaTTL: replicaTTL, Model: m.name,
-		Version: f.version.Load(), DayEnd: pacific.NextMidnight(at), Latency: m.record(at), Latencies: true,
-		Awaiting: m.lease.awaited()} // the store keeps the latest report's: the same, not none
+	r := fleet.LeaseRequest{Latency: m.record(at), Latencies: true, Awaiting: m.lease.awaited()} // Awaiting: the store keeps the latest report's; the same, not none
+	f.address(&r, m, at)
 	var l fleet.Lease
 	if f.callWithin(ctx, c, 0, false, func(ctx context.Context) (err error) {
 		l, err = f.store.Lease(ctx, r)

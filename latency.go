@@ -187,11 +187,8 @@ type lateCut struct {
 	lat        *latency.Learner
 	class      int
 	place      int64 // its place among the attempts sent before the cut was learned (latency.Learner.Sent)
-	// In a fleet, share (nil otherwise) shares the model's record with the
-	// other replicas and reads theirs (Client.shareRecord) at each tick
-	// while the attempt is watched; stopShare cancels the one under way
-	// when the watch stops.
-	share     func(context.Context)
+	// stopShare, in a fleet (nil otherwise), cancels the watch's share of
+	// the model's record under way (cutWatch.tick) when the watch stops.
 	stopShare context.CancelFunc
 }
 
@@ -224,24 +221,22 @@ func (lc *lateCut) answered() { lc.lat.CohortAnswered(lc.class) }
 // only within the cut budget. It starts a goroutine, which end joins.
 func (call *call[R]) cutOnceLearned(m *modelState, start time.Time, room time.Duration, onward bool, cancel context.CancelFunc) *lateCut {
 	lc := &lateCut{stop: make(chan struct{}), done: make(chan struct{}), lat: m.lat, class: call.class, onward: onward}
-	w := cutWatch{lc: lc, c: call.c, start: start, room: room, cancel: cancel, stretch: call.stretch(m, 1, !onward)}
+	w := cutWatch{lc: lc, c: call.c, m: m, start: start, room: room, cancel: cancel, stretch: call.stretch(m, 1, !onward)}
 	var early <-chan struct{} // nil (never ready) unless onward
 	if onward {
 		early = m.lat.WhenEarly(lc.class)
 	}
 	lc.place = m.lat.Sent(lc.class, start)
-	var shareCtx context.Context
-	if c := call.c; c.fleet != nil {
-		shareCtx, lc.stopShare = context.WithCancel(context.Background())
-		lc.share = func(ctx context.Context) { c.shareRecord(ctx, m, false) }
+	if call.c.fleet != nil {
+		w.shareCtx, lc.stopShare = context.WithCancel(context.Background())
 	}
 	go func() {
 		defer close(lc.done)
 		defer m.lat.Ended(lc.class, lc.place)
-		if lc.share != nil {
+		if w.shareCtx != nil {
 			t := time.NewTicker(shareLatencyEvery)
 			defer t.Stop()
-			w.tick, w.shareCtx = t.C, shareCtx
+			w.tick = t.C
 		}
 		if w.early(early) {
 			w.cohort()
@@ -260,8 +255,9 @@ type cutWatch struct {
 	cancel context.CancelFunc
 	// stretch multiplies the cuts it learns: the call's (call.stretch of 1).
 	stretch time.Duration
-	// tick (nil: never) is when to share the model's record with the
-	// fleet (lateCut.share) under shareCtx.
+	// In a fleet, tick (nil otherwise: never) is when to share m's record
+	// with the other replicas and read theirs (share), under shareCtx.
+	m        *modelState
 	tick     <-chan time.Time
 	shareCtx context.Context
 }
@@ -281,7 +277,7 @@ func (w *cutWatch) early(early <-chan struct{}) bool {
 		case <-learned:
 			continue
 		case <-w.tick:
-			w.lc.share(w.shareCtx)
+			w.share()
 			continue
 		case <-early:
 		}
@@ -369,10 +365,15 @@ func (w *cutWatch) sleep(d time.Duration, wake, wake2 <-chan struct{}) bool {
 	case <-wake:
 	case <-wake2:
 	case <-w.tick:
-		w.lc.share(w.shareCtx)
+		w.share()
 	}
 	return true
 }
+
+// share shares the watched attempt's model's record with the fleet and
+// reads the other replicas' (Client.shareRecord), shareLatencyEvery since
+// the last round trip that did.
+func (w *cutWatch) share() { w.c.shareRecord(w.shareCtx, w.m, false) }
 
 // learning reports whether an attempt to m with room before its own
 // deadline is sent before m learned the answer times of the call's class

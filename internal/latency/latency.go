@@ -257,26 +257,21 @@ func (f *flight) wake() {
 
 // older returns how many of the attempts in flight were sent at or
 // before t. f.mu is held.
-func (f *flight) older(t time.Time) int64 {
-	n, _ := slices.BinarySearchFunc(f.starts, t, func(s, t time.Time) int {
+func (f *flight) older(t time.Time) int64 { return sentBy(f.starts, t) }
+
+// atRisk returns how many attempts in flight, this learner's and the
+// others', were sent at or before t. f.mu is held.
+func (f *flight) atRisk(t time.Time) int64 { return sentBy(f.starts, t) + sentBy(f.others, t) }
+
+// sentBy returns how many of starts (ascending) are at or before t.
+func sentBy(starts []time.Time, t time.Time) int64 {
+	n, _ := slices.BinarySearchFunc(starts, t, func(s, t time.Time) int {
 		if s.After(t) {
 			return 1
 		}
 		return -1
 	})
 	return int64(n)
-}
-
-// atRisk returns how many attempts in flight, this learner's and the
-// others', were sent at or before t. f.mu is held.
-func (f *flight) atRisk(t time.Time) int64 {
-	n, _ := slices.BinarySearchFunc(f.others, t, func(s, t time.Time) int {
-		if s.After(t) {
-			return 1
-		}
-		return -1
-	})
-	return f.older(t) + int64(n)
 }
 
 // Record counts an answer of class that took d (Abandoned for an attempt
