@@ -3,6 +3,7 @@ package geminiguard
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/geminiguard/geminiguard/internal/circuit"
 )
@@ -62,6 +63,24 @@ func (call *call[R]) probeAllOpen(ctx context.Context) (R, *modelState, step, er
 		}
 	}
 	return resp, pick, next, err
+}
+
+// spaceEarlyProbes holds this Client's next early probe (probeAllOpen) to
+// AllOpenProbeEvery after at, when another replica of the fleet found a
+// model failing then (a FactOpen): a fleet in an outage probes early as one
+// process does, one call every AllOpenProbeEvery, not one per replica.
+func (c *Client) spaceEarlyProbes(at time.Time) {
+	every := c.cfg.breaker.AllOpenProbeEvery
+	if every < 0 {
+		return
+	}
+	next := at.Add(every)
+	for {
+		due := c.allOpenProbeAt.Load()
+		if due != nil && !due.Before(next) || c.allOpenProbeAt.CompareAndSwap(due, &next) {
+			return
+		}
+	}
 }
 
 // openSeen is what checkOpen saw of the call's models in the current run

@@ -364,8 +364,8 @@ func (b *breaker) openUntil() time.Time { return b.sm.OpenUntil() }
 // FactOpen), or extends its open period to until (circuit.Breaker.OpenTill);
 // with outage, an outage's opening, which the outage's end shortens. It
 // returns the transition, nil when none.
-func (b *breaker) openTill(now, until time.Time, outage bool) *transition {
-	return b.sm.OpenTill(now, until, outage)
+func (b *breaker) openTill(now, at, until time.Time, outage bool) *transition {
+	return b.sm.OpenTill(now, at, until, outage)
 }
 
 // tripForOutage opens a closed breaker at now for OpenFor, an outage's

@@ -324,7 +324,7 @@ func (c *Client) joinFleet(ctx context.Context) {
 	}
 	if _, ok := c.roundTrip(ctx, c.states[0], nil, fleet.LeaseRequest{}, f.settings.WarmUp); !ok && ctx.Err() == nil {
 		now := time.Now()
-		if tr := f.health.openTill(now, now.Add(f.settings.AloneFor), false); tr != nil {
+		if tr := f.health.openTill(now, now, now.Add(f.settings.AloneFor), false); tr != nil {
 			c.fleetChanged(ctx, tr, errors.New("geminiguard: the warm-up round trip to the shared state failed"))
 		}
 	}
@@ -1254,7 +1254,8 @@ func (c *Client) apply(ctx context.Context, facts []fleet.Fact) {
 			}
 			var tr *transition
 			if fact.Kind == fleet.FactOpen {
-				tr = m.breakers[e].openTill(now, fact.Until, fact.Outage)
+				c.spaceEarlyProbes(fact.At)
+				tr = m.breakers[e].openTill(now, fact.At, fact.Until, fact.Outage)
 				if fact.Outage && m.breakers[e].openForOutage(now) { // this replica's first answer ends it, as the opener's ends its own
 					c.outageOpen.Add(1)
 				}

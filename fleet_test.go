@@ -1168,3 +1168,67 @@ func TestFleetThrottlesAModelThatStoppedAnswering(t *testing.T) {
 		assert.Less(t, slow, calls/50, "calls that waited pro's cut")
 	})
 }
+
+// TestFleetInAnOutageProbesAsOneProcessDoes: pro and flash answer 503 from
+// the 10th second to the 70th, a call every half second spread over twenty
+// replicas in turn, the shared state telling them of each fact at once
+// (a Subscriber, as redisstore's is). One process, its breakers open,
+// probes one model early every AllOpenProbeEvery. Each replica kept its
+// own spacing of early probes, and each fact the fleet heard was applied
+// again whole: a stale opening reopened a breaker whose own probe was out
+// (its outcome then lost, the fleet's probe slot held), and the replicas
+// probed early each on its own clock (the fleet's outage requests 124 in
+// fleetOutage's twenty replicas, against one process's 90). A replica now
+// spaces its early probes from the fleet's latest opening, and a fact
+// older than its breaker's latest change does not reopen it.
+func TestFleetInAnOutageProbesAsOneProcessDoes(t *testing.T) {
+	const from, to = 10 * time.Second, 70 * time.Second
+	outageRequests := func(t *testing.T, replicas int) (sent int, found time.Duration) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			down := func(geminitest.Request, int) geminitest.Step {
+				if at := time.Since(start); at >= from && at < to {
+					return geminitest.Step{Fault: geminitest.Overloaded, Latency: 300 * time.Millisecond}
+				}
+				return geminitest.Step{}
+			}
+			srv := geminitest.New(geminitest.Model{Name: pro, Latency: time.Second, Decide: down}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond, Decide: down})
+			opts := []geminiguard.Option{geminiguard.WithCascade(pro, flash)}
+			fleet := newSeededFleet(t, srv, replicas, fleet.NewMemoryState(), opts...)
+			if replicas == 1 { // one process: no shared state
+				c := newClient(t, srv, nil, append(opts, geminiguard.WithStartupCheck(false), geminiguard.WithJitterSource(rand.NewPCG(1, 2)))...)
+				t.Cleanup(func() { c.Close() })
+				fleet[0] = c
+			}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			found = time.Hour
+			for i := 0; time.Since(start) < to+30*time.Second; i++ {
+				c, sent := fleet[i%replicas], time.Since(start)
+				wg.Go(func() {
+					_, _, err := ask(t.Context(), c, "")
+					if sent >= to && err == nil {
+						mu.Lock()
+						found = min(found, sent-to)
+						mu.Unlock()
+					}
+				})
+				time.Sleep(500 * time.Millisecond)
+			}
+			wg.Wait()
+			for _, m := range []string{pro, flash} {
+				for _, r := range srv.Requests(m) {
+					if at := r.At.Sub(start); at >= from+5*time.Second && at < to {
+						sent++
+					}
+				}
+			}
+		})
+		return sent, found
+	}
+	one, oneFound := outageRequests(t, 1)
+	twenty, twentyFound := outageRequests(t, 20)
+	t.Logf("requests from 15s to 70s: one process %d, twenty replicas %d; the first call answered after the outage %v and %v after its end", one, twenty, oneFound, twentyFound)
+	assert.LessOrEqual(t, twenty, one*5/4, "the fleet's early probes as one process's, not one process's each")
+	assert.LessOrEqual(t, twentyFound, oneFound+5*time.Second, "the outage's end found about as soon")
+}

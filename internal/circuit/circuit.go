@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/geminiguard/geminiguard/internal/window"
 )
 
 // State is the state of a breaker. The zero value is Closed.
@@ -870,23 +872,33 @@ func (b *Breaker) set(to State, now time.Time, open *Refusal) *Transition {
 	return &Transition{From: from, To: to, At: now}
 }
 
-// OpenTill opens the breaker at now until until, as another replica's did
-// (a FactOpen): an open breaker's open period is extended to until, without
-// a transition. With outage, an outage opened it (FactOpen's Outage), and
-// OutageOver ends it, as it ends the breaker's own outage opening; an
-// opening that no outage made, extended by one, is not shortened. It does
-// nothing when until is not after now or the breaker is open at least that
-// long already. It returns the transition, nil when none.
-func (b *Breaker) OpenTill(now, until time.Time, outage bool) *Transition {
+// OpenTill opens the breaker at now until until, as another replica's
+// opened at at (a FactOpen): an open breaker's open period is extended to
+// until, without a transition, and counts as begun at at when that is later
+// (a probe that failed elsewhere: the early probes of an outage,
+// AllOpenProbeEvery apart, are then the fleet's, not each replica's). With
+// outage, an outage opened it (FactOpen's Outage), and OutageOver ends it,
+// as it ends the breaker's own outage opening; an opening that no outage
+// made, extended by one, is not shortened. It does nothing when until is not
+// after now, or when the breaker is not open and changed state after at (it
+// knows better: its own probe is out, or a probe closed it since; as
+// CloseSince). It returns the transition, nil when none.
+func (b *Breaker) OpenTill(now, at, until time.Time, outage bool) *Transition {
 	if !until.After(now) {
 		return nil
+	}
+	if at.After(now) {
+		at = now // another replica's clock, ahead of this one's
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stateAt(now) == Open {
-		if r := b.open.Load(); r.Until.Before(until) {
-			b.open.Store(&Refusal{Until: until, since: r.since, outage: r.outage && outage}) // what no outage opened is not the outage's to end
+		if r := b.open.Load(); r.Until.Before(until) || r.since.Before(at) {
+			b.open.Store(&Refusal{Until: window.Later(r.Until, until), since: window.Later(r.since, at), outage: r.outage && outage}) // what no outage opened is not the outage's to end
 		}
+		return nil
+	}
+	if b.changed.After(at) {
 		return nil
 	}
 	return b.setOpen(now, &Refusal{Until: until, since: now, outage: outage})

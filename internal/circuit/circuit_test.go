@@ -652,22 +652,52 @@ func TestBreakerOpenEarly(t *testing.T) {
 func TestBreakerOpenTill(t *testing.T) {
 	s := time.Second
 	b := newBreaker(Settings{})
-	assert.Nil(t, b.OpenTill(brkT0, brkT0, false), "an end not after now")
+	assert.Nil(t, b.OpenTill(brkT0, brkT0, brkT0, false), "an end not after now")
 	assert.Equal(t, Closed, b.State(brkT0))
 
-	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, b.OpenTill(brkT0, brkT0.Add(10*s), false))
+	assert.Equal(t, &Transition{From: Closed, To: Open, At: brkT0}, b.OpenTill(brkT0, brkT0, brkT0.Add(10*s), false))
 	assert.Equal(t, brkT0.Add(10*s), b.OpenUntil())
-	assert.Nil(t, b.OpenTill(brkT0.Add(s), brkT0.Add(20*s), false), "extended, no transition")
+	assert.Nil(t, b.OpenTill(brkT0.Add(s), brkT0, brkT0.Add(20*s), false), "extended, no transition")
 	assert.Equal(t, brkT0.Add(20*s), b.OpenUntil())
 	assert.Equal(t, brkT0, b.OpenSince(), "extended, still open since the opening")
-	assert.Nil(t, b.OpenTill(brkT0.Add(2*s), brkT0.Add(5*s), false))
+	assert.Nil(t, b.OpenTill(brkT0.Add(2*s), brkT0, brkT0.Add(5*s), false))
 	assert.Equal(t, brkT0.Add(20*s), b.OpenUntil(), "never shortened")
 	assert.Equal(t, 1, b.Snapshot(brkT0.Add(2*s)).Trips)
 
 	late := brkT0.Add(25 * s)
 	_, tr, _ := b.Allow(late)
 	require.Equal(t, HalfOpen, tr.To)
-	assert.Equal(t, &Transition{From: HalfOpen, To: Open, At: late}, b.OpenTill(late, late.Add(10*s), false))
+	assert.Equal(t, &Transition{From: HalfOpen, To: Open, At: late}, b.OpenTill(late, late, late.Add(10*s), false))
+}
+
+// OpenTill of a fact older than the breaker's latest change (facts are
+// sent whole at each change of the fleet's): a half-open breaker whose own
+// probe is out, or one a probe closed since, is left alone, so that the
+// probe's outcome counts; an open breaker counts as opened at the later
+// opening, which spaces the early probes of an outage fleet-wide.
+func TestBreakerOpenTillOfAnOlderOpening(t *testing.T) {
+	s := time.Second
+	b := newBreaker(Settings{FailureThreshold: 1})
+	require.NotNil(t, b.OpenTill(brkT0, brkT0, brkT0.Add(30*s), true))
+	probing := brkT0.Add(3 * s)
+	require.NotNil(t, b.OpenEarly(probing))
+	p, _, refused := b.Allow(probing)
+	require.Nil(t, refused)
+	require.True(t, p.Probe())
+	assert.Nil(t, b.OpenTill(probing.Add(time.Millisecond), brkT0, brkT0.Add(30*s), true), "the opening the probe is out for: no reopening")
+	assert.Equal(t, HalfOpen, b.State(probing.Add(time.Millisecond)))
+	b.Done(p, probing.Add(s), Success)
+	require.Equal(t, Closed, b.State(probing.Add(s)), "the probe's answer closes it")
+	assert.Nil(t, b.OpenTill(probing.Add(2*s), brkT0, brkT0.Add(30*s), true), "closed after that opening: left closed")
+	assert.Equal(t, Closed, b.State(probing.Add(2*s)))
+
+	failedElsewhere := probing.Add(3 * s)
+	assert.NotNil(t, b.OpenTill(failedElsewhere, failedElsewhere, failedElsewhere.Add(4*s), false), "an opening after its change")
+	assert.Nil(t, b.OpenTill(failedElsewhere.Add(s), failedElsewhere.Add(s), failedElsewhere.Add(3*s), false))
+	assert.Equal(t, failedElsewhere.Add(s), b.OpenSince(), "open since the latest opening")
+	assert.Equal(t, failedElsewhere.Add(4*s), b.OpenUntil(), "never shortened")
+	assert.Nil(t, b.OpenTill(failedElsewhere.Add(2*s), failedElsewhere.Add(time.Hour), failedElsewhere.Add(5*s), false))
+	assert.Equal(t, failedElsewhere.Add(2*s), b.OpenSince(), "an opening stamped ahead of this clock counts as now")
 }
 
 // CloseSince closes a breaker that has not changed state since another
@@ -735,17 +765,17 @@ func TestBreakerFleetsOutageOpeningsEndWithTheOutage(t *testing.T) {
 	assert.False(t, tripped.OpenForOutage(brkT0.Add(s)), "no longer the outage's")
 
 	heard := New(withDefaults(Settings{}), brkT0)
-	require.NotNil(t, heard.OpenTill(brkT0, brkT0.Add(30*s), true))
+	require.NotNil(t, heard.OpenTill(brkT0, brkT0, brkT0.Add(30*s), true))
 	assert.True(t, heard.OpenForOutage(brkT0))
 	require.True(t, heard.OutageOver(brkT0.Add(s)))
 	assert.Equal(t, brkT0.Add(2*s), heard.OpenUntil(), "over: MinOpenFor from the opening")
 
 	plain := New(withDefaults(Settings{}), brkT0)
-	require.NotNil(t, plain.OpenTill(brkT0, brkT0.Add(30*s), false))
+	require.NotNil(t, plain.OpenTill(brkT0, brkT0, brkT0.Add(30*s), false))
 	assert.False(t, plain.OpenForOutage(brkT0))
 	assert.False(t, plain.OutageOver(brkT0.Add(s)), "another replica's own failures: unchanged")
 	assert.Equal(t, brkT0.Add(30*s), plain.OpenUntil())
-	assert.Nil(t, plain.OpenTill(brkT0.Add(s), brkT0.Add(40*s), true))
+	assert.Nil(t, plain.OpenTill(brkT0.Add(s), brkT0.Add(s), brkT0.Add(40*s), true))
 	assert.False(t, plain.OutageOver(brkT0.Add(2*s)), "extended by an outage's opening: not shortened below what no outage opened")
 	assert.Equal(t, brkT0.Add(40*s), plain.OpenUntil())
 }

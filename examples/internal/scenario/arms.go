@@ -30,7 +30,9 @@ type Env struct {
 }
 
 // Caller sends one call of the workload. Implementations are safe for
-// concurrent use.
+// concurrent use. A Caller that is also an io.Closer is closed once the
+// run's calls have ended and its figures are read: what it still does in
+// the background (a fleet's notified round trips) ends within the run.
 type Caller interface {
 	Generate(ctx context.Context, call int) Outcome
 	Stream(ctx context.Context, call int) Outcome
@@ -177,6 +179,9 @@ func (g *guardCaller) Stream(ctx context.Context, call int) Outcome {
 	out.Err = collect(g.c.GenerateContentStream(ctx, "", genai.Text(Prompt(call)), nil), &out)
 	return out
 }
+
+// Close closes the Client.
+func (g *guardCaller) Close() error { return g.c.Close() }
 
 // FigCost is the name of the ArmRun.Figures that geminiguard arms report:
 // what their Client's responses cost, in micro-dollars (the sum of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sort"
@@ -166,6 +167,17 @@ func (d *diagCaller) Generate(ctx context.Context, call int) Outcome {
 	}
 	d.mu.Unlock()
 	return o
+}
+
+// Close closes the inner Caller when it is an io.Closer, else the Client.
+func (d *diagCaller) Close() error {
+	if cl, ok := d.inner.(io.Closer); ok {
+		return cl.Close()
+	}
+	if d.c != nil {
+		return d.c.Close()
+	}
+	return nil
 }
 
 // Stream is not diagnosed: the family sends unary calls.

@@ -2,12 +2,14 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -216,6 +218,15 @@ func (f *fleetCaller) Stream(ctx context.Context, call int) Outcome {
 	return f.replicas[call%len(f.replicas)].Stream(ctx, call)
 }
 
+// Close closes the replicas' Clients.
+func (f *fleetCaller) Close() error {
+	var errs []error
+	for _, r := range f.replicas {
+		errs = append(errs, r.Close())
+	}
+	return errors.Join(errs...)
+}
+
 // figures reports the fleet's round trips to its shared state and the
 // replicas' Stats.Fleet (FigRoundTrips, FigStoreFailures, FigUncoordinated).
 func (f *fleetCaller) figures() map[string]float64 {
@@ -291,6 +302,47 @@ func (s *roundTripState) Publish(ctx context.Context, project string, f fleet.Fa
 		return err
 	}
 	return s.travel(ctx)
+}
+
+// Subscribe passes on the notifications of the state it wraps (when a
+// fleet.Subscriber, as redisstore's Store is; none otherwise), each half a round trip
+// after the Publish that changed the facts, in a goroutine of its own, as
+// a Redis pub/sub message reaches a replica; none starts once stop
+// returns.
+func (s *roundTripState) Subscribe(project string, changed func()) (stop func()) {
+	var (
+		mu      sync.Mutex // guards stopped and Adds to pending
+		stopped bool
+		pending sync.WaitGroup // the notifications under way
+	)
+	sub, ok := s.next.(fleet.Subscriber)
+	if !ok {
+		return func() {}
+	}
+	stopNext := sub.Subscribe(project, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		pending.Add(1)
+		time.AfterFunc(s.trip/2, func() {
+			defer pending.Done()
+			mu.Lock()
+			live := !stopped
+			mu.Unlock()
+			if live {
+				changed()
+			}
+		})
+	})
+	return func() {
+		stopNext()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		pending.Wait()
+	}
 }
 
 // headroomOracleArm is OracleArm keeping each model's RPM quota at

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -141,6 +142,9 @@ func runArm(ctx context.Context, sc *Scenario, arm Arm, start time.Time, ar *Arm
 	ar.Upstream = rec.entries()
 	if fr, ok := caller.(figureReporter); ok {
 		ar.Figures = fr.figures()
+	}
+	if cl, ok := caller.(io.Closer); ok {
+		cl.Close() // a Client's Close fails only for a Client New did not make
 	}
 	for _, m := range sc.Models {
 		ar.Total += srv.Total(m.Name)
