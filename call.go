@@ -51,6 +51,7 @@ type callState[R any] struct {
 	class    int           // the request's latency class (latencyClass; streams' first chunks from sizeClasses on)
 	cutOn    []*modelState // the model of each of the call's attempts cut at a learned deadline (stretch)
 	share    *modelState   // the model whose record try shares with the fleet once the attempt settled (shareEnd); nil: none
+	shareNow bool          // share even within shareLatencyEvery of the last round trip that did
 	tokens   int           // input token estimate; -1 until computed
 	images   int           // image calls: the images asked for, reserved from the model's IPM limiter (images.go)
 	start    time.Time

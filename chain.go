@@ -359,7 +359,7 @@ func (call *call[R]) try(ctx context.Context, a *admission, n int) (R, Verdict, 
 		}
 	}
 	if call.share != nil {
-		c.shareRecord(ctx, call.share, true)
+		c.shareRecord(ctx, call.share, call.shareNow)
 		call.share = nil
 	}
 	return resp, v, elapsed, err
@@ -453,13 +453,21 @@ func (call *call[R]) sentWhileYoung(m *modelState, start time.Time, learning boo
 // or other replicas' attempts of the class, sent before they learned their
 // deadlines, wait as this replica last read the fleet's record: they learn
 // from its answer, and that it is no longer out, at once rather than at
-// this replica's next round trip (Client.shareRecord). An answer no other
-// replica was seen waiting for rides on the next round trip: a fleet whose
-// replicas each call once a minute would otherwise make a round trip more
-// for each replica's first calls (TestFleetRefusedLeaseFallsThroughInOneRoundTrip).
+// this replica's next round trip (Client.shareRecord). An attempt that
+// ends while the fleet asks for m's record (fleet.FactRecordWanted: a
+// replica's stall outlasts the answers it knows) has it shared too, once a
+// shareLatencyEvery at most. Any other attempt's end rides on the next
+// round trip: a fleet whose replicas each call once a minute would
+// otherwise make a round trip more for each replica's first calls
+// (TestFleetRefusedLeaseFallsThroughInOneRoundTrip).
 func (call *call[R]) shareEnd(m *modelState, start time.Time, early bool) {
-	if early && call.c.fleet != nil && (m.lease.sharedSince(start) || m.lat.OthersInFlight(call.class)) {
-		call.share = m
+	if call.c.fleet == nil {
+		return
+	}
+	if early && (m.lease.sharedSince(start) || m.lat.OthersInFlight(call.class)) {
+		call.share, call.shareNow = m, true
+	} else if m.lease.wanted(call.now) {
+		call.share, call.shareNow = m, false
 	}
 }
 

@@ -60,6 +60,12 @@ const (
 	// and reads the others' (fleet.LeaseRequest.Latency), on a round trip
 	// for that model.
 	shareLatencyEvery = time.Second
+	// recordWantedFor is how long a FactRecordWanted a replica publishes
+	// asks the fleet to share its record of a model at each answer: each
+	// publish costs every replica a round trip (the notification's), so a
+	// fleet hears one at most this often a model while an attempt sent
+	// before the model's deadlines were learned waits.
+	recordWantedFor = 10 * time.Second
 	// throttleClass is the first class of a replica's record of a model
 	// (fleet.LatencyCount) that holds its throttle's window of the model's
 	// generate endpoint, after the classes of answer times: the requests,
@@ -526,8 +532,14 @@ type modelLease struct {
 	runSince    time.Time
 
 	// latencyShared is when a round trip last shared the model's record
-	// of answer times (shareLatency).
+	// of answer times (shareLatency), lastAnswer when the model last
+	// answered this replica.
 	latencyShared time.Time
+	lastAnswer    time.Time
+	// wantedUntil is until when the fleet wants the model's record at
+	// each answer (fleet.FactRecordWanted), in Unix nanoseconds: read by
+	// every attempt that ends in a fleet (call.shareEnd).
+	wantedUntil atomic.Int64
 	// awaitingReported is the latest report's Awaiting (awaits).
 	awaitingReported time.Time
 }
@@ -568,6 +580,36 @@ func (l *modelLease) shareLatency(now time.Time, always bool) bool {
 	}
 	l.latencyShared = now
 	return true
+}
+
+// want records that the fleet wants the model's record at each answer
+// until until (fleet.FactRecordWanted), and reports whether that is later
+// than it knew.
+func (l *modelLease) want(until time.Time) bool {
+	u := until.UnixNano()
+	for {
+		old := l.wantedUntil.Load()
+		if u <= old {
+			return false
+		}
+		if l.wantedUntil.CompareAndSwap(old, u) {
+			return true
+		}
+	}
+}
+
+// wanted reports whether the fleet wants the model's record at each answer
+// at now (want).
+func (l *modelLease) wanted(now time.Time) bool {
+	return now.UnixNano() < l.wantedUntil.Load()
+}
+
+// unshared reports whether the model answered this replica since a round
+// trip last shared its record.
+func (l *modelLease) unshared() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastAnswer.After(l.latencyShared)
 }
 
 // record returns this replica's record of m at now as the fleet keeps it
@@ -721,6 +763,7 @@ func (l *modelLease) answer(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answered = window.Later(l.answered, now)
+	l.lastAnswer = window.Later(l.lastAnswer, now)
 	l.failed, l.draws, l.failedSince, l.drawsUntil = 0, 0, time.Time{}, time.Time{}
 	return l.fleetFailures > 0
 }
@@ -1273,6 +1316,10 @@ func (c *Client) apply(ctx context.Context, facts []fleet.Fact) {
 			}
 		case fleet.FactListed:
 			m.cool.clearRecheck()
+		case fleet.FactRecordWanted:
+			if m.lease.want(fact.Until) && fact.Until.After(now) && m.lease.unshared() {
+				c.shareRecord(ctx, m, true)
+			}
 		}
 	}
 }
@@ -1399,6 +1446,26 @@ func dimNamed(s string) (quotaDim, bool) {
 		}
 	}
 	return 0, false
+}
+
+// wantRecord tells the fleet, at now, that an attempt to m sent before m
+// learned its deadlines waits and that the fleet's record does not teach
+// them (fleet.FactRecordWanted), unless the fleet wants m's record already
+// as this replica knows: the replicas holding answers of m not yet shared
+// share them at once (apply), and at their attempts' ends for
+// recordWantedFor (call.shareEnd), so that a stall on a replica that sees
+// one call in twenty is cut as soon as the fleet's answers teach its cut,
+// not at the answering replicas' next round trips, twenty calls later.
+// Without a Subscriber store, replicas hear it at their next round trip.
+// None when alone or while the store fails.
+func (c *Client) wantRecord(ctx context.Context, m *modelState, now time.Time) {
+	f := c.fleet
+	if f.replicas.Load() < 2 || f.health.state(now) != StateClosed || m.lease.wanted(now) {
+		return
+	}
+	until := now.Add(recordWantedFor)
+	m.lease.want(until)
+	c.publish(ctx, fleet.Fact{Kind: fleet.FactRecordWanted, Model: m.name, At: now, Until: until})
 }
 
 // shareRecord makes a round trip that shares m's record of answer times

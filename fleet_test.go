@@ -834,6 +834,46 @@ func TestFleetReplicasFirstStallIsCutOnceTheOthersAnswer(t *testing.T) {
 	})
 }
 
+// TestFleetStallOfOneCallerOverManyReplicasIsCutOnceTheFleetsAnswersReachIt:
+// one user calls twenty replicas in turn, pro answering in 1s; its
+// fifteenth call stalls a minute. Fourteen replicas hold an answer each,
+// which would ride on each one's next round trip, twenty calls later: none
+// was shared when the stall went out, and the stalled replica, reading the
+// fleet's record each second, learns nothing from it. It now asks the
+// fleet for its records (fleet.FactRecordWanted); the replicas holding
+// answers share them at once, and the stall is cut as one process cuts
+// it: flash answers within seconds, where the stall was waited out.
+func TestFleetStallOfOneCallerOverManyReplicasIsCutOnceTheFleetsAnswersReachIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const replicas, stalled = 20, 14
+		var calls atomic.Int64
+		srv := geminitest.New(geminitest.Model{Name: pro, Latency: 700 * time.Millisecond,
+			Decide: func(geminitest.Request, int) geminitest.Step {
+				if calls.Add(1) == stalled+1 {
+					return geminitest.Step{Latency: time.Minute}
+				}
+				return geminitest.Step{}
+			}}, geminitest.Model{Name: flash, Latency: 500 * time.Millisecond})
+		fleet := newSeededFleet(t, srv, replicas, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash), hedgingOff)
+		warmUps := fleetRoundTrips(fleet)
+		for i := range stalled + 1 {
+			began := time.Now()
+			_, rec, err := ask(t.Context(), fleet[i], "")
+			require.NoError(t, err)
+			if i < stalled {
+				require.Equal(t, pro, rec.Model, "call %d", i)
+				continue
+			}
+			took := time.Since(began)
+			assert.Equal(t, flash, rec.Model, "the stalled attempt to pro cut, flash answers")
+			assert.Less(t, took, 10*time.Second, "cut once the fleet's answers reach the stalled replica, not waited out")
+		}
+		trips := fleetRoundTrips(fleet) - warmUps
+		t.Logf("%d calls: %d round trips beside %d warm-ups", stalled+1, trips, warmUps)
+		assert.LessOrEqual(t, trips, int64(2*(stalled+1)+replicas+10), "each call's two (its read of the facts, its report of a request to a model it has not heard), a notification's each, the stalled replica's reads")
+	})
+}
+
 // TestFleetReplicaHedgesAStallAsOneProcessDoes: as
 // TestStallOfAModelThatStallsOftenIsHedgedAtItsAnswersP95, the calls spread
 // over two replicas sharing one store. A stall is hedged to flash at pro's

@@ -372,8 +372,32 @@ func (w *cutWatch) sleep(d time.Duration, wake, wake2 <-chan struct{}) bool {
 
 // share shares the watched attempt's model's record with the fleet and
 // reads the other replicas' (Client.shareRecord), shareLatencyEvery since
-// the last round trip that did.
-func (w *cutWatch) share() { w.c.shareRecord(w.shareCtx, w.m, false) }
+// the last round trip that did. When the class is still not learned and
+// the attempt has waited past twice the slowest answer this replica knows
+// of (past two reads of the fleet's record while it knows none), where
+// what is left of a cohort stalls (latency.Learner.StallCut's silent
+// cut), it asks the fleet for the records the other replicas have not
+// shared (Client.wantRecord). Each ask costs every replica a round trip
+// and brings its pending outcomes to the fleet: asked at each look while
+// the class was not learned, fleet429 paid a wave of them at its start
+// (1.033 round trips a call, 1.012 without), and asked past the slowest
+// answer known, a fleet of four knowing few answers asked often, its
+// flaky primary's failures then reported at once (the brownout family's
+// cell 1000144: 0.82 → 0.64 of the oracle's primary share).
+func (w *cutWatch) share() {
+	w.c.shareRecord(w.shareCtx, w.m, false)
+	lat, class, now := w.lc.lat, w.lc.class, time.Now()
+	if lat.Learned(class) {
+		return
+	}
+	bound := 2 * shareLatencyEvery
+	if slowest, ok := lat.Slowest(class); ok {
+		bound = 2 * slowest
+	}
+	if now.Sub(w.start) > bound {
+		w.c.wantRecord(w.shareCtx, w.m, now)
+	}
+}
 
 // learning reports whether an attempt to m with room before its own
 // deadline is sent before m learned the answer times of the call's class

@@ -339,6 +339,14 @@ const (
 	// FactListed says a replica's geminiguard.CheckCascade found Model listed at At. It
 	// is kept for a minute, so that replicas hear it.
 	FactListed
+	// FactRecordWanted says a replica waits for Model's first deadlines:
+	// an attempt of its, sent before the answers taught them, is out past
+	// the answers it knows, and the fleet's record (LeaseRequest.Latency)
+	// does not teach them yet. A replica that hears it shares its record
+	// of Model at once, and after its requests to Model until Until (once
+	// a second at most), rather than on its next round trip. A later Until
+	// replaces an earlier one; the fact ends at Until.
+	FactRecordWanted
 )
 
 // Fact is one thing the fleet learned about a model or the project. See
@@ -393,7 +401,7 @@ func (f Fact) End() time.Time {
 // Key, by FactKind's rules.
 func (f Fact) Replaces(old Fact) bool {
 	switch f.Kind {
-	case FactCoolDown:
+	case FactCoolDown, FactRecordWanted:
 		return f.Until.After(old.Until)
 	case FactOpen, FactClosed, FactMissing, FactListed:
 		return !f.At.Before(old.At) // at the same At, the later publish

@@ -18,7 +18,7 @@ end
 
 -- replaces reports whether f, published, replaces old.
 local function replaces(f, old)
-  if f.k == 1 then return f.u > old.u end
+  if f.k == 1 or f.k == 7 then return f.u > old.u end
   if f.k == 2 or f.k == 3 or f.k == 5 or f.k == 6 then return f.at >= old.at end -- at the same At, the later publish
   if f.k == 4 then return f.l < old.l end
   return false

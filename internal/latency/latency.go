@@ -709,6 +709,18 @@ func stallBound(slowest int, answered float64, n int64) time.Duration {
 	return max(CutFloor, time.Duration(maxSpread*median))
 }
 
+// Slowest returns the end of the bucket of class's slowest answer, of this
+// learner's and the others' (SetOthers); false with none.
+func (l *Learner) Slowest(class int) (time.Duration, bool) {
+	h := &l.classes[class]
+	for i := Buckets - 2; i >= 0; i-- {
+		if h.count(i) > 0 {
+			return End(i), true
+		}
+	}
+	return 0, false
+}
+
 // WhenAnswered returns a channel closed at the next answer of class
 // recorded while the class warms up (then never): a look at the cohort's
 // median, which only answers make known, can wait for it.

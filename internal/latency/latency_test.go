@@ -58,6 +58,24 @@ func TestCutAfterWarmup(t *testing.T) {
 // TestCutFollowsTheAnswersNotTheStalls: the cut covers 95% of the answers
 // between twice and three times the median; abandoned attempts do not
 // move it.
+// Slowest reads the slowest answer of the learner's own and the others',
+// never an abandoned attempt.
+func TestSlowestAnswerOfOwnAndOthers(t *testing.T) {
+	l := New(2)
+	_, ok := l.Slowest(0)
+	assert.False(t, ok, "no answer")
+	l.Record(0, 800*time.Millisecond, t0)
+	l.Record(0, Abandoned, t0)
+	d, ok := l.Slowest(0)
+	require.True(t, ok)
+	assert.Equal(t, End(Bucket(800*time.Millisecond)), d, "the abandoned attempt is no answer")
+	l.SetOthers([]Count{{Class: 0, Bucket: Bucket(3 * time.Second), N: 1}}, t0)
+	d, _ = l.Slowest(0)
+	assert.Equal(t, End(Bucket(3*time.Second)), d, "another replica's answer")
+	_, ok = l.Slowest(1)
+	assert.False(t, ok, "another class")
+}
+
 func TestCutFollowsTheAnswersNotTheStalls(t *testing.T) {
 	l := New(1)
 	for i := range 200 {

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 		{"OpenClosedMerge", openClosedMerge},
 		{"LimitMerge", limitMerge},
 		{"MissingListedMerge", missingListedMerge},
+		{"RecordWantedMerge", recordWantedMerge},
 		{"FailuresAcrossReplicas", failuresAcrossReplicas},
 		{"DrawsAcrossReplicas", drawsAcrossReplicas},
 		{"LatencyAcrossReplicas", latencyAcrossReplicas},
@@ -327,6 +328,37 @@ func current(t *testing.T, s fleet.SharedState) (uint64, []string) {
 	l := lease(t, s, fleet.LeaseRequest{Version: ^uint64(0)})
 	require.NotNil(t, l.Facts, "facts for a version that differs")
 	return l.Version, facts(l)
+}
+
+// recordWantedMerge: a FactRecordWanted is replaced by a later Until only,
+// is apart from a cool-down of the same model, and ends at its Until.
+func recordWantedMerge(t *testing.T, s fleet.SharedState) {
+	now := time.Now().Truncate(time.Millisecond)
+	w := fleet.Fact{Kind: fleet.FactRecordWanted, Model: model, At: now, Until: now.Add(10 * time.Second)}
+	cool := fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: now.Add(time.Minute)}
+	publish(t, s, w)
+	publish(t, s, cool)
+	v1, got := current(t, s)
+	assert.Equal(t, shows(w, cool), got, "apart from the model's cool-down")
+
+	earlier := w
+	earlier.At, earlier.Until = now.Add(time.Second), now.Add(5*time.Second)
+	publish(t, s, earlier)
+	v2, got := current(t, s)
+	assert.Equal(t, v1, v2, "an earlier Until changes nothing")
+	assert.Equal(t, shows(w, cool), got)
+
+	later := w
+	later.At, later.Until = now.Add(2*time.Second), now.Add(12*time.Second)
+	publish(t, s, later)
+	v3, got := current(t, s)
+	assert.NotEqual(t, v2, v3, "a later Until moves the version on: the replicas hear it")
+	assert.Equal(t, shows(later, cool), got, "a later Until replaces")
+
+	ended := fleet.Fact{Kind: fleet.FactRecordWanted, Model: "other", At: now.Add(-time.Minute), Until: now.Add(-time.Second)}
+	publish(t, s, ended)
+	_, got = current(t, s)
+	assert.Equal(t, shows(later, cool), got, "a fact past its Until is not in force")
 }
 
 func coolDownMerge(t *testing.T, s fleet.SharedState) {
