@@ -61,10 +61,11 @@ const (
 	// for that model.
 	shareLatencyEvery = time.Second
 	// recordWantedFor is how long a FactRecordWanted a replica publishes
-	// asks the fleet to share its record of a model at each answer: each
-	// publish costs every replica a round trip (the notification's), so a
-	// fleet hears one at most this often a model while an attempt sent
-	// before the model's deadlines were learned waits.
+	// asks the fleet to share its record of a model after each attempt to
+	// it: each publish costs every replica a round trip (the
+	// notification's), so a fleet hears one at most this often a model
+	// while an attempt sent before the model's deadlines were learned
+	// waits past the answers its replica knows.
 	recordWantedFor = 10 * time.Second
 	// throttleClass is the first class of a replica's record of a model
 	// (fleet.LatencyCount) that holds its throttle's window of the model's
@@ -536,8 +537,8 @@ type modelLease struct {
 	// answered this replica.
 	latencyShared time.Time
 	lastAnswer    time.Time
-	// wantedUntil is until when the fleet wants the model's record at
-	// each answer (fleet.FactRecordWanted), in Unix nanoseconds: read by
+	// wantedUntil is until when the fleet wants the model's record after
+	// each attempt (fleet.FactRecordWanted), in Unix nanoseconds: read by
 	// every attempt that ends in a fleet (call.shareEnd).
 	wantedUntil atomic.Int64
 	// awaitingReported is the latest report's Awaiting (awaits).
@@ -582,9 +583,9 @@ func (l *modelLease) shareLatency(now time.Time, always bool) bool {
 	return true
 }
 
-// want records that the fleet wants the model's record at each answer
-// until until (fleet.FactRecordWanted), and reports whether that is later
-// than it knew.
+// want records that the fleet wants the model's record after each
+// attempt until until (fleet.FactRecordWanted), and reports whether that
+// is later than it knew.
 func (l *modelLease) want(until time.Time) bool {
 	u := until.UnixNano()
 	for {
@@ -598,8 +599,8 @@ func (l *modelLease) want(until time.Time) bool {
 	}
 }
 
-// wanted reports whether the fleet wants the model's record at each answer
-// at now (want).
+// wanted reports whether the fleet wants the model's record after each
+// attempt at now (want).
 func (l *modelLease) wanted(now time.Time) bool {
 	return now.UnixNano() < l.wantedUntil.Load()
 }

@@ -894,7 +894,8 @@ func (b *Breaker) OpenTill(now, at, until time.Time, outage bool) *Transition {
 	defer b.mu.Unlock()
 	if b.stateAt(now) == Open {
 		if r := b.open.Load(); r.Until.Before(until) || r.since.Before(at) {
-			b.open.Store(&Refusal{Until: window.Later(r.Until, until), since: window.Later(r.since, at), outage: r.outage && outage}) // what no outage opened is not the outage's to end
+			extends := r.Until.Before(until) // by an opening no outage made: not the outage's to end
+			b.open.Store(&Refusal{Until: window.Later(r.Until, until), since: window.Later(r.since, at), outage: r.outage && (outage || !extends)})
 		}
 		return nil
 	}

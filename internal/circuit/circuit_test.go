@@ -698,6 +698,13 @@ func TestBreakerOpenTillOfAnOlderOpening(t *testing.T) {
 	assert.Equal(t, failedElsewhere.Add(4*s), b.OpenUntil(), "never shortened")
 	assert.Nil(t, b.OpenTill(failedElsewhere.Add(2*s), failedElsewhere.Add(time.Hour), failedElsewhere.Add(5*s), false))
 	assert.Equal(t, failedElsewhere.Add(2*s), b.OpenSince(), "an opening stamped ahead of this clock counts as now")
+
+	outage := newBreaker(Settings{FailureThreshold: 1})
+	require.NotNil(t, outage.OpenTill(brkT0, brkT0, brkT0.Add(30*s), true))
+	assert.Nil(t, outage.OpenTill(brkT0.Add(s), brkT0.Add(s), brkT0.Add(4*s), false), "a later opening no outage made, within the outage's")
+	assert.True(t, outage.OpenForOutage(brkT0.Add(s)), "still the outage's to end")
+	assert.Nil(t, outage.OpenTill(brkT0.Add(2*s), brkT0.Add(2*s), brkT0.Add(40*s), false))
+	assert.False(t, outage.OpenForOutage(brkT0.Add(2*s)), "extended by an opening no outage made: not the outage's to end")
 }
 
 // CloseSince closes a breaker that has not changed state since another
