@@ -340,21 +340,48 @@ func (c *Client) joinFleet(ctx context.Context) {
 
 // subscribe asks the store, when it is a Subscriber, to tell c at once when
 // the project's facts change: c then reads them in one round trip, so that
-// no leased request goes to a model another replica found exhausted. Close
-// ends it. A Subscriber returns at once (see Subscriber).
+// no leased request goes to a model another replica found exhausted; a
+// FactSubscriber's change applies without one when c is at the version
+// before it (notified). Close ends it. A Subscriber returns at once (see
+// Subscriber).
 func (c *Client) subscribe() {
 	if c.fleet == nil {
 		return
 	}
-	s, ok := c.fleet.store.(fleet.Subscriber)
-	if !ok {
+	m := c.states[0] // any model: a round trip returns the project's facts
+	var stop func()
+	switch s := c.fleet.store.(type) {
+	case fleet.FactSubscriber:
+		// No lock: a change is applied at the version before it only, and
+		// the handler may run inside a publish of this Client's (a store
+		// that tells in the publisher's goroutine) or call hooks.
+		stop = s.SubscribeFacts(c.fleet.project, func(f fleet.Fact, from, to uint64) {
+			if !c.notified(f, from, to) {
+				c.sync(context.Background(), m, fleet.LeaseRequest{})
+			}
+		})
+	case fleet.Subscriber:
+		stop = s.Subscribe(c.fleet.project, func() { c.sync(context.Background(), m, fleet.LeaseRequest{}) })
+	default:
 		return
 	}
-	m := c.states[0] // any model: a round trip returns the project's facts
-	stop := s.Subscribe(c.fleet.project, func() {
-		c.sync(context.Background(), m, fleet.LeaseRequest{})
-	})
 	c.fleet.unsubscribe = sync.OnceFunc(stop)
+}
+
+// notified applies fact f, told as the change of the project's facts from
+// version from to version to, when this Client is at from: what a round
+// trip would return at to is what it holds then (facts are applied whole,
+// and f is the one that changed). Applied, then the version stored, as a
+// round trip's are (roundTrip). It reports false when it did not apply it
+// (the change not known, or the Client at another version): the Client
+// then reads the facts.
+func (c *Client) notified(f fleet.Fact, from, to uint64) bool {
+	if to == 0 || c.fleet.version.Load() != from {
+		return false
+	}
+	c.apply(context.Background(), []fleet.Fact{f})
+	c.fleet.version.CompareAndSwap(from, to) // a round trip meanwhile read them all, and stored its version
+	return true
 }
 
 // projectOf returns the id under which the project an SDK client calls

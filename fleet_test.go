@@ -1272,3 +1272,36 @@ func TestFleetInAnOutageProbesAsOneProcessDoes(t *testing.T) {
 	assert.LessOrEqual(t, twenty, one*5/4, "the fleet's early probes as one process's, not one process's each")
 	assert.LessOrEqual(t, twentyFound, oneFound+5*time.Second, "the outage's end found about as soon")
 }
+
+// TestFleetHearsAFactWithoutARoundTripEach: pro is retired (a 404) under a
+// fleet of ten replicas whose store tells the fact itself
+// (fleet.FactSubscriber, as redisstore's and the memory store's do). Each
+// replica at the version before the fact applies it as told: the fleet
+// pays the one replica's call and its publish, and no other replica sends
+// pro a request. Before, each notified replica read the facts in a round
+// trip of its own: ten more for one fact (fleetOutage's twenty replicas
+// made 3.8 round trips a call in its outage, 1.3 now).
+func TestFleetHearsAFactWithoutARoundTripEach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := geminitest.New(
+			geminitest.Model{Name: pro, Script: []geminitest.Step{{Fault: geminitest.NotFound}}},
+			geminitest.Model{Name: flash},
+		)
+		const replicas = 10
+		fleet := newSeededFleet(t, srv, replicas, fleet.NewMemoryState(), geminiguard.WithCascade(pro, flash))
+		before := fleetRoundTrips(fleet)
+		_, rec, err := ask(t.Context(), fleet[0], "")
+		require.NoError(t, err)
+		require.Equal(t, flash, rec.Model)
+		synctest.Wait()
+		told := fleetRoundTrips(fleet) - before
+		t.Logf("the 404's call and the fleet's hearing of it: %d round trips", told)
+		assert.LessOrEqual(t, told, int64(4), "the call's own and its publish, not one a replica")
+		for i, c := range fleet[1:] {
+			_, rec, err := ask(t.Context(), c, "")
+			require.NoError(t, err)
+			assert.Equal(t, flash, rec.Model, "replica %d", i+1)
+		}
+		assert.Equal(t, 1, srv.Hits(pro, geminitest.VerbGenerate), "one 404 for the fleet")
+	})
+}

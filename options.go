@@ -292,7 +292,8 @@ func WithTimeouts(attempt, call time.Duration) Option {
 // replica the same Limits (the project's, not a share of them), the same
 // key or Vertex AI project, and a [fleet.SharedState] of the same store: package
 // redisstore keeps it on Redis; [fleet.NewMemoryState] in this process. A store that
-// is also a [fleet.Subscriber] tells replicas of new facts at once, one that is
+// is also a [fleet.Subscriber] tells replicas of new facts at once (a
+// [fleet.FactSubscriber] tells the fact itself, read without a round trip), one that is
 // a [fleet.AnswerStore] keeps idempotent answers for the fleet (Idempotent),
 // one that is a [fleet.VectorStore] shares the entries of each replica's
 // SemanticCache (NewSemanticCache), and one that is a [fleet.JobStore]

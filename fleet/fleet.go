@@ -60,6 +60,23 @@ type Subscriber interface {
 	Subscribe(project string, changed func()) (stop func())
 }
 
+// FactSubscriber is a Subscriber that also tells what changed: the fact a
+// Publish merged (as the store keeps it: At filled in when it was zero)
+// and the project's version before and after it, so that a replica at the
+// version before applies the fact without a round trip (geminiguard.
+// WithSharedState uses it when the store has it; a replica at another
+// version reads the facts, as a Subscriber's does). Each fact a replica
+// publishes would otherwise cost every replica a round trip. redisstore's
+// Store and NewMemoryState's store are FactSubscribers.
+type FactSubscriber interface {
+	Subscriber
+	// SubscribeFacts is Subscribe with the change given: changed gets the
+	// fact and the versions from and to (from 0: the project had no fact
+	// in force); to is 0 when the store cannot tell the change (a message
+	// of a publisher of another format): the replica then reads the facts.
+	SubscribeFacts(project string, changed func(f Fact, from, to uint64)) (stop func())
+}
+
 // StoreSettings say how a Client treats the round trips to its
 // SharedState. A zero field means its default; a negative one is refused
 // by geminiguard.New.

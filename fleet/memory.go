@@ -31,25 +31,31 @@ const windowSeconds = 60
 type memoryState struct {
 	mu       sync.Mutex // guards projects and all they hold, and subs
 	projects map[string]*memProject
-	subs     map[string]map[*func()]struct{} // project → its subscribers' changed funcs
-	answers  map[string]memAnswer            // project + "\x00" + key → idempotency answer (AnswerStore)
-	swept    time.Time                       // when expired answers were last dropped
-	vectors  memVectors                      // the semantic caches' entries (VectorStore)
-	jobs     map[string]map[string]StoredJob // project → batch name → its open batch (JobStore)
+	subs     map[string]map[*factsFunc]struct{} // project → its subscribers' changed funcs
+	answers  map[string]memAnswer               // project + "\x00" + key → idempotency answer (AnswerStore)
+	swept    time.Time                          // when expired answers were last dropped
+	vectors  memVectors                         // the semantic caches' entries (VectorStore)
+	jobs     map[string]map[string]StoredJob    // project → batch name → its open batch (JobStore)
 }
 
 // Subscribe implements Subscriber: changed runs in the goroutine of the
 // Publish that changed the facts, after the store's lock is released.
 func (s *memoryState) Subscribe(project string, changed func()) (stop func()) {
+	return s.SubscribeFacts(project, func(Fact, uint64, uint64) { changed() })
+}
+
+// SubscribeFacts implements FactSubscriber, as Subscribe: concurrent
+// Publishes call changed concurrently, in either order.
+func (s *memoryState) SubscribeFacts(project string, changed func(f Fact, from, to uint64)) (stop func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.subs == nil {
-		s.subs = make(map[string]map[*func()]struct{})
+		s.subs = make(map[string]map[*factsFunc]struct{})
 	}
 	if s.subs[project] == nil {
-		s.subs[project] = make(map[*func()]struct{})
+		s.subs[project] = make(map[*factsFunc]struct{})
 	}
-	key := &changed
+	key := &factsFunc{changed}
 	s.subs[project][key] = struct{}{}
 	return func() {
 		s.mu.Lock()
@@ -57,6 +63,10 @@ func (s *memoryState) Subscribe(project string, changed func()) (stop func()) {
 		delete(s.subs[project], key)
 	}
 }
+
+// factsFunc is a subscription's changed func, by pointer: the key of
+// memoryState.subs.
+type factsFunc struct{ changed func(f Fact, from, to uint64) }
 
 type memProject struct {
 	daySpend, monthSpend map[int64]int64 // by the window's end, unix seconds
@@ -417,32 +427,32 @@ func (s *memoryState) Publish(ctx context.Context, project string, f Fact) error
 	if f.At.IsZero() {
 		f.At = now
 	}
-	if s.publish(project, f, now) {
+	if to, ok := s.publish(project, f, now); ok {
 		s.mu.Lock()
-		var notify []func()
+		var notify []func(Fact, uint64, uint64)
 		for fn := range s.subs[project] {
-			notify = append(notify, *fn)
+			notify = append(notify, fn.changed)
 		}
 		s.mu.Unlock()
 		for _, fn := range notify {
-			fn()
+			fn(f, to-1, to)
 		}
 	}
 	return nil
 }
 
 // publish merges f into project's facts at now, and reports whether it
-// changed them.
-func (s *memoryState) publish(project string, f Fact, now time.Time) bool {
+// changed them, and the project's version after it.
+func (s *memoryState) publish(project string, f Fact, now time.Time) (version uint64, changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.project(project)
 	k := f.Key()
 	if old, ok := p.facts[k]; ok && now.Before(old.End()) && !f.Replaces(old) {
-		return false
+		return 0, false
 	}
 	if !now.Before(f.End()) {
-		return false
+		return 0, false
 	}
 	p.facts[k] = f
 	p.version++
@@ -451,7 +461,7 @@ func (s *memoryState) publish(project string, f Fact, now time.Time) bool {
 			delete(m.probes, f.Endpoint)
 		}
 	}
-	return true
+	return p.version, true
 }
 
 var _ AnswerStore = (*memoryState)(nil)

@@ -390,8 +390,9 @@ var leaseHash = redis.NewScript(leaseLua).Hash()
 //
 // KEYS: 1 version, 2 facts, 3 the probe slot of the fact's model and
 // endpoint. ARGV: 1 the fact's field (what it replaces), 2 its JSON (at 0:
-// now), 3 the project's channel, told the new version when the facts
-// changed.
+// now), 3 the project's channel, told "from to fact" when the facts
+// changed: the versions before (0: a version made afresh, the project
+// empty) and after, and the fact's JSON as kept.
 //
 // Returns 1 when the fact changed the project's facts, 0 otherwise.
 var publishScript = redis.NewScript(luaFacts + `
@@ -415,10 +416,13 @@ end
 redis.call('HSET', KEYS[2], ARGV[1], raw)
 
 -- A version key made afresh (the old one expired with its facts) starts
--- at Redis's now in µs, above any version of the old one.
-if redis.call('EXISTS', KEYS[1]) == 1 then
+-- at Redis's now in µs, above any version of the old one; the change is
+-- then told as from version 0, an empty project's.
+local from = redis.call('GET', KEYS[1])
+if from then
   redis.call('INCR', KEYS[1])
 else
+  from = '0'
   redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
 end
 local expires = math.max(redis.call('PEXPIRETIME', KEYS[2]), f_end)
@@ -426,6 +430,6 @@ redis.call('PEXPIREAT', KEYS[2], expires)
 redis.call('PEXPIREAT', KEYS[1], expires)
 
 if f.k == 2 or f.k == 3 then redis.call('DEL', KEYS[3]) end
-redis.call('PUBLISH', ARGV[3], redis.call('GET', KEYS[1]))
+redis.call('PUBLISH', ARGV[3], from .. ' ' .. redis.call('GET', KEYS[1]) .. ' ' .. raw)
 return 1
 `)

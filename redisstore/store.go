@@ -33,9 +33,10 @@ type Store struct {
 }
 
 var (
-	_ fleet.SharedState  = (*Store)(nil)
-	_ fleet.Subscriber   = (*Store)(nil)
-	_ fleet.SettledState = (*Store)(nil)
+	_ fleet.SharedState    = (*Store)(nil)
+	_ fleet.Subscriber     = (*Store)(nil)
+	_ fleet.FactSubscriber = (*Store)(nil)
+	_ fleet.SettledState   = (*Store)(nil)
 )
 
 // errNoClient is the error of a Store made without a Redis client.
@@ -504,16 +505,25 @@ func (s *Store) Publish(ctx context.Context, project string, f fleet.Fact) error
 	return nil
 }
 
-// Subscribe implements fleet.Subscriber on Redis pub/sub: Publish
-// tells the channel prefix:{project}:changed, and a goroutine of the
-// subscription reads it and calls changed. Subscribe returns at once: the
-// goroutine subscribes, each try bounded by the Store's warm-up bound
-// (WithWarmUp), and tries again after a pause (doubling from 100 ms to 5 s)
-// until Redis answers or stop is called; go-redis re-subscribes after a
-// lost connection. What was published meanwhile is missed (the Client then
-// reads it at its next round trip). stop ends the subscription and waits
-// for its goroutine. A Store made without a client never calls changed.
+// Subscribe implements fleet.Subscriber on Redis pub/sub, as
+// SubscribeFacts.
 func (s *Store) Subscribe(project string, changed func()) (stop func()) {
+	return s.SubscribeFacts(project, func(fleet.Fact, uint64, uint64) { changed() })
+}
+
+// SubscribeFacts implements fleet.FactSubscriber on Redis pub/sub: Publish
+// tells the channel prefix:{project}:changed the change ("from to fact"),
+// and a goroutine of the subscription reads it and calls changed, one
+// message at a time, in the order Redis ran the publishes (a message it
+// cannot read, from a publisher of another format, is told with to 0).
+// Subscribe returns at once: the goroutine subscribes, each try bounded by
+// the Store's warm-up bound (WithWarmUp), and tries again after a pause
+// (doubling from 100 ms to 5 s) until Redis answers or stop is called;
+// go-redis re-subscribes after a lost connection. What was published
+// meanwhile is missed (the Client then reads it at its next round trip).
+// stop ends the subscription and waits for its goroutine. A Store made
+// without a client never calls changed.
+func (s *Store) SubscribeFacts(project string, changed func(f fleet.Fact, from, to uint64)) (stop func()) {
 	if s.err != nil {
 		return func() {}
 	}
@@ -542,11 +552,11 @@ func (s *Store) Subscribe(project string, changed func()) (stop func()) {
 			select {
 			case <-ctx.Done():
 				return
-			case _, ok := <-ch:
+			case msg, ok := <-ch:
 				if !ok {
 					return
 				}
-				changed()
+				changed(parseChange(msg.Payload))
 			}
 		}
 	}()
@@ -554,6 +564,23 @@ func (s *Store) Subscribe(project string, changed func()) (stop func()) {
 		cancel()
 		<-done
 	}
+}
+
+// parseChange reads a change told on a project's channel ("from to
+// fact"); to is 0 when it cannot.
+func parseChange(payload string) (f fleet.Fact, from, to uint64) {
+	versions, raw, _ := strings.Cut(payload, " {")
+	fromS, toS, ok := strings.Cut(versions, " ")
+	var w wireFact
+	if !ok || json.Unmarshal([]byte("{"+raw), &w) != nil {
+		return fleet.Fact{}, 0, 0
+	}
+	from, errFrom := strconv.ParseUint(fromS, 10, 64)
+	to, errTo := strconv.ParseUint(toS, 10, 64)
+	if errFrom != nil || errTo != nil {
+		return fleet.Fact{}, 0, 0
+	}
+	return w.fact(), from, to
 }
 
 // The pauses between tries of a subscription.

@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) fleet.SharedState) {
 		{"SpendAcrossReplicas", spendAcrossReplicas},
 		{"SpendReservedAgainstBudget", spendReservedAgainstBudget},
 		{"SubscribersHearChanges", subscribersHearChanges},
+		{"SubscribersHearFacts", subscribersHearFacts},
 		{"EndedFactsAbsent", endedFactsAbsent},
 		{"FactsByVersion", factsByVersion},
 		{"AtDefaultsToNow", atDefaultsToNow},
@@ -483,6 +484,64 @@ func subscribersHearChanges(t *testing.T, s fleet.SharedState) {
 	defer stopSecond()
 	heardOne(second, "a later Until")
 	assert.Empty(t, first, "changed called after stop")
+}
+
+// subscribersHearFacts: a FactSubscriber's changed gets the fact as the
+// store keeps it and the project's versions before and after it, so that a
+// replica at the version before applies it without a round trip; a publish
+// that changes nothing tells nothing.
+func subscribersHearFacts(t *testing.T, s fleet.SharedState) {
+	sub, ok := s.(fleet.FactSubscriber)
+	if !ok {
+		t.Skip("not a FactSubscriber")
+	}
+	type change struct {
+		fact     fleet.Fact
+		from, to uint64
+	}
+	ch := make(chan change, 64)
+	stop := sub.SubscribeFacts(project, func(f fleet.Fact, from, to uint64) { ch <- change{f, from, to} })
+	defer stop()
+	// The subscription may start after SubscribeFacts returns: each publish
+	// moves Until on, until one is heard.
+	now := time.Now().Truncate(time.Millisecond)
+	until := now.Add(time.Minute)
+	var heard change
+	for deadline := time.After(5 * time.Second); heard.to == 0; {
+		until = until.Add(time.Millisecond)
+		publish(t, s, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: until, Reason: 3})
+		select {
+		case heard = <-ch:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("changed not called within 5s")
+		}
+	}
+	for len(ch) > 0 { // later publishes of the loop, heard meanwhile
+		heard = <-ch
+	}
+	v, got := current(t, s)
+	assert.Equal(t, v, heard.to, "the version after the change")
+	assert.Equal(t, got, shows(heard.fact), "the fact as kept")
+
+	opened := fleet.Fact{Kind: fleet.FactOpen, Model: model, Endpoint: "generate", Until: now.Add(time.Hour)} // At: the store's now
+	publish(t, s, opened)
+	select {
+	case c := <-ch:
+		assert.Equal(t, v, c.from, "the version before it")
+		v2, facts := current(t, s)
+		assert.Equal(t, v2, c.to)
+		assert.Contains(t, facts, show(c.fact), "the fact as kept, its At the store's")
+		assert.False(t, c.fact.At.IsZero())
+	case <-time.After(5 * time.Second):
+		t.Fatal("the opening not heard within 5s")
+	}
+	publish(t, s, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: now.Add(time.Second)}) // an earlier Until: no change
+	select {
+	case c := <-ch:
+		t.Fatalf("a publish that changed nothing told: %+v", c)
+	case <-time.After(100 * time.Millisecond):
+	}
 }
 
 func spendAcrossReplicas(t *testing.T, s fleet.SharedState) {

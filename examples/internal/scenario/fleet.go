@@ -304,22 +304,28 @@ func (s *roundTripState) Publish(ctx context.Context, project string, f fleet.Fa
 	return s.travel(ctx)
 }
 
-// Subscribe passes on the notifications of the state it wraps (when a
-// fleet.Subscriber, as redisstore's Store is; none otherwise), each half a round trip
-// after the Publish that changed the facts, in a goroutine of its own, as
-// a Redis pub/sub message reaches a replica; none starts once stop
-// returns.
+// Subscribe passes on the notifications of the state it wraps, as
+// SubscribeFacts.
 func (s *roundTripState) Subscribe(project string, changed func()) (stop func()) {
+	return s.SubscribeFacts(project, func(fleet.Fact, uint64, uint64) { changed() })
+}
+
+// SubscribeFacts passes on the changes the state it wraps tells (when a
+// fleet.FactSubscriber, as redisstore's Store is; none otherwise), each
+// half a round trip after the Publish that made it, in a goroutine of its
+// own, as a Redis pub/sub message reaches a replica; none starts once stop
+// returns.
+func (s *roundTripState) SubscribeFacts(project string, changed func(f fleet.Fact, from, to uint64)) (stop func()) {
 	var (
 		mu      sync.Mutex // guards stopped and Adds to pending
 		stopped bool
 		pending sync.WaitGroup // the notifications under way
 	)
-	sub, ok := s.next.(fleet.Subscriber)
+	sub, ok := s.next.(fleet.FactSubscriber)
 	if !ok {
 		return func() {}
 	}
-	stopNext := sub.Subscribe(project, func() {
+	stopNext := sub.SubscribeFacts(project, func(f fleet.Fact, from, to uint64) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
@@ -332,7 +338,7 @@ func (s *roundTripState) Subscribe(project string, changed func()) (stop func())
 			live := !stopped
 			mu.Unlock()
 			if live {
-				changed()
+				changed(f, from, to)
 			}
 		})
 	})
