@@ -454,27 +454,9 @@ func subscribersHearChanges(t *testing.T, s fleet.SharedState) {
 		stop := sub.Subscribe(project, func() { ch <- struct{}{} })
 		return ch, stop
 	}
-	// A subscription may start after Subscribe returns (redisstore's
-	// subscribes in the background): each publish moves Until on, a change
-	// every time, until one is heard.
 	until := time.Now().Add(time.Minute)
-	heardOne := func(ch chan struct{}, what string) {
-		t.Helper()
-		deadline := time.After(5 * time.Second)
-		for {
-			until = until.Add(time.Millisecond)
-			publish(t, s, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: time.Now(), Until: until})
-			select {
-			case <-ch:
-				return
-			case <-time.After(20 * time.Millisecond):
-			case <-deadline:
-				t.Fatalf("%s: changed not called within 5s", what)
-			}
-		}
-	}
 	first, stopFirst := heard()
-	heardOne(first, "a new fact")
+	publishUntilHeard(t, s, first, &until, "a new fact")
 	stopFirst()
 	for len(first) > 0 { // those heard before stop
 		<-first
@@ -482,7 +464,7 @@ func subscribersHearChanges(t *testing.T, s fleet.SharedState) {
 
 	second, stopSecond := heard()
 	defer stopSecond()
-	heardOne(second, "a later Until")
+	publishUntilHeard(t, s, second, &until, "a later Until")
 	assert.Empty(t, first, "changed called after stop")
 }
 
@@ -502,21 +484,9 @@ func subscribersHearFacts(t *testing.T, s fleet.SharedState) {
 	ch := make(chan change, 64)
 	stop := sub.SubscribeFacts(project, func(f fleet.Fact, from, to uint64) { ch <- change{f, from, to} })
 	defer stop()
-	// The subscription may start after SubscribeFacts returns: each publish
-	// moves Until on, until one is heard.
 	now := time.Now().Truncate(time.Millisecond)
 	until := now.Add(time.Minute)
-	var heard change
-	for deadline := time.After(5 * time.Second); heard.to == 0; {
-		until = until.Add(time.Millisecond)
-		publish(t, s, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: now, Until: until, Reason: 3})
-		select {
-		case heard = <-ch:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("changed not called within 5s")
-		}
-	}
+	heard := publishUntilHeard(t, s, ch, &until, "a new fact")
 	for len(ch) > 0 { // later publishes of the loop, heard meanwhile
 		heard = <-ch
 	}
@@ -541,6 +511,27 @@ func subscribersHearFacts(t *testing.T, s fleet.SharedState) {
 	case c := <-ch:
 		t.Fatalf("a publish that changed nothing told: %+v", c)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// publishUntilHeard publishes a model's cool-down, its Until (*until) a
+// millisecond later each time (a change every time), until ch hears one,
+// and returns what it heard: a subscription may start after Subscribe
+// returns (redisstore's subscribes in the background). It fails the test
+// after 5s.
+func publishUntilHeard[T any](t *testing.T, s fleet.SharedState, ch <-chan T, until *time.Time, what string) T {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		*until = until.Add(time.Millisecond)
+		publish(t, s, fleet.Fact{Kind: fleet.FactCoolDown, Model: model, At: until.Add(-time.Hour), Until: *until})
+		select {
+		case v := <-ch:
+			return v
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%s: changed not called within 5s", what)
+		}
 	}
 }
 
